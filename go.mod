@@ -1,0 +1,3 @@
+module github.com/ticketing/ticketing
+
+go 1.26.8

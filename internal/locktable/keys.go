@@ -1,0 +1,139 @@
+package locktable
+
+import (
+	"bytes"
+	"hash/maphash"
+)
+
+// nilIdx marks the end of an intrusive list or an absent slot.
+const nilIdx int32 = -1
+
+// minBuckets is the initial size of every hash index (a power of two).
+const minBuckets = 64
+
+// entry is the state of one key. Entries live in Table.entries and are
+// recycled through a free list; an entry keeps its key buffer when recycled so
+// that a new key of similar length is copied without allocating.
+type entry struct {
+	key   []byte
+	hash  uint64
+	hnext int32 // next entry in the same bucket, or next free entry
+	live  bool
+
+	held       bool
+	inDelay    bool
+	holder     Owner
+	holderReq  uint64
+	token      uint64
+	grantedAt  int64
+	deadline   int64
+	delayUntil int64
+	timer      int32 // heap position of the lease (held) or delay (inDelay) timer; nilIdx if none
+
+	qhead, qtail int32 // FIFO of waiters (indices into Table.waiters)
+	nwait        int
+}
+
+// lookup finds key. It returns the entry index (nilIdx if absent) and the
+// key's hash, to be passed to insertKey.
+func (t *Table) lookup(key []byte) (int32, uint64) {
+	h := maphash.Bytes(t.kseed, key)
+	for i := t.kbuckets[h&uint64(len(t.kbuckets)-1)]; i != nilIdx; {
+		e := &t.entries[i]
+		if e.hash == h && bytes.Equal(e.key, key) {
+			return i, h
+		}
+		i = e.hnext
+	}
+	return nilIdx, h
+}
+
+// insertKey adds an idle entry for key (which must be absent; h its hash).
+func (t *Table) insertKey(key []byte, h uint64) int32 {
+	if t.nkeys >= len(t.kbuckets) {
+		t.growKeys()
+	}
+	var i int32
+	if t.freeE != nilIdx {
+		i = t.freeE
+		t.freeE = t.entries[i].hnext
+	} else {
+		t.entries = append(t.entries, entry{})
+		i = int32(len(t.entries) - 1)
+	}
+	e := &t.entries[i]
+	buf := e.key
+	if cap(buf) < len(key) {
+		buf = make([]byte, len(key), keyCap(len(key)))
+	}
+	buf = buf[:len(key)]
+	copy(buf, key)
+	*e = entry{
+		key:   buf,
+		hash:  h,
+		live:  true,
+		timer: nilIdx,
+		qhead: nilIdx,
+		qtail: nilIdx,
+	}
+	b := h & uint64(len(t.kbuckets)-1)
+	e.hnext = t.kbuckets[b]
+	t.kbuckets[b] = i
+	t.nkeys++
+	return i
+}
+
+// keyCap rounds a key buffer's capacity up (power of two, at least 32), so
+// that recycled entries rarely need a new buffer.
+func keyCap(n int) int {
+	c := 32
+	for c < n {
+		c <<= 1
+	}
+	return c
+}
+
+// removeKey unlinks entry i from the index and puts it on the free list. Its
+// key buffer is kept (and stays readable through Event.Key views) until the
+// entry is reused by insertKey.
+func (t *Table) removeKey(i int32) {
+	e := &t.entries[i]
+	b := e.hash & uint64(len(t.kbuckets)-1)
+	if t.kbuckets[b] == i {
+		t.kbuckets[b] = e.hnext
+	} else {
+		p := t.kbuckets[b]
+		for t.entries[p].hnext != i {
+			p = t.entries[p].hnext
+		}
+		t.entries[p].hnext = e.hnext
+	}
+	e.live = false
+	e.hnext = t.freeE
+	t.freeE = i
+	t.nkeys--
+}
+
+// growKeys doubles the bucket array and relinks every live entry.
+func (t *Table) growKeys() {
+	nb := newBuckets(2 * len(t.kbuckets))
+	mask := uint64(len(nb) - 1)
+	for i := range t.entries {
+		e := &t.entries[i]
+		if !e.live {
+			continue
+		}
+		b := e.hash & mask
+		e.hnext = nb[b]
+		nb[b] = int32(i)
+	}
+	t.kbuckets = nb
+}
+
+func newBuckets(n int) []int32 {
+	b := make([]int32, n)
+	for i := range b {
+		b[i] = nilIdx
+	}
+	return b
+}

@@ -1,0 +1,250 @@
+// Package wire is the Ticketing protocol, version 1: frame layouts, opcodes and status codes, encoded
+// and decoded at fixed offsets without allocating. PROTOCOL.md at the repository root is the
+// specification; protocol/constants.json and protocol/vectors.json are generated from this package
+// (go test ./internal/wire -update) and every client checks itself against them.
+//
+// All integers are big-endian. Every frame starts with a 4-byte length: the number of bytes that
+// follow the length field. After the handshake, requests and responses share one 32-byte header
+// followed by a variable part (the key of a request, the data of a response).
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// Version is the protocol version this package speaks.
+const Version = 1
+
+// Op is a frame's operation code (offset 4 of every frame).
+type Op uint8
+
+// Handshake operations.
+const (
+	OpHello     Op = 0x01 // client -> server: version, session id, client nonce
+	OpChallenge Op = 0x02 // server -> client: status, server version, auth flag, server nonce
+	OpAuth      Op = 0x03 // client -> server: client proof
+	OpWelcome   Op = 0x04 // server -> client: status, server proof
+)
+
+// Request operations (client -> server); the response carries the same op.
+const (
+	OpAcquire Op = 0x10
+	OpRelease Op = 0x11
+	OpExtend  Op = 0x12
+	OpCancel  Op = 0x13
+	OpPing    Op = 0x14
+)
+
+// OpExpired is a server-pushed notice (request id 0): the lease of a lock held through this
+// connection ran out and the server reclaimed the lock.
+const OpExpired Op = 0x20
+
+// Status is a response's outcome (offset 5 of every server frame).
+type Status uint8
+
+const (
+	StatusOK                 Status = 0
+	StatusTimedOut           Status = 1 // wait timeout passed (or wait 0 and the key was taken)
+	StatusNotHeld            Status = 2 // token is not the current holder's; nothing changed
+	StatusInvalid            Status = 3 // bad request; Detail names the field (Field*)
+	StatusNotLeader          Status = 4 // Data holds the leader's client address ("" when unknown)
+	StatusBusy               Status = 5 // a limit was reached; Detail names it (Limit*)
+	StatusShuttingDown       Status = 6 // the server is stopping; retry on another endpoint
+	StatusAuthFailed         Status = 7 // proof did not verify; the connection closes
+	StatusUnsupportedVersion Status = 8 // the connection closes; CHALLENGE.Version is the server's
+	StatusCancelled          Status = 9 // the acquire was withdrawn by a CANCEL request
+)
+
+// Field codes: Response.Detail of an INVALID answer.
+const (
+	FieldLength    uint32 = 1 // frame length inconsistent or too large (connection closes)
+	FieldOp        uint32 = 2 // unknown operation
+	FieldFlags     uint32 = 3 // reserved flags not zero
+	FieldKey       uint32 = 4 // key empty or longer than the server's limit
+	FieldLease     uint32 = 5 // lease outside the server's range
+	FieldWait      uint32 = 6 // wait timeout above the server's limit
+	FieldToken     uint32 = 7 // token zero
+	FieldRequestID uint32 = 8 // request id zero, or already used by a pending acquire
+	FieldHandshake uint32 = 9 // a handshake frame was malformed or out of order (connection closes)
+)
+
+// Limit codes: Response.Detail of a BUSY answer.
+const (
+	LimitConnections   uint32 = 1 // too many connections (CHALLENGE status BUSY, then close)
+	LimitWaitersPerKey uint32 = 2
+	LimitWaitersTotal  uint32 = 3
+	LimitLocks         uint32 = 4 // too many distinct keys in the table
+	LimitInflight      uint32 = 5 // too many pending acquires on this connection
+)
+
+// Sizes and special values.
+const (
+	HeaderSize    = 32     // request and response header
+	HelloSize     = 56     // whole HELLO frame
+	ChallengeSize = 40     // whole CHALLENGE frame
+	AuthSize      = 40     // whole AUTH frame
+	WelcomeSize   = 40     // whole WELCOME frame
+	MaxKeyLen     = 0xFFFF // the format's ceiling; servers set a lower limit
+	MaxDataLen    = 0xFFFF // response data ceiling
+	MaxFrameSize  = HeaderSize + MaxKeyLen
+	SessionIDSize = 16
+	NonceSize     = 32
+	ProofSize     = 32
+	// WaitForever as Request.WaitMs: wait without limit.
+	WaitForever uint32 = 0xFFFFFFFF
+	// ChallengeAuthRequired is the CHALLENGE flag bit saying the server requires auth.
+	ChallengeAuthRequired uint8 = 0x01
+)
+
+// Decoding errors. ErrShort is not an error on a stream: it means "read more bytes".
+var (
+	ErrShort     = errors.New("wire: incomplete frame")
+	ErrLength    = errors.New("wire: frame length does not match its layout")
+	ErrTooLarge  = errors.New("wire: frame larger than the limit")
+	ErrWrongOp   = errors.New("wire: unexpected operation")
+	ErrBadLength = ErrLength
+)
+
+var be = binary.BigEndian
+
+// Request is a decoded request frame. Key aliases the input buffer.
+type Request struct {
+	Op     Op
+	Flags  uint8
+	ID     uint64 // request id, chosen by the client, non-zero
+	Token  uint64 // RELEASE, EXTEND: the lock's token; CANCEL: the request id to withdraw
+	Lease  uint32 // ms; ACQUIRE, EXTEND
+	WaitMs uint32 // ms; ACQUIRE (0 = try once, WaitForever = no limit)
+	Key    []byte // ACQUIRE, RELEASE, EXTEND
+}
+
+// Response is a decoded response (or pushed notice). Data aliases the input buffer.
+type Response struct {
+	Op     Op
+	Status Status
+	ID     uint64 // the request's id; 0 for EXPIRED notices
+	Token  uint64 // ACQUIRE OK: the fencing token; EXPIRED: the token that expired
+	Lease  uint32 // ACQUIRE/EXTEND OK: the lease granted, ms
+	Detail uint32 // ACQUIRE OK: ms spent queued; INVALID: Field*; BUSY: Limit*; CANCEL: 1 if a waiter was removed
+	Data   []byte // EXPIRED: the key; NOT_LEADER: leader address; errors: a UTF-8 message
+}
+
+// FrameLen reports the total size of the frame at the start of b (length field included), or
+// ErrShort when fewer than 4 bytes are present. It does not check the frame's layout.
+func FrameLen(b []byte) (int, error) {
+	if len(b) < 4 {
+		return 0, ErrShort
+	}
+	return 4 + int(be.Uint32(b)), nil
+}
+
+// AppendRequest appends the encoding of r to dst.
+func AppendRequest(dst []byte, r *Request) []byte {
+	n := len(r.Key)
+	dst = be.AppendUint32(dst, uint32(HeaderSize-4+n))
+	dst = append(dst, byte(r.Op), r.Flags)
+	dst = be.AppendUint16(dst, uint16(n))
+	dst = be.AppendUint64(dst, r.ID)
+	dst = be.AppendUint64(dst, r.Token)
+	dst = be.AppendUint32(dst, r.Lease)
+	dst = be.AppendUint32(dst, r.WaitMs)
+	return append(dst, r.Key...)
+}
+
+// DecodeRequest decodes the request frame at the start of b into r and returns the frame's size.
+// maxKey bounds the frame (HeaderSize+maxKey): a larger length yields ErrTooLarge before the
+// body is needed, so a reader never buffers an oversize frame. r.Key aliases b.
+func DecodeRequest(b []byte, maxKey int, r *Request) (int, error) {
+	size, err := frameBounds(b, maxKey)
+	if err != nil {
+		return 0, err
+	}
+	if int(be.Uint16(b[6:])) != size-HeaderSize {
+		return 0, ErrLength
+	}
+	r.Op = Op(b[4])
+	r.Flags = b[5]
+	r.ID = be.Uint64(b[8:])
+	r.Token = be.Uint64(b[16:])
+	r.Lease = be.Uint32(b[24:])
+	r.WaitMs = be.Uint32(b[28:])
+	r.Key = b[HeaderSize:size:size]
+	return size, nil
+}
+
+// AppendResponse appends the encoding of r to dst.
+func AppendResponse(dst []byte, r *Response) []byte {
+	return appendResponse(dst, r.Op, r.Status, r.ID, r.Token, r.Lease, r.Detail, r.Data)
+}
+
+// AppendResponseString is AppendResponse with the data given as a string (a message), so
+// callers with constant messages do not allocate.
+func AppendResponseString(dst []byte, op Op, st Status, id, token uint64, lease, detail uint32, data string) []byte {
+	if len(data) > MaxDataLen {
+		data = data[:MaxDataLen]
+	}
+	dst = appendHeader(dst, op, st, len(data), id, token, lease, detail)
+	return append(dst, data...)
+}
+
+func appendResponse(dst []byte, op Op, st Status, id, token uint64, lease, detail uint32, data []byte) []byte {
+	if len(data) > MaxDataLen {
+		data = data[:MaxDataLen]
+	}
+	dst = appendHeader(dst, op, st, len(data), id, token, lease, detail)
+	return append(dst, data...)
+}
+
+func appendHeader(dst []byte, op Op, st Status, n int, id, token uint64, lease, detail uint32) []byte {
+	dst = be.AppendUint32(dst, uint32(HeaderSize-4+n))
+	dst = append(dst, byte(op), byte(st))
+	dst = be.AppendUint16(dst, uint16(n))
+	dst = be.AppendUint64(dst, id)
+	dst = be.AppendUint64(dst, token)
+	dst = be.AppendUint32(dst, lease)
+	return be.AppendUint32(dst, detail)
+}
+
+// DecodeResponse decodes the response frame at the start of b into r and returns its size.
+// maxData bounds the data part. r.Data aliases b.
+func DecodeResponse(b []byte, maxData int, r *Response) (int, error) {
+	size, err := frameBounds(b, maxData)
+	if err != nil {
+		return 0, err
+	}
+	if int(be.Uint16(b[6:])) != size-HeaderSize {
+		return 0, ErrLength
+	}
+	r.Op = Op(b[4])
+	r.Status = Status(b[5])
+	r.ID = be.Uint64(b[8:])
+	r.Token = be.Uint64(b[16:])
+	r.Lease = be.Uint32(b[24:])
+	r.Detail = be.Uint32(b[28:])
+	r.Data = b[HeaderSize:size:size]
+	return size, nil
+}
+
+// frameBounds checks the length field of a 32-byte-header frame against the variable-part limit
+// and reports the frame size once all of it is in b.
+func frameBounds(b []byte, maxVar int) (int, error) {
+	if len(b) < 4 {
+		return 0, ErrShort
+	}
+	l := be.Uint32(b)
+	if l < HeaderSize-4 {
+		return 0, ErrLength
+	}
+	if maxVar > MaxKeyLen {
+		maxVar = MaxKeyLen
+	}
+	if uint64(l) > uint64(HeaderSize-4+maxVar) {
+		return 0, ErrTooLarge
+	}
+	size := 4 + int(l)
+	if len(b) < size {
+		return 0, ErrShort
+	}
+	return size, nil
+}

@@ -115,6 +115,10 @@ type Event struct {
 	Token uint64 // Granted: new token; Expired: the token that expired
 	Lease int64  // Granted: lease in ns
 	Key   []byte // view into table memory; valid until the next call that may insert a key (Acquire)
+	// Since (an addition to the original API, for wait- and hold-time
+	// metrics): Granted/TimedOut/Aborted: the `now` at which the acquire was
+	// queued; Expired: the `now` at which the expired lock was granted.
+	Since int64
 }
 
 // Info is what Inspect reports about a key. Holder, HolderReqID, Token,

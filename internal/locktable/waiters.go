@@ -14,6 +14,7 @@ type waiter struct {
 	reqID    uint64
 	lease    int64
 	waitAt   int64 // wait deadline; meaningful only while timer != nilIdx
+	since    int64 // when it queued
 	entry    int32
 	ownerRec int32
 	timer    int32 // heap position of the wait timer; nilIdx if it waits without limit
@@ -177,6 +178,7 @@ func (t *Table) enqueue(now int64, ei int32, o Owner, reqID uint64, lease, wait 
 		owner:    o,
 		reqID:    reqID,
 		lease:    lease,
+		since:    now,
 		entry:    ei,
 		ownerRec: oi,
 		timer:    nilIdx,

@@ -1,0 +1,161 @@
+package locktable
+
+import (
+	"bytes"
+	"fmt"
+)
+
+// counter is a TokenSource for tests: 1, 2, 3, ...
+type counter struct{ n uint64 }
+
+func (c *counter) Next() uint64 { c.n++; return c.n }
+
+// check verifies every internal invariant of the table by brute force. It
+// returns the first violation found, or nil.
+func (t *Table) check() error {
+	// Heap order and back-pointers.
+	for i := range t.heap {
+		if i > 0 && timerLess(&t.heap[i], &t.heap[(i-1)/2]) {
+			return fmt.Errorf("heap order broken at %d", i)
+		}
+		it := &t.heap[i]
+		var back int32
+		if it.kind == tWait {
+			back = t.waiters[it.idx].timer
+		} else {
+			back = t.entries[it.idx].timer
+		}
+		if back != int32(i) {
+			return fmt.Errorf("heap back-pointer of %d is %d", i, back)
+		}
+	}
+	// Entries.
+	live, held, timers := 0, 0, 0
+	for i := range t.entries {
+		e := &t.entries[i]
+		if !e.live {
+			continue
+		}
+		live++
+		if j, _ := t.lookup(e.key); j != int32(i) {
+			return fmt.Errorf("entry %d (%q) not found by lookup (got %d)", i, e.key, j)
+		}
+		if !e.held && !e.inDelay && e.nwait == 0 {
+			return fmt.Errorf("idle entry %q present", e.key)
+		}
+		if e.nwait > 0 && !e.held && !e.inDelay {
+			return fmt.Errorf("free entry %q has waiters", e.key)
+		}
+		if e.held && e.inDelay {
+			return fmt.Errorf("entry %q held and in delay", e.key)
+		}
+		if e.held || e.inDelay {
+			if e.timer == nilIdx {
+				return fmt.Errorf("entry %q has no timer", e.key)
+			}
+			it := t.heap[e.timer]
+			want := tLease
+			at := e.deadline
+			if e.inDelay {
+				want, at = tDelay, e.delayUntil
+			}
+			if it.kind != want || it.at != at || it.idx != int32(i) {
+				return fmt.Errorf("entry %q timer mismatch %+v", e.key, it)
+			}
+			timers++
+		} else if e.timer != nilIdx {
+			return fmt.Errorf("entry %q has a stray timer", e.key)
+		}
+		if e.held {
+			held++
+		}
+		// Queue links.
+		n, prev := 0, nilIdx
+		for w := e.qhead; w != nilIdx; w = t.waiters[w].qnext {
+			if t.waiters[w].qprev != prev || t.waiters[w].entry != int32(i) {
+				return fmt.Errorf("queue links broken on %q", e.key)
+			}
+			prev = w
+			n++
+		}
+		if prev != e.qtail || n != e.nwait {
+			return fmt.Errorf("queue of %q: tail/count mismatch (%d vs %d)", e.key, n, e.nwait)
+		}
+	}
+	if live != t.nkeys || held != t.nheld {
+		return fmt.Errorf("counts: keys %d/%d held %d/%d", live, t.nkeys, held, t.nheld)
+	}
+	// Free entries are exactly the non-live ones.
+	free := 0
+	for i := t.freeE; i != nilIdx; i = t.entries[i].hnext {
+		if t.entries[i].live {
+			return fmt.Errorf("live entry on free list")
+		}
+		free++
+	}
+	if free+live != len(t.entries) {
+		return fmt.Errorf("entry slab: %d free + %d live != %d", free, live, len(t.entries))
+	}
+	// Global waiter list, req index, owner records.
+	n, prev := 0, nilIdx
+	perOwner := map[Owner]int{}
+	for w := t.ghead; w != nilIdx; w = t.waiters[w].gnext {
+		wt := &t.waiters[w]
+		if wt.gprev != prev {
+			return fmt.Errorf("global links broken")
+		}
+		if t.findReq(wt.owner, wt.reqID) != w {
+			return fmt.Errorf("waiter (%d,%d) not in req index", wt.owner, wt.reqID)
+		}
+		if wt.timer != nilIdx {
+			it := t.heap[wt.timer]
+			if it.kind != tWait || it.idx != w || it.at != wt.waitAt {
+				return fmt.Errorf("waiter timer mismatch")
+			}
+			timers++
+		}
+		if t.owners[wt.ownerRec].owner != wt.owner {
+			return fmt.Errorf("waiter owner record mismatch")
+		}
+		perOwner[wt.owner]++
+		prev = w
+		n++
+	}
+	if prev != t.gtail || n != t.nwait {
+		return fmt.Errorf("global list: tail/count mismatch (%d vs %d)", n, t.nwait)
+	}
+	if timers != len(t.heap) {
+		return fmt.Errorf("%d timers owned, heap has %d", timers, len(t.heap))
+	}
+	if len(perOwner) != t.nowners {
+		return fmt.Errorf("owners: %d with waiters, %d records", len(perOwner), t.nowners)
+	}
+	for o, c := range perOwner {
+		oi := t.findOwner(o)
+		if oi == nilIdx || t.owners[oi].n != c {
+			return fmt.Errorf("owner %d record count mismatch", o)
+		}
+		k := 0
+		for w := t.owners[oi].head; w != nilIdx; w = t.waiters[w].onext {
+			if t.waiters[w].owner != o {
+				return fmt.Errorf("owner list of %d has a foreign waiter", o)
+			}
+			k++
+		}
+		if k != c {
+			return fmt.Errorf("owner list of %d: %d, want %d", o, k, c)
+		}
+	}
+	// Stray bucket entries.
+	for _, head := range t.kbuckets {
+		for i := head; i != nilIdx; i = t.entries[i].hnext {
+			if !t.entries[i].live {
+				return fmt.Errorf("dead entry in bucket")
+			}
+		}
+	}
+	return nil
+}
+
+// keyOf returns a copy of an event's key (tests keep events past later calls).
+func keyOf(e Event) string { return string(bytes.Clone(e.Key)) }

@@ -1,0 +1,236 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/ticketing/ticketing/internal/locktable"
+	"github.com/ticketing/ticketing/internal/wire"
+)
+
+const readBufSize = 16 << 10
+
+// conn is one client connection. Its reader goroutine decodes and applies every complete frame of
+// a read under Server.mu, queues the answers in out, and flushes them with one write. Answers for
+// this connection produced by others (hand-offs, timeouts, expiry notices) are queued the same way
+// and flushed by the writer goroutine, woken through wake.
+type conn struct {
+	s  *Server
+	nc net.Conn
+	id locktable.Owner // set after the handshake; the table's owner id
+
+	rbuf []byte // read buffer, owned by the reader goroutine
+
+	// pending counts this connection's queued acquires. Guarded by Server.mu.
+	pending int
+
+	wmu sync.Mutex // held by the one goroutine writing to nc
+
+	mu     sync.Mutex // guards the fields below; never held during I/O
+	out    []byte     // answers not yet written
+	spare  []byte     // the other half of a double buffer, reused by flush
+	closed bool       // no more output is accepted
+	failed bool       // output overflowed or a write failed: the reader must stop
+
+	wake chan struct{} // kicks the writer goroutine
+	quit chan struct{} // closed by close()
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	return &conn{
+		s:    s,
+		nc:   nc,
+		rbuf: make([]byte, readBufSize),
+		out:  make([]byte, 0, 4096),
+		wake: make(chan struct{}, 1),
+		quit: make(chan struct{}),
+	}
+}
+
+// readLoop reads until the connection fails or sends a frame it cannot trust.
+func (c *conn) readLoop() {
+	s := c.s
+	n := 0 // bytes of rbuf in use
+	for {
+		m, err := c.nc.Read(c.rbuf[n:])
+		n += m
+		if n > 0 && m > 0 {
+			off, fatal := c.batch(c.rbuf[:n])
+			c.flush()
+			if fatal || c.isFailed() {
+				c.drainAndClose()
+				return
+			}
+			// Keep the partial frame at the front; grow the buffer if that frame is larger.
+			n = copy(c.rbuf, c.rbuf[off:n])
+			if size, err := wire.FrameLen(c.rbuf[:n]); err == nil && size > len(c.rbuf) {
+				nb := make([]byte, size)
+				copy(nb, c.rbuf[:n])
+				c.rbuf = nb
+			} else if n == 0 && len(c.rbuf) > readBufSize {
+				c.rbuf = make([]byte, readBufSize) // give a one-off large frame's memory back
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.log.Debug("read failed", "conn", c.id, "err", err)
+			}
+			return
+		}
+	}
+}
+
+// batch applies every complete frame in b under one acquisition of Server.mu and returns how
+// many bytes it consumed. fatal means the stream cannot be trusted any more: the caller closes.
+func (c *conn) batch(b []byte) (off int, fatal bool) {
+	s := c.s
+	s.mu.Lock()
+	now := s.now()
+	s.table.Advance(now) // deadlines that passed are applied before any request sees the table
+	s.dispatch(now, c)
+	var req wire.Request
+	for off < len(b) {
+		size, err := wire.DecodeRequest(b[off:], wire.MaxKeyLen, &req)
+		if err == wire.ErrShort {
+			break
+		}
+		if err != nil {
+			var id uint64
+			if len(b)-off >= 16 {
+				id = be64(b[off+8:])
+			}
+			op := wire.OpAcquire
+			if len(b)-off > 4 {
+				op = wire.Op(b[off+4])
+			}
+			c.answer(op, wire.StatusInvalid, id, 0, 0, wire.FieldLength, "frame length does not match its layout")
+			fatal = true
+			break
+		}
+		c.handle(now, &req)
+		off += size
+	}
+	s.rearm()
+	s.mu.Unlock()
+	return off, fatal
+}
+
+func be64(b []byte) uint64 {
+	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
+		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
+}
+
+// answer queues a response without data other than a constant message. Caller may hold Server.mu.
+func (c *conn) answer(op wire.Op, st wire.Status, id, token uint64, lease, detail uint32, msg string) {
+	c.mu.Lock()
+	if !c.closed {
+		c.out = wire.AppendResponseString(c.out, op, st, id, token, lease, detail, msg)
+		c.checkOverflow()
+	}
+	c.mu.Unlock()
+}
+
+// notify queues a pushed EXPIRED notice carrying key. Caller holds Server.mu.
+func (c *conn) notifyExpired(token uint64, key []byte) {
+	c.mu.Lock()
+	if !c.closed {
+		c.out = wire.AppendResponse(c.out, &wire.Response{Op: wire.OpExpired, Status: wire.StatusOK, Token: token, Data: key})
+		c.checkOverflow()
+	}
+	c.mu.Unlock()
+}
+
+// checkOverflow marks a client that is not reading its answers. c.mu must be held.
+func (c *conn) checkOverflow() {
+	if len(c.out) > c.s.cfg.MaxOutput && !c.failed {
+		c.failed = true
+		c.s.log.Warn("closing slow consumer", "conn", c.id, "queued_bytes", len(c.out))
+		c.nc.SetReadDeadline(time.Now()) // stop the reader; it closes the connection
+	}
+}
+
+// kick wakes the writer goroutine to flush answers queued by another goroutine.
+func (c *conn) kick() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *conn) isFailed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failed
+}
+
+// flush writes everything queued, looping until nothing is left. wmu serialises writers (the
+// reader after a batch, the writer goroutine after a kick, close); the state mutex mu is never
+// held during the write.
+func (c *conn) flush() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	for len(c.out) > 0 && !c.failed && !c.closed {
+		buf := c.out
+		c.out = c.spare[:0]
+		c.mu.Unlock()
+		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+		_, err := c.nc.Write(buf)
+		c.mu.Lock()
+		if cap(buf) <= 64<<10 {
+			c.spare = buf[:0]
+		} else {
+			c.spare = nil // do not keep a burst's memory
+		}
+		if err != nil {
+			c.failed = true
+			c.nc.SetReadDeadline(time.Now())
+		}
+	}
+	c.mu.Unlock()
+}
+
+// writeLoop flushes answers that other goroutines queued for this connection.
+func (c *conn) writeLoop() {
+	defer c.s.wg.Done()
+	for {
+		select {
+		case <-c.wake:
+			c.flush()
+		case <-c.quit:
+			return
+		}
+	}
+}
+
+// drainAndClose gives the peer a moment to read a final error answer, then closes.
+func (c *conn) drainAndClose() {
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	c.nc.SetReadDeadline(time.Now().Add(time.Second))
+	io.Copy(io.Discard, io.LimitReader(c.nc, 1<<20))
+}
+
+// shutdown ends a connection during graceful shutdown, after its answers were flushed.
+func (c *conn) shutdown() {
+	c.nc.SetReadDeadline(time.Now())
+}
+
+// close flushes what is queued (bounded by the write timeout), then releases the connection;
+// no output is accepted after it.
+func (c *conn) close() {
+	c.flush()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.mu.Unlock()
+	close(c.quit)
+	c.nc.Close()
+}

@@ -211,7 +211,7 @@ func (c *conn) drainAndClose() {
 	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	}
-	c.nc.SetReadDeadline(time.Now().Add(time.Second))
+	c.nc.SetReadDeadline(time.Now().Add(min(time.Second, c.s.cfg.HandshakeTimeout)))
 	io.Copy(io.Discard, io.LimitReader(c.nc, 1<<20))
 }
 

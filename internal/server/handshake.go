@@ -41,8 +41,12 @@ func (c *conn) handshake() bool {
 			return false
 		}
 	}
-	if _, err := c.nc.Write(wire.AppendChallenge(buf[:0], &ch)); err != nil || ch.Status != wire.StatusOK {
+	if _, err := c.nc.Write(wire.AppendChallenge(buf[:0], &ch)); err != nil {
+		return false
+	}
+	if ch.Status != wire.StatusOK {
 		log.Info("handshake refused", "status", ch.Status.String(), "client_version", hello.Version)
+		c.drainAndClose() // closing with unread input would reset the connection and lose the answer
 		return false
 	}
 	if !readFixed(c.nc, buf[:wire.AuthSize], wire.AuthSize) {
@@ -69,6 +73,7 @@ func (c *conn) handshake() bool {
 	}
 	if w.Status != wire.StatusOK {
 		log.Warn("authentication failed")
+		c.drainAndClose()
 		return false
 	}
 	c.nc.SetDeadline(time.Time{})

@@ -2,7 +2,10 @@ package server
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -503,4 +506,37 @@ type inspectInfo struct {
 	Held    bool
 	Token   uint64
 	Waiters int
+}
+
+func TestTLS(t *testing.T) {
+	cert, err := tls.LoadX509KeyPair("../../testdata/tls/server.pem", "../../testdata/tls/server.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, func(c *Config) {
+		c.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		c.Token = "tls-and-token"
+	})
+	pem, err := os.ReadFile("../../testdata/tls/ca.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	nc, err := tls.Dial("tcp", ts.addr, &tls.Config{RootCAs: pool, ServerName: "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	c := &rawClient{t: t, nc: nc}
+	if st := c.handshake("tls-and-token"); st != wire.StatusOK {
+		t.Fatal(st)
+	}
+	if r := c.roundTrip(acquire(1, "k", 1000, 0)); r.Status != wire.StatusOK {
+		t.Fatal(r.Status)
+	}
+	// A plain-TCP client gets nothing useful from a TLS port.
+	plain := dialRaw(t, ts.addr)
+	plain.write(wire.AppendHello(nil, &wire.Hello{Version: wire.Version}))
+	plain.expectClosed(3 * time.Second)
 }

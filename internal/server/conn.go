@@ -106,7 +106,11 @@ func (c *conn) batch(b []byte) (off int, fatal bool) {
 			if len(b)-off > 4 {
 				op = wire.Op(b[off+4])
 			}
-			c.answer(op, wire.StatusInvalid, id, 0, 0, wire.FieldLength, "frame length does not match its layout")
+			msg := "frame length does not match its layout"
+			if err == wire.ErrTooLarge {
+				msg = "frame larger than the protocol's ceiling"
+			}
+			c.answer(op, wire.StatusInvalid, id, 0, 0, wire.FieldLength, msg)
 			fatal = true
 			break
 		}

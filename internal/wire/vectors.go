@@ -60,7 +60,7 @@ type HandshakeVector struct {
 	Direction string `json:"direction"` // "client->server" or "server->client"
 	Op        string `json:"op"`
 	Version   uint8  `json:"version,omitempty"`
-	Flags     uint16 `json:"flags,omitempty"`
+	Flags     uint16 `json:"flags"`
 	Status    string `json:"status,omitempty"`
 	SessionID string `json:"session_id_hex,omitempty"`
 	Nonce     string `json:"nonce_hex,omitempty"`

@@ -1,0 +1,384 @@
+"""Protocol version 1 without I/O: frames encoded and decoded at fixed offsets with ``struct``
+(all integers big-endian), the mutual HMAC-SHA256 handshake as a small state machine, and a
+stream buffer that splits received bytes into frames. PROTOCOL.md is the specification; the
+tests check every function here against ``protocol/vectors.json``.
+
+Both the blocking and the asyncio client use this module; it never touches a socket.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import struct
+from dataclasses import dataclass
+
+from .constants import (
+    AUTH_SIZE,
+    CHALLENGE_AUTH_REQUIRED,
+    CHALLENGE_SIZE,
+    HEADER_SIZE,
+    HELLO_SIZE,
+    MAX_DATA_LEN,
+    MAX_KEY_LEN,
+    NONCE_SIZE,
+    PROOF_SIZE,
+    SESSION_ID_SIZE,
+    VERSION,
+    WELCOME_SIZE,
+    Op,
+    Status,
+)
+from .exceptions import (
+    AuthFailed,
+    Busy,
+    ProtocolError,
+    ShuttingDown,
+    UnsupportedVersion,
+    error_for_status,
+)
+
+__all__ = [
+    "Request",
+    "Response",
+    "Hello",
+    "Challenge",
+    "Auth",
+    "Welcome",
+    "FrameBuffer",
+    "ClientHandshake",
+    "encode_request",
+    "decode_request",
+    "encode_response",
+    "decode_response",
+    "frame_size",
+    "client_proof",
+    "server_proof",
+]
+
+# length, op, flags|status, key_len|data_len, request_id, token, lease_ms, wait_ms|detail
+_HEADER = struct.Struct(">IBBHQQII")
+_LEN = struct.Struct(">I")
+_HELLO = struct.Struct(">IBBH16s32s")
+_CHALLENGE = struct.Struct(">IBBBB32s")
+_AUTH = struct.Struct(">IB3x32s")
+_WELCOME = struct.Struct(">IBB2x32s")
+
+_CLIENT_LABEL = b"ticketing/1 client"
+_SERVER_LABEL = b"ticketing/1 server"
+_ZERO_PROOF = bytes(PROOF_SIZE)
+
+
+def _op(value: int) -> int:
+    """``Op(value)`` when known, else the plain int (an unknown op is echoed as received)."""
+    try:
+        return Op(value)
+    except ValueError:
+        return value
+
+
+def _status(value: int) -> int:
+    try:
+        return Status(value)
+    except ValueError:
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A request frame (client -> server). Unused fields are zero."""
+
+    op: int
+    id: int
+    token: int = 0
+    lease_ms: int = 0
+    wait_ms: int = 0
+    key: bytes = b""
+    flags: int = 0
+
+    def encode(self) -> bytes:
+        return encode_request(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A response frame (server -> client), or an EXPIRED notice (``id`` 0)."""
+
+    op: int
+    status: int
+    id: int
+    token: int = 0
+    lease_ms: int = 0
+    detail: int = 0
+    data: bytes = b""
+
+    def encode(self) -> bytes:
+        return encode_response(self)
+
+
+def encode_request(r: Request) -> bytes:
+    """The bytes of request ``r``."""
+    n = len(r.key)
+    if n > MAX_KEY_LEN:
+        raise ValueError(f"key longer than {MAX_KEY_LEN} bytes")
+    return _HEADER.pack(HEADER_SIZE - 4 + n, r.op, r.flags, n, r.id, r.token, r.lease_ms, r.wait_ms) + r.key
+
+
+def encode_response(r: Response) -> bytes:
+    """The bytes of response ``r`` (data longer than the ceiling is cut, as the server does)."""
+    data = r.data[:MAX_DATA_LEN]
+    n = len(data)
+    return _HEADER.pack(HEADER_SIZE - 4 + n, r.op, r.status, n, r.id, r.token, r.lease_ms, r.detail) + data
+
+
+def frame_size(buf: bytes | bytearray | memoryview, max_var: int = MAX_KEY_LEN) -> int | None:
+    """The total size (length field included) of the 32-byte-header frame at the start of
+    ``buf``, or None when fewer than 4 bytes are there. Raises :class:`ProtocolError` when the
+    length is below the header or above ``HEADER_SIZE + max_var`` — before the body arrives, so a
+    reader never buffers an oversize frame."""
+    if len(buf) < 4:
+        return None
+    length: int = _LEN.unpack_from(buf)[0]
+    if length < HEADER_SIZE - 4:
+        raise ProtocolError(f"frame length {length} below the {HEADER_SIZE}-byte header", "length")
+    if length > HEADER_SIZE - 4 + min(max_var, MAX_KEY_LEN):
+        raise ProtocolError(f"frame length {length} above the limit", "too_large")
+    return 4 + length
+
+
+def _decode_header(buf: bytes | bytearray | memoryview, max_var: int) -> tuple[int, tuple[int, ...]]:
+    size = frame_size(buf, max_var)
+    if size is None or len(buf) < size:
+        raise ProtocolError("incomplete frame", "short")
+    fields = _HEADER.unpack_from(buf)
+    if fields[3] != size - HEADER_SIZE:
+        raise ProtocolError("variable-part length disagrees with the frame length", "length")
+    return size, fields
+
+
+def decode_request(buf: bytes | bytearray | memoryview, max_key: int = MAX_KEY_LEN) -> tuple[Request, int]:
+    """Decode the request frame at the start of ``buf``; returns it and its size."""
+    size, f = _decode_header(buf, max_key)
+    key = bytes(buf[HEADER_SIZE:size])
+    return Request(op=_op(f[1]), flags=f[2], id=f[4], token=f[5], lease_ms=f[6], wait_ms=f[7], key=key), size
+
+
+def decode_response(buf: bytes | bytearray | memoryview, max_data: int = MAX_DATA_LEN) -> tuple[Response, int]:
+    """Decode the response frame at the start of ``buf``; returns it and its size."""
+    size, f = _decode_header(buf, max_data)
+    data = bytes(buf[HEADER_SIZE:size])
+    return Response(op=_op(f[1]), status=_status(f[2]), id=f[4], token=f[5], lease_ms=f[6], detail=f[7], data=data), size
+
+
+class FrameBuffer:
+    """Accumulates received bytes and yields whole response frames; a frame split across reads
+    is completed by the next :meth:`feed`."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[Response]:
+        """Add ``data``; return every response now complete (raises :class:`ProtocolError`)."""
+        buf = self._buf
+        buf += data
+        out: list[Response] = []
+        pos = 0
+        while True:
+            view = memoryview(buf)[pos:]
+            try:
+                size = frame_size(view, MAX_DATA_LEN)
+                if size is None or len(view) < size:
+                    break
+                resp, _ = decode_response(view, MAX_DATA_LEN)
+            finally:
+                view.release()
+            out.append(resp)
+            pos += size
+        if pos:
+            del buf[:pos]
+        return out
+
+    def __len__(self) -> int:
+        return len(self._buf)
+
+
+# --- handshake frames -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """HELLO (client -> server): version, session id, client nonce."""
+
+    session_id: bytes
+    nonce: bytes
+    version: int = VERSION
+    flags: int = 0
+
+    def encode(self) -> bytes:
+        _check(self.session_id, SESSION_ID_SIZE, "session id")
+        _check(self.nonce, NONCE_SIZE, "nonce")
+        return _HELLO.pack(HELLO_SIZE - 4, Op.HELLO, self.version, self.flags, self.session_id, self.nonce)
+
+    @classmethod
+    def decode(cls, buf: bytes) -> Hello:
+        _fixed(buf, HELLO_SIZE, Op.HELLO)
+        _, _, version, flags, session_id, nonce = _HELLO.unpack(buf)
+        return cls(session_id=session_id, nonce=nonce, version=version, flags=flags)
+
+
+@dataclass(frozen=True, slots=True)
+class Challenge:
+    """CHALLENGE (server -> client): status, server version, flags, server nonce."""
+
+    status: int
+    version: int
+    flags: int
+    nonce: bytes
+
+    @property
+    def auth_required(self) -> bool:
+        return bool(self.flags & CHALLENGE_AUTH_REQUIRED)
+
+    def encode(self) -> bytes:
+        _check(self.nonce, NONCE_SIZE, "nonce")
+        return _CHALLENGE.pack(CHALLENGE_SIZE - 4, Op.CHALLENGE, self.status, self.version, self.flags, self.nonce)
+
+    @classmethod
+    def decode(cls, buf: bytes) -> Challenge:
+        _fixed(buf, CHALLENGE_SIZE, Op.CHALLENGE)
+        _, _, status, version, flags, nonce = _CHALLENGE.unpack(buf)
+        return cls(status=_status(status), version=version, flags=flags, nonce=nonce)
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    """AUTH (client -> server): the client proof (zero when the server does not require auth)."""
+
+    proof: bytes
+
+    def encode(self) -> bytes:
+        _check(self.proof, PROOF_SIZE, "proof")
+        return _AUTH.pack(AUTH_SIZE - 4, Op.AUTH, self.proof)
+
+    @classmethod
+    def decode(cls, buf: bytes) -> Auth:
+        _fixed(buf, AUTH_SIZE, Op.AUTH)
+        _, _, proof = _AUTH.unpack(buf)
+        return cls(proof=proof)
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    """WELCOME (server -> client): status and the server proof; ends the handshake."""
+
+    status: int
+    proof: bytes
+
+    def encode(self) -> bytes:
+        _check(self.proof, PROOF_SIZE, "proof")
+        return _WELCOME.pack(WELCOME_SIZE - 4, Op.WELCOME, self.status, self.proof)
+
+    @classmethod
+    def decode(cls, buf: bytes) -> Welcome:
+        _fixed(buf, WELCOME_SIZE, Op.WELCOME)
+        _, _, status, proof = _WELCOME.unpack(buf)
+        return cls(status=_status(status), proof=proof)
+
+
+def _check(value: bytes, size: int, what: str) -> None:
+    if len(value) != size:
+        raise ValueError(f"{what} must be {size} bytes, got {len(value)}")
+
+
+def _fixed(buf: bytes, size: int, op: Op) -> None:
+    if len(buf) < 5:
+        raise ProtocolError(f"incomplete {op.name} frame", "short")
+    (length,) = _LEN.unpack_from(buf)
+    if length + 4 != size or len(buf) != size:
+        raise ProtocolError(f"{op.name} frame has length {length}, want {size - 4}", "length")
+    if buf[4] != op:
+        raise ProtocolError(f"expected {op.name} (0x{op:02x}), got op 0x{buf[4]:02x}", "wrong_op")
+
+
+def _proof(label: bytes, token: bytes, session_id: bytes, client_nonce: bytes, server_nonce: bytes) -> bytes:
+    return hmac.new(token, label + session_id + client_nonce + server_nonce, hashlib.sha256).digest()
+
+
+def client_proof(token: bytes, session_id: bytes, client_nonce: bytes, server_nonce: bytes) -> bytes:
+    """HMAC-SHA256(token, "ticketing/1 client" || session_id || client_nonce || server_nonce)."""
+    return _proof(_CLIENT_LABEL, token, session_id, client_nonce, server_nonce)
+
+
+def server_proof(token: bytes, session_id: bytes, client_nonce: bytes, server_nonce: bytes) -> bytes:
+    """HMAC-SHA256(token, "ticketing/1 server" || session_id || client_nonce || server_nonce)."""
+    return _proof(_SERVER_LABEL, token, session_id, client_nonce, server_nonce)
+
+
+class ClientHandshake:
+    """The client side of the handshake, without I/O::
+
+        hs = ClientHandshake(session_id, token)
+        send(hs.hello())
+        send(hs.on_challenge(read_exactly(CHALLENGE_SIZE)))   # the AUTH frame
+        hs.on_welcome(read_exactly(WELCOME_SIZE))             # raises unless the handshake is done
+
+    Errors: :class:`UnsupportedVersion`, :class:`Busy` (connection limit), :class:`AuthFailed`
+    (rejected proof, a server proof that does not verify, or a server without auth while a token
+    is configured), :class:`ShuttingDown`, :class:`ProtocolError`.
+    """
+
+    def __init__(self, session_id: bytes, token: bytes | None, client_nonce: bytes | None = None) -> None:
+        _check(session_id, SESSION_ID_SIZE, "session id")
+        self.session_id = session_id
+        self.token = token
+        self.client_nonce = client_nonce if client_nonce is not None else secrets.token_bytes(NONCE_SIZE)
+        _check(self.client_nonce, NONCE_SIZE, "nonce")
+        self.server_nonce = bytes(NONCE_SIZE)
+
+    def hello(self) -> bytes:
+        return Hello(session_id=self.session_id, nonce=self.client_nonce).encode()
+
+    def on_challenge(self, frame: bytes) -> bytes:
+        """Check the CHALLENGE and return the AUTH frame to send."""
+        ch = Challenge.decode(frame)
+        if ch.status == Status.UNSUPPORTED_VERSION:
+            raise UnsupportedVersion(
+                f"the server does not speak protocol version {VERSION} (it speaks {ch.version})",
+                status=Status.UNSUPPORTED_VERSION)
+        if ch.status == Status.BUSY:
+            raise Busy("the server has too many connections", status=Status.BUSY, detail=1)
+        if ch.status != Status.OK:
+            raise error_for_status(ch.status)
+        if ch.version != VERSION:
+            raise UnsupportedVersion(f"the server speaks protocol version {ch.version}, not {VERSION}",
+                                     status=Status.UNSUPPORTED_VERSION)
+        if self.token is not None and not ch.auth_required:
+            raise AuthFailed("a token is configured but the server does not require auth: it cannot "
+                             "prove it holds the token, refusing it", status=Status.AUTH_FAILED)
+        self.server_nonce = ch.nonce
+        if ch.auth_required and self.token is not None:
+            proof = client_proof(self.token, self.session_id, self.client_nonce, ch.nonce)
+        else:
+            proof = _ZERO_PROOF
+        self._auth_required = ch.auth_required
+        return Auth(proof=proof).encode()
+
+    def on_welcome(self, frame: bytes) -> None:
+        """Check the WELCOME; returns when the handshake succeeded."""
+        w = Welcome.decode(frame)
+        if w.status == Status.AUTH_FAILED:
+            if self.token is None:
+                raise AuthFailed("the server requires a token and none is configured", status=Status.AUTH_FAILED)
+            raise AuthFailed("the server rejected the token", status=Status.AUTH_FAILED)
+        if w.status == Status.SHUTTING_DOWN:
+            raise ShuttingDown("the server is shutting down", status=Status.SHUTTING_DOWN)
+        if w.status != Status.OK:
+            raise error_for_status(w.status)
+        if self.token is not None:
+            want = server_proof(self.token, self.session_id, self.client_nonce, self.server_nonce)
+            if not hmac.compare_digest(want, w.proof):
+                raise AuthFailed("the server's proof did not verify: it does not hold the token",
+                                 status=Status.AUTH_FAILED)

@@ -1,0 +1,60 @@
+"""Fixtures: the real server (built once per session), plain, with a token, and with TLS."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .server import TOKEN, ServerProcess, build_server
+
+
+@pytest.fixture(scope="session")
+def server_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_server(tmp_path_factory.mktemp("bin"))
+
+
+_count = itertools.count()
+
+
+def _start(server_bin: Path, tmp: pytest.TempPathFactory, **kw: object) -> ServerProcess:
+    return ServerProcess(server_bin, tmp.mktemp(f"data{next(_count)}"), **kw).start()  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def server(server_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A plain server without auth, shared by the session (tests use their own keys)."""
+    s = _start(server_bin, tmp_path_factory)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def auth_server(server_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    s = _start(server_bin, tmp_path_factory, token=TOKEN)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def tls_server(server_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    s = _start(server_bin, tmp_path_factory, token=TOKEN, tls=True)
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def own_server(server_bin: Path, tmp_path: Path) -> Iterator[ServerProcess]:
+    """A server of this test's own, which the test may stop or kill."""
+    s = ServerProcess(server_bin, tmp_path / "data").start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def key() -> str:
+    """A key no other test uses."""
+    return f"test-{uuid.uuid4().hex[:12]}"

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/ticketing/ticketing/internal/locktable"
@@ -99,6 +100,11 @@ func (c *conn) handle(now int64, r *wire.Request) {
 		c.answer(r.Op, wire.StatusOK, r.ID, 0, 0, removed, "")
 	case wire.OpPing:
 		c.answer(r.Op, wire.StatusOK, r.ID, 0, 0, 0, "")
+	case wire.OpInspect:
+		if !c.validKey(r) {
+			return
+		}
+		c.inspect(now, r)
 	default:
 		c.answer(r.Op, wire.StatusInvalid, r.ID, 0, 0, wire.FieldOp, msgOp)
 		return
@@ -163,4 +169,26 @@ func (s *Server) dispatch(now int64, cur *conn) {
 		}
 	}
 	s.table.ClearEvents()
+}
+
+// inspect answers INSPECT: holder token, lease left, queue length, held-for and lock-delay left.
+// Server.mu must be held.
+func (c *conn) inspect(now int64, r *wire.Request) {
+	var data [wire.InspectDataSize]byte
+	resp := wire.Response{Op: r.Op, Status: wire.StatusOK, ID: r.ID, Data: data[:]}
+	if info, ok := c.s.table.Inspect(r.Key); ok {
+		ms := func(d int64) uint32 { return uint32(min(max(d, 0)/int64(time.Millisecond), int64(^uint32(0)))) }
+		if info.Held {
+			resp.Token = info.Token
+			resp.Lease = ms(info.Deadline - now)
+			binary.BigEndian.PutUint32(data[0:], ms(now-info.GrantedAt))
+		}
+		resp.Detail = uint32(info.Waiters)
+		binary.BigEndian.PutUint32(data[4:], ms(info.DelayUntil-now))
+	}
+	c.mu.Lock()
+	if !c.closed {
+		c.out = wire.AppendResponse(c.out, &resp)
+	}
+	c.mu.Unlock()
 }

@@ -540,3 +540,22 @@ func TestTLS(t *testing.T) {
 	plain.write(wire.AppendHello(nil, &wire.Hello{Version: wire.Version}))
 	plain.expectClosed(3 * time.Second)
 }
+
+func TestInspect(t *testing.T) {
+	ts := startServer(t, nil)
+	c := connect(t, ts.addr, "")
+	if r := c.roundTrip(wire.Request{Op: wire.OpInspect, ID: 1, Key: []byte("k")}); r.Status != wire.StatusOK || r.Token != 0 || r.Detail != 0 || len(r.Data) != wire.InspectDataSize {
+		t.Fatalf("free key: %+v", r)
+	}
+	g := c.roundTrip(acquire(2, "k", 60000, 0))
+	w := connect(t, ts.addr, "")
+	w.send(acquire(1, "k", 1000, wire.WaitForever))
+	waitFor(t, 5*time.Second, "queued", func() bool { return ts.waiters() == 1 })
+	r := c.roundTrip(wire.Request{Op: wire.OpInspect, ID: 3, Key: []byte("k")})
+	if r.Status != wire.StatusOK || r.Token != g.Token || r.Detail != 1 || r.Lease == 0 || r.Lease > 60000 {
+		t.Fatalf("held key: %+v", r)
+	}
+	if r := c.roundTrip(wire.Request{Op: wire.OpInspect, ID: 4}); r.Status != wire.StatusInvalid || r.Detail != wire.FieldKey {
+		t.Fatalf("no key: %+v", r)
+	}
+}

@@ -22,6 +22,7 @@ var (
 		{"EXTEND", uint32(OpExtend), "set the lease of key held with token to lease_ms from now"},
 		{"CANCEL", uint32(OpCancel), "withdraw this connection's pending ACQUIRE whose request id is in token"},
 		{"PING", uint32(OpPing), "liveness; answered OK"},
+		{"INSPECT", uint32(OpInspect), "report key's holder token, lease left, queue length, held-for and lock-delay left"},
 		{"EXPIRED", uint32(OpExpired), "server push: the lease of key (data) with token ran out; the lock is lost"},
 	}
 	Statuses = []Named{

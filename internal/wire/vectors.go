@@ -118,6 +118,7 @@ func Vectors() VectorFile {
 		{"extend", Request{Op: OpExtend, ID: 6, Token: 42, Lease: 60000, Key: []byte("order-1234")}},
 		{"cancel", Request{Op: OpCancel, ID: 7, Token: 1}},
 		{"ping", Request{Op: OpPing, ID: 8}},
+		{"inspect", Request{Op: OpInspect, ID: 9, Key: []byte("order-1234")}},
 	}
 	for _, v := range reqs {
 		f.Requests = append(f.Requests, RequestVector{
@@ -142,6 +143,8 @@ func Vectors() VectorFile {
 		{"cancel_ok", Response{Op: OpCancel, Status: StatusOK, ID: 7, Detail: 1}},
 		{"cancel_nothing_pending", Response{Op: OpCancel, Status: StatusOK, ID: 7, Detail: 0}},
 		{"ping_ok", Response{Op: OpPing, Status: StatusOK, ID: 8}},
+		{"inspect_held", Response{Op: OpInspect, Status: StatusOK, ID: 9, Token: 7, Lease: 25000, Detail: 3, Data: []byte{0, 0, 0x13, 0x88, 0, 0, 0, 0}}},
+		{"inspect_free", Response{Op: OpInspect, Status: StatusOK, ID: 9, Data: make([]byte, InspectDataSize)}},
 		{"invalid_key", Response{Op: OpAcquire, Status: StatusInvalid, ID: 9, Detail: FieldKey, Data: []byte("key longer than 256 bytes")}},
 		{"invalid_op", Response{Op: 0x7f, Status: StatusInvalid, ID: 10, Detail: FieldOp, Data: []byte("unknown operation")}},
 		{"busy_waiters_per_key", Response{Op: OpAcquire, Status: StatusBusy, ID: 11, Detail: LimitWaitersPerKey, Data: []byte("too many waiters on this key")}},
@@ -231,7 +234,7 @@ func Constants() ConstantsFile {
 		Version: Version,
 		Sizes: map[string]uint64{
 			"HEADER": HeaderSize, "HELLO": HelloSize, "CHALLENGE": ChallengeSize, "AUTH": AuthSize, "WELCOME": WelcomeSize,
-			"SESSION_ID": SessionIDSize, "NONCE": NonceSize, "PROOF": ProofSize, "MAX_KEY_LEN": MaxKeyLen,
+			"SESSION_ID": SessionIDSize, "INSPECT_DATA": InspectDataSize, "NONCE": NonceSize, "PROOF": ProofSize, "MAX_KEY_LEN": MaxKeyLen,
 			"WAIT_FOREVER": uint64(WaitForever), "CHALLENGE_AUTH_REQUIRED": uint64(ChallengeAuthRequired),
 		},
 		Ops: Ops, Statuses: Statuses, Fields: Fields, Limits: Limits,

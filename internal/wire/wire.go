@@ -34,7 +34,12 @@ const (
 	OpExtend  Op = 0x12
 	OpCancel  Op = 0x13
 	OpPing    Op = 0x14
+	OpInspect Op = 0x15
 )
+
+// InspectDataSize is the size of an INSPECT answer's data: u32 ms since the lock was granted,
+// u32 ms of lock-delay left.
+const InspectDataSize = 8
 
 // OpExpired is a server-pushed notice (request id 0): the lease of a lock held through this
 // connection ran out and the server reclaimed the lock.

@@ -14,11 +14,12 @@ import {
   ClientClosedError,
   ConnectionLostError,
   NotAcquiredError,
+  ProtocolError,
   TicketingError,
   errorForStatus,
 } from './errors.js';
 import { Lock, type Key, type LockOwner } from './lock.js';
-import { Op, Sizes, Status, type Request, type Response } from './protocol.js';
+import { FrameError, Op, Sizes, Status, decodeInspectData, type Request, type Response } from './protocol.js';
 
 /** Options of {@link createClient}. */
 export interface ClientOptions {
@@ -81,6 +82,30 @@ export interface AcquireOptions {
    * @default false
    */
   keepAlive?: boolean | number;
+}
+
+/** Options of {@link Client.inspect}. */
+export interface InspectOptions {
+  /**
+   * Aborting it rejects the call with the signal's reason; the server's answer, when it comes,
+   * is dropped (INSPECT changes nothing, so nothing needs undoing).
+   * @default undefined
+   */
+  signal?: AbortSignal;
+}
+
+/** What the server reports about a key ({@link Client.inspect}), as of the moment it answered. */
+export interface KeyInfo {
+  /** The holder's fencing token, or `null` when nobody holds the key. */
+  token: bigint | null;
+  /** ms left on the holder's lease; 0 when not held. */
+  leaseRemainingMs: number;
+  /** Acquires queued on the key. */
+  waiters: number;
+  /** ms since the holder was granted the lock; 0 when not held. */
+  heldForMs: number;
+  /** ms of lock-delay left (a server may keep a key unavailable for a while after a lease expiry); 0 when none. */
+  lockDelayRemainingMs: number;
 }
 
 /** The default lease of {@link Client.acquire}, ms. */
@@ -299,6 +324,37 @@ export class Client extends EventEmitter implements LockOwner {
     this.#ensureNotClosed();
     const r = await this.#extend(keyToBytes(key), describeKey(key), token, leaseMs);
     return r.leaseMs;
+  }
+
+  /**
+   * What the server knows about `key` now: the holder's token (`null` when nobody holds it), the
+   * lease left, the acquires queued, how long it has been held, and the lock-delay left. Changes
+   * nothing; for operators and tests, not for deciding whether to acquire (the answer is stale
+   * the moment it arrives). Aborting `signal` rejects with the signal's reason.
+   */
+  async inspect(key: Key, options: InspectOptions = {}): Promise<KeyInfo> {
+    this.#ensureNotClosed();
+    const keyBytes = keyToBytes(key);
+    const signal = options.signal;
+    if (signal?.aborted) throw signal.reason;
+    const what = `inspect ${describeKey(key)}`;
+    const exchange = this.#exchange(what, () => ({ op: Op.INSPECT, id: this.#newId(), key: keyBytes }), { stop: () => signal?.aborted === true });
+    const { res } = await (signal ? abortable(exchange, signal) : exchange);
+    this.#check(res, what);
+    let data: { heldForMs: number; lockDelayMs: number };
+    try {
+      data = decodeInspectData(res.data);
+    } catch (err) {
+      if (err instanceof FrameError) throw new ProtocolError(`${what}: ${err.message}`, { cause: err });
+      throw err;
+    }
+    return {
+      token: res.token === 0n ? null : res.token,
+      leaseRemainingMs: res.leaseMs,
+      waiters: res.detail,
+      heldForMs: data.heldForMs,
+      lockDelayRemainingMs: data.lockDelayMs,
+    };
   }
 
   /** Round trip to the server; resolves with the time it took, ms. */
@@ -564,6 +620,24 @@ function positive(name: string, v: number): number {
 
 function describeKey(key: Key): string {
   return typeof key === 'string' ? JSON.stringify(key) : `0x${Buffer.from(key).toString('hex')}`;
+}
+
+/** Settles as `p` does, or rejects with the signal's reason once `signal` aborts (`p`'s outcome is then dropped). */
+function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (err: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(err);
+      },
+    );
+  });
 }
 
 function sleep(ms: number): Promise<void> {

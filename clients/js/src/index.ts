@@ -19,6 +19,8 @@ export {
   DEFAULT_LEASE_MS,
   type AcquireOptions,
   type ClientOptions,
+  type InspectOptions,
+  type KeyInfo,
 } from './client.js';
 export { Lock, type Key } from './lock.js';
 export {

@@ -23,6 +23,7 @@ export const Op = {
   EXTEND: 0x12,
   CANCEL: 0x13,
   PING: 0x14,
+  INSPECT: 0x15,
   EXPIRED: 0x20,
 } as const;
 export type Op = (typeof Op)[keyof typeof Op];
@@ -76,6 +77,8 @@ export const Sizes = {
   /** The format's ceiling for a key (and for response data); servers set a lower key limit. */
   MAX_KEY_LEN: 0xffff,
   SESSION_ID: 16,
+  /** INSPECT answer data: u32 ms since the grant, u32 ms of lock-delay left. */
+  INSPECT_DATA: 8,
   NONCE: 32,
   PROOF: 32,
   /** `wait_ms` meaning "wait without limit". */
@@ -138,7 +141,7 @@ export interface Request {
   leaseMs?: number;
   /** ACQUIRE: ms to wait in the queue; 0 = try once; {@link WAIT_FOREVER} = no limit. */
   waitMs?: number;
-  /** ACQUIRE, RELEASE, EXTEND: the key. Empty otherwise. */
+  /** ACQUIRE, RELEASE, EXTEND, INSPECT: the key. Empty otherwise. */
   key?: Uint8Array;
 }
 
@@ -147,13 +150,13 @@ export interface Response {
   op: number;
   status: number;
   id: bigint;
-  /** ACQUIRE/EXTEND OK: the token. EXPIRED: the token that expired. */
+  /** ACQUIRE/EXTEND OK: the token. EXPIRED: the token that expired. INSPECT: the holder's token (0n if none). */
   token: bigint;
-  /** ACQUIRE/EXTEND OK: the lease now running, ms. */
+  /** ACQUIRE/EXTEND OK: the lease now running, ms. INSPECT: ms left on the holder's lease. */
   leaseMs: number;
-  /** ACQUIRE OK: ms queued. INVALID: field code. BUSY: limit code. CANCEL OK: 1 if withdrawn. */
+  /** ACQUIRE OK: ms queued. INSPECT: acquires queued. INVALID: field code. BUSY: limit code. CANCEL OK: 1 if withdrawn. */
   detail: number;
-  /** EXPIRED: the key. NOT_LEADER: the leader's address. Errors: a UTF-8 message. */
+  /** EXPIRED: the key. INSPECT: {@link decodeInspectData}. NOT_LEADER: the leader's address. Errors: a UTF-8 message. */
   data: Buffer;
 }
 
@@ -252,6 +255,17 @@ export function decodeResponse(src: Uint8Array, maxData: number = Sizes.MAX_KEY_
     data: b.subarray(HEADER_SIZE, size),
     size,
   };
+}
+
+/**
+ * Decodes the data of an INSPECT answer: ms since the holder was granted the lock (0 if not held)
+ * and ms of lock-delay left. Throws {@link FrameError} `length` when it is shorter than
+ * {@link Sizes.INSPECT_DATA} bytes (longer data is allowed, for later additions).
+ */
+export function decodeInspectData(data: Uint8Array): { heldForMs: number; lockDelayMs: number } {
+  if (data.length < Sizes.INSPECT_DATA) throw new FrameError('length', `INSPECT data is ${data.length} bytes, want ${Sizes.INSPECT_DATA}`);
+  const b = asBuffer(data);
+  return { heldForMs: b.readUInt32BE(0), lockDelayMs: b.readUInt32BE(4) };
 }
 
 // ---- Handshake ----

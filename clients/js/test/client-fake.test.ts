@@ -13,6 +13,7 @@ import {
   NotAcquiredError,
   NotHeldError,
   Op,
+  ProtocolError,
   Status,
   UnsupportedVersionError,
   createClient,
@@ -264,6 +265,67 @@ describe('cancellation', () => {
       (await srv.conn(0)).requests.map((r) => r.op),
       [Op.PING],
     );
+  });
+});
+
+describe('inspect', () => {
+  test('sends the key and maps the answer', async () => {
+    const { srv, client } = await setup({
+      onRequest: (c, r) => {
+        if (r.op !== Op.INSPECT) return defaultAnswer(c, r);
+        c.send({ op: r.op, id: r.id, token: 0xfffffffffffffffen, leaseMs: 25_000, detail: 3, data: Buffer.from('0000138800000064', 'hex') });
+      },
+    });
+    const info = await client.inspect(Buffer.from([0, 0xff]));
+    assert.deepEqual(info, { token: 0xfffffffffffffffen, leaseRemainingMs: 25_000, waiters: 3, heldForMs: 5000, lockDelayRemainingMs: 100 });
+    const req = await (await srv.conn(0)).next((r) => r.op === Op.INSPECT);
+    assert.deepEqual(req.key, Buffer.from([0, 0xff]));
+    assert.equal(req.token, 0n);
+    assert.equal(req.leaseMs, 0);
+    assert.equal(req.waitMs, 0);
+  });
+
+  test('token 0 is null', async () => {
+    const { client } = await setup({
+      onRequest: (c, r) => (r.op === Op.INSPECT ? c.send({ op: r.op, id: r.id, data: Buffer.alloc(8) }) : defaultAnswer(c, r)),
+    });
+    assert.deepEqual(await client.inspect('free'), { token: null, leaseRemainingMs: 0, waiters: 0, heldForMs: 0, lockDelayRemainingMs: 0 });
+  });
+
+  test('aborting the signal rejects with the reason; the late answer is dropped', async () => {
+    let answer = (): void => {};
+    const { srv, client } = await setup({
+      onRequest: (c, r) => {
+        if (r.op !== Op.INSPECT) return defaultAnswer(c, r);
+        answer = () => c.send({ op: r.op, id: r.id, data: Buffer.alloc(8) });
+      },
+    });
+    const ac = new AbortController();
+    const p = client.inspect('k', { signal: ac.signal });
+    await (await srv.conn(0)).next((r) => r.op === Op.INSPECT);
+    const reason = new Error('enough');
+    ac.abort(reason);
+    await assert.rejects(p, (e) => e === reason);
+    answer();
+    await client.ping(); // the connection is fine, and the late answer went nowhere
+    await client.close();
+  });
+
+  test('an already aborted signal sends nothing', async () => {
+    const { srv, client } = await setup();
+    await client.connect();
+    const reason = new Error('already');
+    await assert.rejects(client.inspect('k', { signal: AbortSignal.abort(reason) }), (e) => e === reason);
+    await client.ping();
+    assert.deepEqual(
+      (await srv.conn(0)).requests.map((r) => r.op),
+      [Op.PING],
+    );
+  });
+
+  test('an answer without its 8 bytes of data -> ProtocolError', async () => {
+    const { client } = await setup(); // the default answer has no data
+    await assert.rejects(client.inspect('k'), (e: unknown) => e instanceof ProtocolError && /INSPECT data/.test(e.message));
   });
 });
 

@@ -304,6 +304,32 @@ describe('plain server', () => {
     await lock.release();
   });
 
+  test('inspect a free key: token null and zeros', async () => {
+    const c = client(srv);
+    assert.deepEqual(await c.inspect('inspect-free'), { token: null, leaseRemainingMs: 0, waiters: 0, heldForMs: 0, lockDelayRemainingMs: 0 });
+  });
+
+  test('inspect a held key with one waiter', async () => {
+    const a = client(srv);
+    const b = client(srv);
+    const holder = await a.acquire('inspect-held', { lease: 10_000 });
+    const w = b.acquire('inspect-held', { lease: 10_000 });
+    await b.ping(); // answered after the acquire joined the queue
+    const info = await b.inspect('inspect-held'); // any client may ask, even the waiter's
+    assert.equal(info.token, holder.token);
+    assert.equal(info.waiters, 1);
+    assert.ok(info.leaseRemainingMs > 0 && info.leaseRemainingMs <= 10_000, `lease left ${info.leaseRemainingMs} ms`);
+    assert.ok(info.heldForMs >= 0 && info.heldForMs < 10_000, `held for ${info.heldForMs} ms`);
+    assert.equal(info.lockDelayRemainingMs, 0);
+    await holder.release();
+    const next = await w;
+    const handedOff = await a.inspect('inspect-held');
+    assert.equal(handedOff.token, next.token);
+    assert.equal(handedOff.waiters, 0);
+    await next.release();
+    assert.equal((await a.inspect('inspect-held')).token, null);
+  });
+
   test('binary keys', async () => {
     const c = client(srv);
     const key = Buffer.from([0x00, 0xff, 0x10, 0xc3, 0xbc]);
@@ -362,6 +388,26 @@ describe('TLS server', () => {
 
   test('an untrusted certificate is refused', async () => {
     await assert.rejects(client(srv, { tls: true, token: 'tls-token' }).connect(), /certificate/i);
+  });
+});
+
+describe('server with lock-delay', () => {
+  test('inspect reports the lock-delay left after a lease expiry', async () => {
+    const srv = await startServer({ env: { TICKETING_LOCK_DELAY: '2s' } });
+    try {
+      const c = client(srv);
+      const lock = await c.acquire('delayed', { lease: 100 });
+      await lock.lost;
+      let info = await c.inspect('delayed');
+      await eventually(async () => (info = await c.inspect('delayed')).lockDelayRemainingMs > 0, 3000, 'lock-delay after expiry');
+      assert.equal(info.token, null);
+      assert.equal(info.leaseRemainingMs, 0);
+      assert.equal(info.heldForMs, 0);
+      assert.ok(info.lockDelayRemainingMs <= 2000, `lock-delay left ${info.lockDelayRemainingMs} ms`);
+    } finally {
+      for (const c of clients.splice(0)) c.destroy();
+      await srv.stop();
+    }
   });
 });
 

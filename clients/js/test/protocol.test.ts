@@ -15,6 +15,7 @@ import {
   decodeAuth,
   decodeChallenge,
   decodeHello,
+  decodeInspectData,
   decodeRequest,
   decodeResponse,
   decodeWelcome,
@@ -128,6 +129,22 @@ describe('response vectors', () => {
       assert.equal(e.code, f.status);
     });
   }
+});
+
+describe('INSPECT data', () => {
+  const byName = (n: string): any => vectors.responses.find((v: any) => v.name === n);
+  test('inspect_held: held for 5000 ms, no lock-delay', () => {
+    const r = decodeResponse(hex(byName('inspect_held').hex));
+    assert.equal(r.data.length, Sizes.INSPECT_DATA);
+    assert.deepEqual(decodeInspectData(r.data), { heldForMs: 5000, lockDelayMs: 0 });
+  });
+  test('inspect_free: zeros', () => {
+    assert.deepEqual(decodeInspectData(decodeResponse(hex(byName('inspect_free').hex)).data), { heldForMs: 0, lockDelayMs: 0 });
+  });
+  test('lock-delay is the second u32; short data is refused', () => {
+    assert.deepEqual(decodeInspectData(hex('ffffffff000005dc')), { heldForMs: 0xffffffff, lockDelayMs: 1500 });
+    assert.throws(() => decodeInspectData(hex('00000000000000')), (e: FrameError) => e.reason === 'length');
+  });
 });
 
 describe('handshake vectors', () => {

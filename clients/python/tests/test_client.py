@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -125,6 +126,50 @@ def test_release_from_another_client(server: ServerProcess, key: str) -> None:
         with pytest.raises(ticketing.NotHeld):
             lock.extend()
         assert lock.lost.is_set() and lock.lost_reason == "not_held"
+
+
+def test_inspect_free_key(server: ServerProcess, key: str) -> None:
+    with ticketing.Client(server.addr) as client:
+        info = client.inspect(key)
+        assert info == ticketing.KeyInfo(token=None, lease_remaining=0.0, waiters=0, held_for=0.0,
+                                         lock_delay_remaining=0.0)
+        with pytest.raises(AttributeError):
+            info.waiters = 1  # type: ignore[misc]  # frozen
+
+
+def test_inspect_held_key_with_a_waiter(server: ServerProcess, key: str) -> None:
+    with ticketing.Client(server.addr) as a, ticketing.Client(server.addr) as b:
+        holder = a.acquire(key, lease=10)
+        got: list[ticketing.Lock] = []
+        t = threading.Thread(target=lambda: got.append(b.acquire(key, 10, wait_timeout=20)))
+        t.start()
+        wait_for(lambda: a.inspect(key).waiters == 1)
+        info = b.inspect(key)  # from any client, even the waiter's
+        assert info.token == holder.token
+        assert info.waiters == 1
+        assert 0 < info.lease_remaining <= 10
+        assert 0 <= info.held_for < 10 and info.lock_delay_remaining == 0
+        holder.release()
+        t.join(10)
+        assert len(got) == 1
+        info = a.inspect(key)
+        assert info.token == got[0].token and info.waiters == 0
+        got[0].release()
+        assert a.inspect(key).token is None
+
+
+def test_inspect_lock_delay(server_bin: Path, tmp_path: Path, key: str) -> None:
+    srv = ServerProcess(server_bin, tmp_path / "data", env={"TICKETING_LOCK_DELAY": "2s"}).start()
+    try:
+        with ticketing.Client(srv.addr) as client:
+            lock = client.acquire(key, lease=0.1)
+            assert lock.lost.wait(3)
+            wait_for(lambda: client.inspect(key).lock_delay_remaining > 0)
+            info = client.inspect(key)
+            assert info.token is None and info.lease_remaining == 0 and info.held_for == 0
+            assert 0 < info.lock_delay_remaining <= 2
+    finally:
+        srv.stop()
 
 
 def test_invalid_requests(server: ServerProcess, key: str) -> None:

@@ -224,3 +224,18 @@ def test_malformed_vectors(vec: dict[str, Any]) -> None:
             FrameBuffer().feed(data)  # a stream reader refuses it too, without waiting for more
     else:
         assert FrameBuffer().feed(data) == []  # just incomplete: wait for more bytes
+
+
+def test_inspect_answers_to_key_info() -> None:
+    from ticketing import KeyInfo
+    from ticketing._common import key_info
+
+    by_name = {v["name"]: _response(v["fields"]) for v in VECTORS["responses"]}
+    assert key_info(by_name["inspect_held"]) == KeyInfo(token=7, lease_remaining=25.0, waiters=3, held_for=5.0,
+                                                        lock_delay_remaining=0.0)
+    assert key_info(by_name["inspect_free"]) == KeyInfo(token=None, lease_remaining=0.0, waiters=0, held_for=0.0,
+                                                        lock_delay_remaining=0.0)
+    delayed = Response(op=Op.INSPECT, status=Status.OK, id=1, data=bytes.fromhex("00000000000005dc"))
+    assert key_info(delayed).lock_delay_remaining == 1.5
+    with pytest.raises(ex.ProtocolError):
+        key_info(Response(op=Op.INSPECT, status=Status.OK, id=1, data=b"\0" * 7))

@@ -11,6 +11,7 @@ Blocking::
 asyncio: ``ticketing.asyncio.Client``, the same API with ``await`` / ``async with``.
 """
 
+from ._common import KeyInfo
 from .client import Client
 from .constants import VERSION, WAIT_FOREVER, Field, Limit, Op, Status
 from .exceptions import (
@@ -37,6 +38,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client",
+    "KeyInfo",
     "Lock",
     "LockContext",
     "VERSION",

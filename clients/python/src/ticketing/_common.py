@@ -1,13 +1,18 @@
-"""Helpers shared by the blocking and the asyncio client: endpoints, durations, keys, options."""
+"""Helpers shared by the blocking and the asyncio client: endpoints, durations, keys, options,
+and :class:`KeyInfo` (the answer to ``inspect``)."""
 
 from __future__ import annotations
 
 import ssl as _ssl
+import struct
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Union
 
-from .constants import DEFAULT_PORT, MAX_KEY_LEN, WAIT_FOREVER
+from .constants import DEFAULT_PORT, INSPECT_DATA_SIZE, MAX_KEY_LEN, WAIT_FOREVER
+from .exceptions import ProtocolError
+from .protocol import Response
 
 Endpoint = tuple[str, int]
 KeyLike = Union[str, bytes]
@@ -16,8 +21,8 @@ KeyLike = Union[str, bytes]
 DEFAULT_ENDPOINTS: tuple[str, ...] = ("127.0.0.1:7070",)
 #: Seconds allowed to connect (TCP, TLS and the handshake) to one endpoint.
 DEFAULT_CONNECT_TIMEOUT = 5.0
-#: Seconds to wait for the answer to RELEASE, EXTEND, PING, or for an ACQUIRE's answer beyond its
-#: wait timeout.
+#: Seconds to wait for the answer to RELEASE, EXTEND, PING, INSPECT, or for an ACQUIRE's answer
+#: beyond its wait timeout.
 DEFAULT_REQUEST_TIMEOUT = 10.0
 #: How many times one call follows NOT_LEADER / SHUTTING_DOWN before it gives up.
 DEFAULT_MAX_REDIRECTS = 8
@@ -142,3 +147,37 @@ class RecentTokens:
 
     def pop(self, token: int) -> bool:
         return self._items.pop(token, 0) is None
+
+
+_INSPECT_DATA = struct.Struct(">II")  # ms since the grant, ms of lock-delay left
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    """What the server reports about a key (``client.inspect(key)``), as of the moment it answered.
+
+    A key nobody holds or waits for reports ``token=None`` and zeros.
+    """
+
+    #: The holder's fencing token, or None when nobody holds the key.
+    token: int | None
+    #: Seconds left on the holder's lease (0.0 when not held).
+    lease_remaining: float
+    #: Acquires queued on the key.
+    waiters: int
+    #: Seconds since the holder was granted the lock (0.0 when not held).
+    held_for: float
+    #: Seconds of lock-delay left: after a lease expiry the server may keep the key unavailable
+    #: for a while (0.0 when not in lock-delay, or when the server has no lock-delay).
+    lock_delay_remaining: float
+
+
+def key_info(resp: Response) -> KeyInfo:
+    """The :class:`KeyInfo` of an INSPECT OK answer (``data`` is u32 ms held-for, u32 ms of
+    lock-delay left; longer data is allowed for later additions)."""
+    if len(resp.data) < INSPECT_DATA_SIZE:
+        raise ProtocolError(f"INSPECT answer has {len(resp.data)} bytes of data, want {INSPECT_DATA_SIZE}",
+                            "length")
+    held_ms, delay_ms = _INSPECT_DATA.unpack_from(resp.data)
+    return KeyInfo(token=resp.token or None, lease_remaining=resp.lease_ms / 1000, waiters=resp.detail,
+                   held_for=held_ms / 1000, lock_delay_remaining=delay_ms / 1000)

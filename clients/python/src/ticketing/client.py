@@ -18,11 +18,13 @@ from ._common import (
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_RETRY_BACKOFF,
     Endpoint,
+    KeyInfo,
     KeyLike,
     RecentTokens,
     call_timeout,
     format_endpoint,
     key_bytes,
+    key_info,
     lease_ms,
     parse_endpoint,
     parse_endpoints,
@@ -69,7 +71,8 @@ class Client:
     - ``connect_timeout``: seconds to connect and finish the handshake with one endpoint;
       default 5.0; None waits forever.
     - ``request_timeout``: seconds to wait for an answer beyond the request's own wait (RELEASE,
-      EXTEND, PING, or an ACQUIRE past its ``wait_timeout``); default 10.0; None waits forever.
+      EXTEND, PING, INSPECT, or an ACQUIRE past its ``wait_timeout``); default 10.0; None waits
+      forever.
     - ``max_redirects``: how often one call follows NOT_LEADER / SHUTTING_DOWN to another
       endpoint before giving up; default 8.
     - ``retry_backoff``: seconds slept before the second such retry, doubling up to 1 s;
@@ -219,6 +222,17 @@ class Client:
         if resp.status != Status.OK:
             raise error_for_status(resp.status, resp.detail, resp.data)
         return time.monotonic() - t_send
+
+    def inspect(self, key: KeyLike) -> KeyInfo:
+        """What the server knows about ``key`` now: the holder's token (None when nobody holds
+        it), the lease left, the acquires queued, how long it has been held, and the lock-delay
+        left. Changes nothing; meant for operators and tests, not for deciding whether to acquire
+        (the answer is stale the moment it arrives)."""
+        req = Request(op=Op.INSPECT, id=self._next_id(), key=key_bytes(key))
+        resp, _ = self._call(req, self._request_timeout)
+        if resp.status != Status.OK:
+            raise error_for_status(resp.status, resp.detail, resp.data)
+        return key_info(resp)
 
     # --- internals used by Lock ---------------------------------------------------------------
 

@@ -21,6 +21,7 @@ __all__ = [
     "MAX_DATA_LEN",
     "MAX_FRAME_SIZE",
     "SESSION_ID_SIZE",
+    "INSPECT_DATA_SIZE",
     "NONCE_SIZE",
     "PROOF_SIZE",
     "WAIT_FOREVER",
@@ -44,6 +45,7 @@ class Op(enum.IntEnum):
     EXTEND = 0x12  #: set the lease of key held with token to lease_ms from now
     CANCEL = 0x13  #: withdraw this connection's pending ACQUIRE whose request id is in token
     PING = 0x14  #: liveness; answered OK
+    INSPECT = 0x15  #: report key's holder token, lease left, queue length, held-for and lock-delay left
     EXPIRED = 0x20  #: server push: the lease of key (data) with token ran out
 
 
@@ -95,6 +97,7 @@ MAX_KEY_LEN = 0xFFFF  #: the format's ceiling for a key; servers set a lower lim
 MAX_DATA_LEN = 0xFFFF  #: the format's ceiling for response data
 MAX_FRAME_SIZE = HEADER_SIZE + MAX_KEY_LEN
 SESSION_ID_SIZE = 16
+INSPECT_DATA_SIZE = 8  #: INSPECT answer data: u32 ms since the grant, u32 ms of lock-delay left
 NONCE_SIZE = 32
 PROOF_SIZE = 32
 WAIT_FOREVER = 0xFFFFFFFF  #: ACQUIRE wait_ms meaning "wait without limit"

@@ -6,6 +6,7 @@ import asyncio
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
@@ -141,6 +142,58 @@ def test_release_from_another_client(server: ServerProcess, key: str) -> None:
             assert lock.lost.is_set() and lock.lost_reason == "not_held"
 
     run(main)
+
+
+def test_inspect_free_key(server: ServerProcess, key: str) -> None:
+    async def main() -> None:
+        async with ticketing.asyncio.Client(server.addr) as client:
+            info = await client.inspect(key)
+            assert info == ticketing.KeyInfo(token=None, lease_remaining=0.0, waiters=0, held_for=0.0,
+                                             lock_delay_remaining=0.0)
+
+    run(main)
+
+
+def test_inspect_held_key_with_a_waiter(server: ServerProcess, key: str) -> None:
+    async def main() -> None:
+        async with ticketing.asyncio.Client(server.addr) as a, ticketing.asyncio.Client(server.addr) as b:
+            holder = await a.acquire(key, lease=10)
+            waiter = asyncio.create_task(b.acquire(key, 10, wait_timeout=20))
+            deadline = time.monotonic() + 5
+            while (info := await b.inspect(key)).waiters != 1:  # from any client, even the waiter's
+                assert time.monotonic() < deadline, "the waiter never queued"
+                await asyncio.sleep(0.005)
+            assert info.token == holder.token
+            assert info.waiters == 1
+            assert 0 < info.lease_remaining <= 10
+            assert 0 <= info.held_for < 10 and info.lock_delay_remaining == 0
+            await holder.release()
+            lock = await asyncio.wait_for(waiter, 10)
+            info = await a.inspect(key)
+            assert info.token == lock.token and info.waiters == 0
+            await lock.release()
+            assert (await a.inspect(key)).token is None
+
+    run(main)
+
+
+def test_inspect_lock_delay(server_bin: Path, tmp_path: Path, key: str) -> None:
+    async def main() -> None:
+        async with ticketing.asyncio.Client(srv.addr) as client:
+            lock = await client.acquire(key, lease=0.1)
+            await asyncio.wait_for(lock.lost.wait(), 3)
+            deadline = time.monotonic() + 5
+            while (info := await client.inspect(key)).lock_delay_remaining == 0:  # expired yet?
+                assert time.monotonic() < deadline, "no lock-delay after the lease ran out"
+                await asyncio.sleep(0.005)
+            assert info.token is None and info.lease_remaining == 0 and info.held_for == 0
+            assert 0 < info.lock_delay_remaining <= 2
+
+    srv = ServerProcess(server_bin, tmp_path / "data", env={"TICKETING_LOCK_DELAY": "2s"}).start()
+    try:
+        run(main)
+    finally:
+        srv.stop()
 
 
 def test_invalid_requests(server: ServerProcess, key: str) -> None:

@@ -19,11 +19,13 @@ from .._common import (
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_RETRY_BACKOFF,
     Endpoint,
+    KeyInfo,
     KeyLike,
     RecentTokens,
     call_timeout,
     format_endpoint,
     key_bytes,
+    key_info,
     lease_ms,
     parse_endpoint,
     parse_endpoints,
@@ -203,6 +205,17 @@ class Client:
         if resp.status != Status.OK:
             raise error_for_status(resp.status, resp.detail, resp.data)
         return time.monotonic() - t_send
+
+    async def inspect(self, key: KeyLike) -> KeyInfo:
+        """What the server knows about ``key`` now: the holder's token (None when nobody holds
+        it), the lease left, the acquires queued, how long it has been held, and the lock-delay
+        left. Changes nothing; meant for operators and tests, not for deciding whether to acquire
+        (the answer is stale the moment it arrives)."""
+        req = Request(op=Op.INSPECT, id=self._next_id(), key=key_bytes(key))
+        resp, _ = await self._call(req, self._request_timeout)
+        if resp.status != Status.OK:
+            raise error_for_status(resp.status, resp.detail, resp.data)
+        return key_info(resp)
 
     # --- internals used by Lock ---------------------------------------------------------------
 

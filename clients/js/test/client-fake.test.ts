@@ -410,8 +410,10 @@ describe('lock', () => {
     const { client } = await setup({ onRequest: (c, r) => c.send({ op: r.op, id: r.id, token: 5n, leaseMs: r.leaseMs!, detail: 40 }) });
     const t0 = Date.now();
     const lock = await client.acquire('d', { lease: 100 });
+    const t1 = Date.now();
     assert.equal(lock.queuedMs, 40);
-    assert.ok(Math.abs(lock.deadline - (t0 + 140)) < 50, `deadline ${lock.deadline - t0} ms after send`);
+    // t_send lies between t0 and t1, so the deadline does too, shifted by queued + lease.
+    assert.ok(lock.deadline >= t0 + 140 && lock.deadline <= t1 + 140, `deadline ${lock.deadline - t0} ms after t0, t1 at ${t1 - t0}`);
     const e = await lock.lost;
     const took = Date.now() - t0;
     assert.equal(e.reason, 'deadline');

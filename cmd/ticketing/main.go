@@ -1,7 +1,7 @@
 // Command ticketing is the Ticketing lock server and its command-line client in one binary.
 //
 //	ticketing server                 run the server (configured by TICKETING_* variables or flags)
-//	ticketing acquire|release|extend|lock|ping ...   talk to a server (see `ticketing help`)
+//	ticketing acquire|release|extend|inspect|lock|ping ...   talk to a server (see `ticketing help`)
 package main
 
 import (
@@ -34,6 +34,7 @@ Client (server address from --addr or TICKETING_ADDR, token from TICKETING_TOKEN
   acquire KEY   take a lock and print its token
   release KEY TOKEN
   extend KEY TOKEN
+  inspect KEY   show a key's holder token, lease left and queue length
   lock KEY -- COMMAND [ARGS...]   run COMMAND while holding KEY
   ping          check that a server answers
 

@@ -6,7 +6,7 @@ GO ?= go
 BIN := bin/ticketing
 FUZZTIME ?= 5s
 
-.PHONY: all build run test test-go test-fuzz test-python test-js vet fuzz bench clean
+.PHONY: all build run test test-go test-fuzz test-python test-js test-crosslang vet fuzz bench bench-quick clean
 
 all: build
 
@@ -21,7 +21,7 @@ vet:
 	  if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi
 	$(GO) vet ./...
 
-test: vet test-go test-fuzz test-python test-js
+test: vet test-go test-fuzz test-python test-js test-crosslang
 
 test-go:
 	$(GO) test -race -count=1 ./...
@@ -39,8 +39,14 @@ test-python: build
 test-js: build
 	TICKETING_BIN=$(CURDIR)/$(BIN) bash clients/js/test.sh
 
+# Go, Python and Node waiters on one key (needs the Python venv and the JS build made above).
+test-crosslang: test-python test-js
+	$(GO) test -tags crosslang -count=1 ./tests/crosslang
+
 fuzz:
 	$(MAKE) test-fuzz FUZZTIME=2m
+
+bench bench-quick: ; $(MAKE) -C bench $@
 
 clean:
 	rm -rf bin

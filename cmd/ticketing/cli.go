@@ -125,6 +125,24 @@ func (c *common) dial(ctx context.Context) (*ticketing.Client, error) {
 
 // newFlagSet returns a flag set whose --help prints usage (the synopsis and what the command
 // does) and the flags.
+// call dials, runs fn under the request timeout (and SIGINT/SIGTERM), and turns its error into
+// the command's exit status.
+func (c *common) call(name string, fn func(context.Context, *ticketing.Client) error) int {
+	ctx, _, stop := interruptible()
+	defer stop()
+	client, err := c.dial(ctx)
+	if err != nil {
+		return fail(name, err)
+	}
+	defer client.Close()
+	rctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	if err := fn(rctx, client); err != nil {
+		return fail(name, err)
+	}
+	return exitOK
+}
+
 func newFlagSet(name, synopsis, about string) *flag.FlagSet {
 	fs := flag.NewFlagSet("ticketing "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -315,19 +333,9 @@ func runRelease(args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	ctx, _, stop := interruptible()
-	defer stop()
-	c, err := cf.dial(ctx)
-	if err != nil {
-		return fail(fs.Name(), err)
-	}
-	defer c.Close()
-	rctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	defer cancel()
-	if err := c.Release(rctx, pos[0], token); err != nil {
-		return fail(fs.Name(), err)
-	}
-	return exitOK
+	return cf.call(fs.Name(), func(ctx context.Context, c *ticketing.Client) error {
+		return c.Release(ctx, pos[0], token)
+	})
 }
 
 func runExtend(args []string) int {
@@ -344,19 +352,10 @@ func runExtend(args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	ctx, _, stop := interruptible()
-	defer stop()
-	c, err := cf.dial(ctx)
-	if err != nil {
-		return fail(fs.Name(), err)
-	}
-	defer c.Close()
-	rctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	defer cancel()
-	if _, err := c.Extend(rctx, pos[0], token, *lease); err != nil {
-		return fail(fs.Name(), err)
-	}
-	return exitOK
+	return cf.call(fs.Name(), func(ctx context.Context, c *ticketing.Client) error {
+		_, err := c.Extend(ctx, pos[0], token, *lease)
+		return err
+	})
 }
 
 func runPing(args []string) int {
@@ -366,21 +365,14 @@ func runPing(args []string) int {
 	if !ok {
 		return code
 	}
-	ctx, _, stop := interruptible()
-	defer stop()
-	c, err := cf.dial(ctx)
-	if err != nil {
-		return fail(fs.Name(), err)
-	}
-	defer c.Close()
-	rctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	defer cancel()
-	start := time.Now()
-	if err := c.Ping(rctx); err != nil {
-		return fail(fs.Name(), err)
-	}
-	fmt.Fprintf(stdout, "ok %v\n", time.Since(start).Round(time.Microsecond))
-	return exitOK
+	return cf.call(fs.Name(), func(ctx context.Context, c *ticketing.Client) error {
+		start := time.Now()
+		if err := c.Ping(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "ok %v\n", time.Since(start).Round(time.Microsecond))
+		return nil
+	})
 }
 
 func runInspect(args []string) int {
@@ -393,29 +385,26 @@ func runInspect(args []string) int {
 	if !ok {
 		return code
 	}
-	ctx, _, stop := interruptible()
-	defer stop()
-	c, err := cf.dial(ctx)
-	if err != nil {
-		return fail(fs.Name(), err)
-	}
-	defer c.Close()
-	rctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	defer cancel()
-	info, err := c.Inspect(rctx, pos[0])
-	if err != nil {
-		return fail(fs.Name(), err)
-	}
-	if *asJSON {
+	return cf.call(fs.Name(), func(ctx context.Context, c *ticketing.Client) error {
+		info, err := c.Inspect(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		printKeyInfo(info, *asJSON)
+		return nil
+	})
+}
+
+func printKeyInfo(info ticketing.KeyInfo, asJSON bool) {
+	if asJSON {
 		b, _ := json.Marshal(map[string]any{
 			"key": info.Key, "held": info.Held, "token": info.Token, "waiters": info.Waiters,
 			"lease_left_ms": info.LeaseLeft.Milliseconds(), "held_for_ms": info.HeldFor.Milliseconds(),
 			"lock_delay_left_ms": info.LockDelayLeft.Milliseconds(),
 		})
 		fmt.Fprintln(stdout, string(b))
-		return exitOK
+		return
 	}
 	fmt.Fprintf(stdout, "key=%s held=%t token=%d lease_left=%v held_for=%v waiters=%d lock_delay_left=%v\n",
 		strconv.Quote(info.Key), info.Held, info.Token, info.LeaseLeft, info.HeldFor, info.Waiters, info.LockDelayLeft)
-	return exitOK
 }

@@ -72,6 +72,7 @@ func (o *serverSettings) list() []setting {
 		durationSetting("write-timeout", "a write blocked longer closes the connection", &c.WriteTimeout),
 		intSetting("max-output", "bytes queued for a client that does not read before it is closed", &c.MaxOutput),
 		durationSetting("lock-delay", "keep a key unavailable this long after a lease expiry (0: off)", &c.LockDelay),
+		durationSetting("startup-grace", "grant nothing for this long after start (set it to the longest lease for strict exclusion across restarts)", &c.StartupGrace),
 		durationSetting("shutdown-timeout", "bound on graceful shutdown", &c.ShutdownTimeout),
 		stringSetting("log-level", "debug, info, warn or error", &o.logLevel),
 		stringSetting("log-format", "text or json", &o.logFormat),

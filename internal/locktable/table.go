@@ -86,7 +86,8 @@ func addSat(now, d int64) int64 {
 //  1. owner already has a queued acquire reqID (on any key): Duplicate.
 //  2. the key is absent (hence free): if MaxLocks keys are present, Busy
 //     (LimitLocks); otherwise it is granted: OK with a new token, the lease
-//     running from now. A present key is never free (it is held, in
+//     running from now (before Config.AvailableFrom the new key enters
+//     lock-delay until then instead, and the checks below apply). A present key is never free (it is held, in
 //     lock-delay or has waiters), so strict FIFO holds: nobody overtakes a
 //     queue.
 //  3. wait == 0: TimedOut.
@@ -106,7 +107,13 @@ func (t *Table) Acquire(now int64, owner Owner, reqID uint64, key []byte, lease,
 			return Result{Status: Busy, Limit: LimitLocks}
 		}
 		ei = t.insertKey(key, h)
-		return Result{Status: OK, Token: t.grant(now, ei, owner, reqID, lease)}
+		if now >= t.cfg.AvailableFrom {
+			return Result{Status: OK, Token: t.grant(now, ei, owner, reqID, lease)}
+		}
+		e := &t.entries[ei] // start-up grace: the key waits in lock-delay like one after an expiry
+		e.inDelay = true
+		e.delayUntil = t.cfg.AvailableFrom
+		t.pushTimer(e.delayUntil, tDelay, ei)
 	}
 	if wait == 0 {
 		return Result{Status: TimedOut}

@@ -543,3 +543,24 @@ func TestEventSince(t *testing.T) {
 		t.Fatalf("abort: %+v", e)
 	}
 }
+
+// Start-up grace: no grant before AvailableFrom; a waiter queued during it is granted at its
+// end, a try-once gets TimedOut, and after it keys are granted at once.
+func TestAvailableFrom(t *testing.T) {
+	x := newH(t, Config{AvailableFrom: 100})
+	x.acq(0, 1, 1, "k", 10, 0, TimedOut)
+	if i := x.info("k"); i.Held || i.DelayUntil != 100 {
+		t.Fatalf("during grace: %+v", i)
+	}
+	x.acq(5, 2, 2, "k", 30, -1, Queued)
+	x.acq(6, 3, 3, "j", 30, 50, Queued)
+	x.adv(56)
+	x.wantEvents(ev{EvTimedOut, 3, 3, 0, 0, "j"})
+	x.adv(99)
+	x.wantEvents()
+	x.adv(100)
+	x.wantEvents(ev{EvGranted, 2, 2, 1, 30, "k"})
+	x.absent("j")
+	x.acq(101, 4, 4, "m", 10, 0, OK)
+	x.stats(2, 2, 0)
+}

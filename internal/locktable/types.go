@@ -38,6 +38,10 @@ type Config struct {
 	MaxWaitersTotal  int   // 0 = unlimited
 	MaxLocks         int   // max distinct keys present (held, waited on, or in lock-delay); 0 = unlimited
 	LockDelay        int64 // ns a key stays unavailable after a lease EXPIRY (never after release); 0 = off
+	// AvailableFrom: no grants before this time. A key first asked for earlier starts in
+	// lock-delay until then (a restarted single node's start-up grace: no grant until every
+	// lease granted before the restart has run out). 0 = off.
+	AvailableFrom int64
 }
 
 // Status is the immediate answer to a request.

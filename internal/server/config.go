@@ -28,6 +28,7 @@ type Config struct {
 	WriteTimeout     time.Duration // a write that blocks longer closes the connection; default 30s
 	MaxOutput        int           // bytes queued for a client that is not reading; default 4 MiB
 	LockDelay        time.Duration // key unavailable after a lease expiry; default 0 (off)
+	StartupGrace     time.Duration // no grants for this long after start; default 0 (off)
 	ShutdownTimeout  time.Duration // graceful shutdown bound; default 10s
 	TokenBlock       uint64        // tokens reserved per durable write; default 1<<20
 }
@@ -74,6 +75,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("TICKETING_MAX_OUTPUT %d below 64 KiB", c.MaxOutput)
 	case c.LockDelay < 0:
 		return fmt.Errorf("TICKETING_LOCK_DELAY is negative")
+	case c.StartupGrace < 0 || c.StartupGrace > c.MaxLease:
+		return fmt.Errorf("TICKETING_STARTUP_GRACE %v outside 0..TICKETING_MAX_LEASE", c.StartupGrace)
 	}
 	return nil
 }

@@ -70,6 +70,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		MaxWaitersTotal:  cfg.MaxWaiters,
 		MaxLocks:         cfg.MaxLocks,
 		LockDelay:        int64(cfg.LockDelay),
+		AvailableFrom:    int64(cfg.StartupGrace), // the table's clock starts at 0 with the server
 	}, alloc)
 	s.timer = time.NewTimer(time.Hour)
 	s.timer.Stop()

@@ -559,3 +559,18 @@ func TestInspect(t *testing.T) {
 		t.Fatalf("no key: %+v", r)
 	}
 }
+
+func TestStartupGrace(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.StartupGrace = 300 * time.Millisecond })
+	c := connect(t, ts.addr, "")
+	if r := c.roundTrip(acquire(1, "k", 1000, 0)); r.Status != wire.StatusTimedOut {
+		t.Fatalf("during grace: %v", r.Status)
+	}
+	r := c.roundTrip(acquire(2, "k", 1000, 5000))
+	if r.Status != wire.StatusOK {
+		t.Fatalf("after grace: %v", r.Status)
+	}
+	if time.Since(ts.epoch) < 300*time.Millisecond {
+		t.Fatal("granted inside the start-up grace")
+	}
+}

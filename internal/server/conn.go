@@ -11,7 +11,7 @@ import (
 	"github.com/ticketing/ticketing/internal/wire"
 )
 
-const readBufSize = 16 << 10
+const readBufSize = 4 << 10 // grows to fit a larger frame, then shrinks back
 
 // conn is one client connection. Its reader goroutine decodes and applies every complete frame of
 // a read under Server.mu, queues the answers in out, and flushes them with one write. Answers for
@@ -44,7 +44,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		s:    s,
 		nc:   nc,
 		rbuf: make([]byte, readBufSize),
-		out:  make([]byte, 0, 4096),
+		out:  make([]byte, 0, 1024),
 		wake: make(chan struct{}, 1),
 		quit: make(chan struct{}),
 	}

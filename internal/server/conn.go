@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ticketing/ticketing/internal/locktable"
@@ -24,8 +25,13 @@ type conn struct {
 
 	rbuf []byte // read buffer, owned by the reader goroutine
 
-	// pending counts this connection's queued acquires. Guarded by Server.mu.
+	// Guarded by Server.mu: pending counts this connection's queued acquires; marked says it
+	// is in Server.touched.
 	pending int
+	marked  bool
+
+	raw     syscall.RawConn // the TCP socket, for non-blocking writes; nil with TLS
+	touched []*conn         // reader-owned scratch for deliver
 
 	wmu sync.Mutex // held by the one goroutine writing to nc
 
@@ -40,7 +46,7 @@ type conn struct {
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
-	return &conn{
+	c := &conn{
 		s:    s,
 		nc:   nc,
 		rbuf: make([]byte, readBufSize),
@@ -48,6 +54,10 @@ func newConn(s *Server, nc net.Conn) *conn {
 		wake: make(chan struct{}, 1),
 		quit: make(chan struct{}),
 	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		c.raw, _ = tc.SyscallConn()
+	}
+	return c
 }
 
 // readLoop reads until the connection fails or sends a frame it cannot trust.
@@ -118,7 +128,9 @@ func (c *conn) batch(b []byte) (off int, fatal bool) {
 		off += size
 	}
 	s.rearm()
+	c.touched = s.takeTouched(c.touched)
 	s.mu.Unlock()
+	c.touched = deliver(c.touched)
 	return off, fatal
 }
 
@@ -183,6 +195,9 @@ func (c *conn) flush() {
 		c.mu.Unlock()
 		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
 		_, err := c.nc.Write(buf)
+		if err == nil {
+			c.nc.SetWriteDeadline(time.Time{}) // an expired deadline would stop tryFlush
+		}
 		c.mu.Lock()
 		if cap(buf) <= 64<<10 {
 			c.spare = buf[:0]
@@ -195,6 +210,51 @@ func (c *conn) flush() {
 		}
 	}
 	c.mu.Unlock()
+}
+
+// tryFlush writes what is queued for a connection on behalf of another goroutine (a releasing
+// client's reader, the clock) without ever blocking it: a hand-off reaches the next holder
+// without waking this connection's writer goroutine. It writes only if no other write is in
+// progress and the socket takes the bytes at once; whatever is left goes to the writer goroutine.
+func (c *conn) tryFlush() {
+	if c.raw == nil || !c.wmu.TryLock() {
+		c.kick()
+		return
+	}
+	c.mu.Lock()
+	buf := c.out
+	if len(buf) == 0 || c.closed || c.failed {
+		c.mu.Unlock()
+		c.wmu.Unlock()
+		return
+	}
+	c.out = c.spare[:0]
+	c.mu.Unlock()
+	n := 0
+	c.raw.Write(func(fd uintptr) bool {
+		for n < len(buf) {
+			m, err := syscall.Write(int(fd), buf[n:])
+			if m <= 0 || err != nil {
+				break // EAGAIN (socket full), EINTR or a real error: the writer goroutine takes over
+			}
+			n += m
+		}
+		return true // never wait for the socket to become writable
+	})
+	c.mu.Lock()
+	if n < len(buf) {
+		// Put the rest in front of anything queued meanwhile, and let the writer finish.
+		rest := append(make([]byte, 0, len(buf)-n+len(c.out)), buf[n:]...)
+		c.out = append(rest, c.out...)
+		c.spare = buf[:0]
+		c.mu.Unlock()
+		c.wmu.Unlock()
+		c.kick()
+		return
+	}
+	c.spare = buf[:0]
+	c.mu.Unlock()
+	c.wmu.Unlock()
 }
 
 // writeLoop flushes answers that other goroutines queued for this connection.

@@ -137,8 +137,9 @@ func (c *conn) validToken(r *wire.Request) bool {
 	return true
 }
 
-// dispatch delivers the table's events to their connections and wakes the writers of every
-// connection other than cur (whose reader flushes after its batch). Server.mu must be held.
+// dispatch queues the table's events as answers on their connections and records every
+// connection other than cur (whose reader flushes after its batch) in s.touched, for delivery
+// once Server.mu is released. Server.mu must be held.
 func (s *Server) dispatch(now int64, cur *conn) {
 	evs := s.table.Events()
 	if len(evs) == 0 {
@@ -164,11 +165,34 @@ func (s *Server) dispatch(now int64, cur *conn) {
 		case locktable.EvExpired:
 			d.notifyExpired(ev.Token, ev.Key)
 		}
-		if d != cur {
-			d.kick()
+		if d != cur && !d.marked {
+			d.marked = true
+			s.touched = append(s.touched, d)
 		}
 	}
 	s.table.ClearEvents()
+}
+
+// takeTouched moves the connections that dispatch gave answers to (other than the current
+// reader's) into dst, for delivery after Server.mu is released. Server.mu must be held.
+func (s *Server) takeTouched(dst []*conn) []*conn {
+	for _, d := range s.touched {
+		d.marked = false
+	}
+	dst = append(dst, s.touched...)
+	clear(s.touched)
+	s.touched = s.touched[:0]
+	return dst
+}
+
+// deliver writes what dispatch queued for each connection in ds, without blocking the caller
+// (see conn.tryFlush), and clears ds. Server.mu must not be held.
+func deliver(ds []*conn) []*conn {
+	for _, d := range ds {
+		d.tryFlush()
+	}
+	clear(ds)
+	return ds[:0]
 }
 
 // inspect answers INSPECT: holder token, lease left, queue length, held-for and lock-delay left.

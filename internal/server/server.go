@@ -36,6 +36,7 @@ type Server struct {
 	timerAt  int64 // when timer fires; valid while armed
 	armed    bool
 	shutting bool
+	touched  []*conn // connections dispatch gave answers to; see takeTouched
 
 	nconns   atomic.Int64
 	ln       net.Listener
@@ -171,13 +172,16 @@ func (s *Server) serveConn(nc net.Conn) {
 	delete(s.conns, c.id)
 	s.dispatch(now, nil)
 	s.rearm()
+	touched := s.takeTouched(nil)
 	s.mu.Unlock()
+	deliver(touched)
 	c.close()
 }
 
 // clock is the one goroutine that drives lease expiries, wait timeouts and lock-delay ends.
 func (s *Server) clock() {
 	defer s.wg.Done()
+	var touched []*conn
 	for {
 		select {
 		case <-s.done:
@@ -190,7 +194,9 @@ func (s *Server) clock() {
 		s.table.Advance(now)
 		s.dispatch(now, nil)
 		s.rearm()
+		touched = s.takeTouched(touched)
 		s.mu.Unlock()
+		touched = deliver(touched)
 	}
 }
 
@@ -217,6 +223,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		now := s.now()
 		s.table.Abort(now)
 		s.dispatch(now, nil)
+		s.takeTouched(nil) // every connection is flushed below
 		conns := make([]*conn, 0, len(s.conns))
 		for _, c := range s.conns {
 			conns = append(conns, c)

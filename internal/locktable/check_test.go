@@ -21,9 +21,9 @@ func (t *Table) check() error {
 		it := &t.heap[i]
 		var back int32
 		if it.kind == tWait {
-			back = t.waiters[it.idx].timer
+			back = t.waiters.at(it.idx).timer
 		} else {
-			back = t.entries[it.idx].timer
+			back = t.entries.at(it.idx).timer
 		}
 		if back != int32(i) {
 			return fmt.Errorf("heap back-pointer of %d is %d", i, back)
@@ -31,8 +31,8 @@ func (t *Table) check() error {
 	}
 	// Entries.
 	live, held, timers := 0, 0, 0
-	for i := range t.entries {
-		e := &t.entries[i]
+	for i := int32(0); i < t.entries.n; i++ {
+		e := t.entries.at(i)
 		if !e.live {
 			continue
 		}
@@ -71,8 +71,8 @@ func (t *Table) check() error {
 		}
 		// Queue links.
 		n, prev := 0, nilIdx
-		for w := e.qhead; w != nilIdx; w = t.waiters[w].qnext {
-			if t.waiters[w].qprev != prev || t.waiters[w].entry != int32(i) {
+		for w := e.qhead; w != nilIdx; w = t.waiters.at(w).qnext {
+			if t.waiters.at(w).qprev != prev || t.waiters.at(w).entry != int32(i) {
 				return fmt.Errorf("queue links broken on %q", e.key)
 			}
 			prev = w
@@ -87,20 +87,20 @@ func (t *Table) check() error {
 	}
 	// Free entries are exactly the non-live ones.
 	free := 0
-	for i := t.freeE; i != nilIdx; i = t.entries[i].hnext {
-		if t.entries[i].live {
+	for i := t.freeE; i != nilIdx; i = t.entries.at(i).hnext {
+		if t.entries.at(i).live {
 			return fmt.Errorf("live entry on free list")
 		}
 		free++
 	}
-	if free+live != len(t.entries) {
-		return fmt.Errorf("entry slab: %d free + %d live != %d", free, live, len(t.entries))
+	if free+live != int(t.entries.n) {
+		return fmt.Errorf("entry slab: %d free + %d live != %d", free, live, int(t.entries.n))
 	}
 	// Global waiter list, req index, owner records.
 	n, prev := 0, nilIdx
 	perOwner := map[Owner]int{}
-	for w := t.ghead; w != nilIdx; w = t.waiters[w].gnext {
-		wt := &t.waiters[w]
+	for w := t.ghead; w != nilIdx; w = t.waiters.at(w).gnext {
+		wt := t.waiters.at(w)
 		if wt.gprev != prev {
 			return fmt.Errorf("global links broken")
 		}
@@ -136,8 +136,8 @@ func (t *Table) check() error {
 			return fmt.Errorf("owner %d record count mismatch", o)
 		}
 		k := 0
-		for w := t.owners[oi].head; w != nilIdx; w = t.waiters[w].onext {
-			if t.waiters[w].owner != o {
+		for w := t.owners[oi].head; w != nilIdx; w = t.waiters.at(w).onext {
+			if t.waiters.at(w).owner != o {
 				return fmt.Errorf("owner list of %d has a foreign waiter", o)
 			}
 			k++
@@ -148,8 +148,8 @@ func (t *Table) check() error {
 	}
 	// Stray bucket entries.
 	for _, head := range t.kbuckets {
-		for i := head; i != nilIdx; i = t.entries[i].hnext {
-			if !t.entries[i].live {
+		for i := head; i != nilIdx; i = t.entries.at(i).hnext {
+			if !t.entries.at(i).live {
 				return fmt.Errorf("dead entry in bucket")
 			}
 		}

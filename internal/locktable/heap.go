@@ -30,9 +30,9 @@ func timerLess(a, b *timer) bool {
 // t.heap[pos] (pos may be nilIdx after a removal, with it the removed item).
 func (t *Table) setBack(it *timer, pos int32) {
 	if it.kind == tWait {
-		t.waiters[it.idx].timer = pos
+		t.waiters.at(it.idx).timer = pos
 	} else {
-		t.entries[it.idx].timer = pos
+		t.entries.at(it.idx).timer = pos
 	}
 }
 

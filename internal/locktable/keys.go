@@ -39,7 +39,7 @@ type entry struct {
 func (t *Table) lookup(key []byte) (int32, uint64) {
 	h := maphash.Bytes(t.kseed, key)
 	for i := t.kbuckets[h&uint64(len(t.kbuckets)-1)]; i != nilIdx; {
-		e := &t.entries[i]
+		e := t.entries.at(i)
 		if e.hash == h && bytes.Equal(e.key, key) {
 			return i, h
 		}
@@ -56,12 +56,11 @@ func (t *Table) insertKey(key []byte, h uint64) int32 {
 	var i int32
 	if t.freeE != nilIdx {
 		i = t.freeE
-		t.freeE = t.entries[i].hnext
+		t.freeE = t.entries.at(i).hnext
 	} else {
-		t.entries = append(t.entries, entry{})
-		i = int32(len(t.entries) - 1)
+		i = t.entries.add()
 	}
-	e := &t.entries[i]
+	e := t.entries.at(i)
 	buf := e.key
 	if cap(buf) < len(key) {
 		buf = make([]byte, len(key), keyCap(len(key)))
@@ -97,16 +96,16 @@ func keyCap(n int) int {
 // key buffer is kept (and stays readable through Event.Key views) until the
 // entry is reused by insertKey.
 func (t *Table) removeKey(i int32) {
-	e := &t.entries[i]
+	e := t.entries.at(i)
 	b := e.hash & uint64(len(t.kbuckets)-1)
 	if t.kbuckets[b] == i {
 		t.kbuckets[b] = e.hnext
 	} else {
 		p := t.kbuckets[b]
-		for t.entries[p].hnext != i {
-			p = t.entries[p].hnext
+		for t.entries.at(p).hnext != i {
+			p = t.entries.at(p).hnext
 		}
-		t.entries[p].hnext = e.hnext
+		t.entries.at(p).hnext = e.hnext
 	}
 	e.live = false
 	e.hnext = t.freeE
@@ -118,8 +117,8 @@ func (t *Table) removeKey(i int32) {
 func (t *Table) growKeys() {
 	nb := newBuckets(2 * len(t.kbuckets))
 	mask := uint64(len(nb) - 1)
-	for i := range t.entries {
-		e := &t.entries[i]
+	for i := int32(0); i < t.entries.n; i++ {
+		e := t.entries.at(i)
 		if !e.live {
 			continue
 		}

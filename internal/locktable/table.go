@@ -23,13 +23,13 @@ type Table struct {
 	// Keys: chained hash index over the entry slab.
 	kseed    maphash.Seed
 	kbuckets []int32
-	entries  []entry
+	entries  slab[entry]
 	freeE    int32
 	nkeys    int
 	nheld    int
 
 	// Waiters: slab, global FIFO, (owner, reqID) index.
-	waiters      []waiter
+	waiters      slab[waiter]
 	freeW        int32
 	nwait        int
 	ghead, gtail int32
@@ -110,7 +110,7 @@ func (t *Table) Acquire(now int64, owner Owner, reqID uint64, key []byte, lease,
 		if now >= t.cfg.AvailableFrom {
 			return Result{Status: OK, Token: t.grant(now, ei, owner, reqID, lease)}
 		}
-		e := &t.entries[ei] // start-up grace: the key waits in lock-delay like one after an expiry
+		e := t.entries.at(ei) // start-up grace: the key waits in lock-delay like one after an expiry
 		e.inDelay = true
 		e.delayUntil = t.cfg.AvailableFrom
 		t.pushTimer(e.delayUntil, tDelay, ei)
@@ -118,7 +118,7 @@ func (t *Table) Acquire(now int64, owner Owner, reqID uint64, key []byte, lease,
 	if wait == 0 {
 		return Result{Status: TimedOut}
 	}
-	if t.cfg.MaxWaitersPerKey > 0 && t.entries[ei].nwait >= t.cfg.MaxWaitersPerKey {
+	if t.cfg.MaxWaitersPerKey > 0 && t.entries.at(ei).nwait >= t.cfg.MaxWaitersPerKey {
 		return Result{Status: Busy, Limit: LimitWaitersPerKey}
 	}
 	if t.cfg.MaxWaitersTotal > 0 && t.nwait >= t.cfg.MaxWaitersTotal {
@@ -132,7 +132,7 @@ func (t *Table) Acquire(now int64, owner Owner, reqID uint64, key []byte, lease,
 // lease running from now. It returns the token.
 func (t *Table) grant(now int64, ei int32, owner Owner, reqID uint64, lease int64) uint64 {
 	tok := t.tokens.Next()
-	e := &t.entries[ei]
+	e := t.entries.at(ei)
 	e.held = true
 	e.holder = owner
 	e.holderReq = reqID
@@ -148,13 +148,13 @@ func (t *Table) grant(now int64, ei int32, owner Owner, reqID uint64, lease int6
 // without lock-delay, or lock-delay over): the head of its queue is granted at
 // once (EvGranted, lease from now), or the entry is freed.
 func (t *Table) handOff(now int64, ei int32) {
-	e := &t.entries[ei]
+	e := t.entries.at(ei)
 	wi := e.qhead
 	if wi == nilIdx {
 		t.removeKey(ei)
 		return
 	}
-	w := &t.waiters[wi]
+	w := t.waiters.at(wi)
 	owner, reqID, lease, since := w.owner, w.reqID, w.lease, w.since
 	t.removeWaiter(wi)
 	tok := t.grant(now, ei, owner, reqID, lease)
@@ -164,14 +164,14 @@ func (t *Table) handOff(now int64, ei int32) {
 		ReqID: reqID,
 		Token: tok,
 		Lease: lease,
-		Key:   t.entries[ei].key,
+		Key:   t.entries.at(ei).key,
 		Since: since,
 	})
 }
 
 // maybeFree frees entry ei if it is idle (no holder, no delay, no waiters).
 func (t *Table) maybeFree(ei int32) {
-	e := &t.entries[ei]
+	e := t.entries.at(ei)
 	if !e.held && !e.inDelay && e.nwait == 0 {
 		t.removeKey(ei)
 	}
@@ -187,7 +187,7 @@ func (t *Table) Release(now int64, key []byte, token uint64) Status {
 	if ei == nilIdx {
 		return NotHeld
 	}
-	e := &t.entries[ei]
+	e := t.entries.at(ei)
 	if !e.held || e.token != token {
 		return NotHeld
 	}
@@ -207,7 +207,7 @@ func (t *Table) Extend(now int64, key []byte, token uint64, lease int64) Status 
 	if ei == nilIdx {
 		return NotHeld
 	}
-	e := &t.entries[ei]
+	e := t.entries.at(ei)
 	if !e.held || e.token != token {
 		return NotHeld
 	}
@@ -227,7 +227,7 @@ func (t *Table) Cancel(now int64, owner Owner, reqID uint64) bool {
 	if wi == nilIdx {
 		return false
 	}
-	ei := t.waiters[wi].entry
+	ei := t.waiters.at(wi).entry
 	t.removeWaiter(wi)
 	t.maybeFree(ei)
 	return true
@@ -248,7 +248,7 @@ func (t *Table) DropOwner(now int64, owner Owner) int {
 	n := t.owners[oi].n
 	for k := 0; k < n; k++ {
 		wi := t.owners[oi].head
-		ei := t.waiters[wi].entry
+		ei := t.waiters.at(wi).entry
 		t.removeWaiter(wi)
 		t.maybeFree(ei)
 	}
@@ -260,13 +260,13 @@ func (t *Table) DropOwner(now int64, owner Owner) int {
 func (t *Table) Abort(now int64) {
 	for t.ghead != nilIdx {
 		wi := t.ghead
-		w := &t.waiters[wi]
+		w := t.waiters.at(wi)
 		ei := w.entry
 		t.events = append(t.events, Event{
 			Kind:  EvAborted,
 			Owner: w.owner,
 			ReqID: w.reqID,
-			Key:   t.entries[ei].key,
+			Key:   t.entries.at(ei).key,
 			Since: w.since,
 		})
 		t.removeWaiter(wi)
@@ -292,19 +292,19 @@ func (t *Table) Advance(now int64) {
 		t.removeTimer(0)
 		switch tm.kind {
 		case tWait:
-			w := &t.waiters[tm.idx]
+			w := t.waiters.at(tm.idx)
 			ei := w.entry
 			t.events = append(t.events, Event{
 				Kind:  EvTimedOut,
 				Owner: w.owner,
 				ReqID: w.reqID,
-				Key:   t.entries[ei].key,
+				Key:   t.entries.at(ei).key,
 				Since: w.since,
 			})
 			t.removeWaiter(tm.idx)
 			t.maybeFree(ei)
 		case tLease:
-			e := &t.entries[tm.idx]
+			e := t.entries.at(tm.idx)
 			t.events = append(t.events, Event{
 				Kind:  EvExpired,
 				Owner: e.holder,
@@ -323,7 +323,7 @@ func (t *Table) Advance(now int64) {
 				t.handOff(now, tm.idx)
 			}
 		case tDelay:
-			e := &t.entries[tm.idx]
+			e := t.entries.at(tm.idx)
 			e.inDelay = false
 			e.delayUntil = 0
 			t.handOff(now, tm.idx)
@@ -355,7 +355,7 @@ func (t *Table) Inspect(key []byte) (info Info, ok bool) {
 	if ei == nilIdx {
 		return Info{}, false
 	}
-	e := &t.entries[ei]
+	e := t.entries.at(ei)
 	info.Waiters = e.nwait
 	if e.held {
 		info.Held = true

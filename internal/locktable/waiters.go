@@ -54,7 +54,7 @@ func (t *Table) ownerHash(o Owner) uint64 {
 func (t *Table) findReq(o Owner, reqID uint64) int32 {
 	h := t.reqHash(o, reqID)
 	for i := t.rbuckets[h&uint64(len(t.rbuckets)-1)]; i != nilIdx; {
-		w := &t.waiters[i]
+		w := t.waiters.at(i)
 		if w.owner == o && w.reqID == reqID {
 			return i
 		}
@@ -64,31 +64,31 @@ func (t *Table) findReq(o Owner, reqID uint64) int32 {
 }
 
 func (t *Table) linkReq(i int32) {
-	w := &t.waiters[i]
+	w := t.waiters.at(i)
 	b := t.reqHash(w.owner, w.reqID) & uint64(len(t.rbuckets)-1)
 	w.hnext = t.rbuckets[b]
 	t.rbuckets[b] = i
 }
 
 func (t *Table) unlinkReq(i int32) {
-	w := &t.waiters[i]
+	w := t.waiters.at(i)
 	b := t.reqHash(w.owner, w.reqID) & uint64(len(t.rbuckets)-1)
 	if t.rbuckets[b] == i {
 		t.rbuckets[b] = w.hnext
 		return
 	}
 	p := t.rbuckets[b]
-	for t.waiters[p].hnext != i {
-		p = t.waiters[p].hnext
+	for t.waiters.at(p).hnext != i {
+		p = t.waiters.at(p).hnext
 	}
-	t.waiters[p].hnext = w.hnext
+	t.waiters.at(p).hnext = w.hnext
 }
 
 // growReqs doubles the (owner, reqID) index; called before a waiter is added
 // when the index is full (load factor 1).
 func (t *Table) growReqs() {
 	t.rbuckets = newBuckets(2 * len(t.rbuckets))
-	for i := t.ghead; i != nilIdx; i = t.waiters[i].gnext {
+	for i := t.ghead; i != nilIdx; i = t.waiters.at(i).gnext {
 		t.linkReq(i)
 	}
 }
@@ -167,14 +167,13 @@ func (t *Table) enqueue(now int64, ei int32, o Owner, reqID uint64, lease, wait 
 	var wi int32
 	if t.freeW != nilIdx {
 		wi = t.freeW
-		t.freeW = t.waiters[wi].hnext
+		t.freeW = t.waiters.at(wi).hnext
 	} else {
-		t.waiters = append(t.waiters, waiter{})
-		wi = int32(len(t.waiters) - 1)
+		wi = t.waiters.add()
 	}
-	e := &t.entries[ei]
+	e := t.entries.at(ei)
 	r := &t.owners[oi]
-	t.waiters[wi] = waiter{
+	*t.waiters.at(wi) = waiter{
 		owner:    o,
 		reqID:    reqID,
 		lease:    lease,
@@ -191,7 +190,7 @@ func (t *Table) enqueue(now int64, ei int32, o Owner, reqID uint64, lease, wait 
 	}
 	// Key FIFO.
 	if e.qtail != nilIdx {
-		t.waiters[e.qtail].qnext = wi
+		t.waiters.at(e.qtail).qnext = wi
 	} else {
 		e.qhead = wi
 	}
@@ -199,14 +198,14 @@ func (t *Table) enqueue(now int64, ei int32, o Owner, reqID uint64, lease, wait 
 	e.nwait++
 	// Global FIFO.
 	if t.gtail != nilIdx {
-		t.waiters[t.gtail].gnext = wi
+		t.waiters.at(t.gtail).gnext = wi
 	} else {
 		t.ghead = wi
 	}
 	t.gtail = wi
 	// Owner list (order irrelevant: push front).
 	if r.head != nilIdx {
-		t.waiters[r.head].oprev = wi
+		t.waiters.at(r.head).oprev = wi
 	}
 	r.head = wi
 	r.n++
@@ -214,7 +213,7 @@ func (t *Table) enqueue(now int64, ei int32, o Owner, reqID uint64, lease, wait 
 	t.nwait++
 	if wait > 0 {
 		at := addSat(now, wait)
-		t.waiters[wi].waitAt = at
+		t.waiters.at(wi).waitAt = at
 		t.pushTimer(at, tWait, wi)
 	}
 }
@@ -223,39 +222,39 @@ func (t *Table) enqueue(now int64, ei int32, o Owner, reqID uint64, lease, wait 
 // and frees it. It never frees the key entry: callers call maybeFree or
 // grant afterwards.
 func (t *Table) removeWaiter(wi int32) {
-	w := &t.waiters[wi]
-	e := &t.entries[w.entry]
+	w := t.waiters.at(wi)
+	e := t.entries.at(w.entry)
 	if w.qprev != nilIdx {
-		t.waiters[w.qprev].qnext = w.qnext
+		t.waiters.at(w.qprev).qnext = w.qnext
 	} else {
 		e.qhead = w.qnext
 	}
 	if w.qnext != nilIdx {
-		t.waiters[w.qnext].qprev = w.qprev
+		t.waiters.at(w.qnext).qprev = w.qprev
 	} else {
 		e.qtail = w.qprev
 	}
 	e.nwait--
 
 	if w.gprev != nilIdx {
-		t.waiters[w.gprev].gnext = w.gnext
+		t.waiters.at(w.gprev).gnext = w.gnext
 	} else {
 		t.ghead = w.gnext
 	}
 	if w.gnext != nilIdx {
-		t.waiters[w.gnext].gprev = w.gprev
+		t.waiters.at(w.gnext).gprev = w.gprev
 	} else {
 		t.gtail = w.gprev
 	}
 
 	r := &t.owners[w.ownerRec]
 	if w.oprev != nilIdx {
-		t.waiters[w.oprev].onext = w.onext
+		t.waiters.at(w.oprev).onext = w.onext
 	} else {
 		r.head = w.onext
 	}
 	if w.onext != nilIdx {
-		t.waiters[w.onext].oprev = w.oprev
+		t.waiters.at(w.onext).oprev = w.oprev
 	}
 	r.n--
 	if r.n == 0 {

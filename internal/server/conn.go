@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -17,7 +18,8 @@ const readBufSize = 4 << 10 // grows to fit a larger frame, then shrinks back
 // conn is one client connection. Its reader goroutine decodes and applies every complete frame of
 // a read under Server.mu, queues the answers in out, and flushes them with one write. Answers for
 // this connection produced by others (hand-offs, timeouts, expiry notices) are queued the same way
-// and flushed by the writer goroutine, woken through wake.
+// and written by the goroutine that produced them when the socket takes them at once (tryFlush),
+// otherwise by a writer goroutine started for the purpose (kick).
 type conn struct {
 	s  *Server
 	nc net.Conn
@@ -41,8 +43,7 @@ type conn struct {
 	closed bool       // no more output is accepted
 	failed bool       // output overflowed or a write failed: the reader must stop
 
-	wake chan struct{} // kicks the writer goroutine
-	quit chan struct{} // closed by close()
+	writer atomic.Bool // a writer goroutine (see kick) is running
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -51,8 +52,6 @@ func newConn(s *Server, nc net.Conn) *conn {
 		nc:   nc,
 		rbuf: make([]byte, readBufSize),
 		out:  make([]byte, 0, 1024),
-		wake: make(chan struct{}, 1),
-		quit: make(chan struct{}),
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		c.raw, _ = tc.SyscallConn()
@@ -168,11 +167,28 @@ func (c *conn) checkOverflow() {
 	}
 }
 
-// kick wakes the writer goroutine to flush answers queued by another goroutine.
+// kick makes sure a goroutine writes what is queued: it starts one unless one is running. A
+// connection has no writer goroutine while it has nothing to write.
 func (c *conn) kick() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	if c.writer.CompareAndSwap(false, true) {
+		c.s.wg.Add(1)
+		go c.writeOut()
+	}
+}
+
+// writeOut is the writer goroutine started by kick.
+func (c *conn) writeOut() {
+	defer c.s.wg.Done()
+	for {
+		c.flush()
+		c.writer.Store(false)
+		// Answers queued after flush looked and before the flag was cleared would be stranded.
+		c.mu.Lock()
+		more := len(c.out) > 0 && !c.closed && !c.failed
+		c.mu.Unlock()
+		if !more || !c.writer.CompareAndSwap(false, true) {
+			return
+		}
 	}
 }
 
@@ -257,19 +273,6 @@ func (c *conn) tryFlush() {
 	c.wmu.Unlock()
 }
 
-// writeLoop flushes answers that other goroutines queued for this connection.
-func (c *conn) writeLoop() {
-	defer c.s.wg.Done()
-	for {
-		select {
-		case <-c.wake:
-			c.flush()
-		case <-c.quit:
-			return
-		}
-	}
-}
-
 // drainAndClose gives the peer a moment to read a final error answer, then closes.
 func (c *conn) drainAndClose() {
 	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
@@ -295,6 +298,5 @@ func (c *conn) close() {
 	}
 	c.closed = true
 	c.mu.Unlock()
-	close(c.quit)
 	c.nc.Close()
 }

@@ -32,8 +32,6 @@ func TestTryFlushPartialWriteKeepsOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newConn(s, sc)
-	s.wg.Add(1)
-	go c.writeLoop()
 	defer c.close()
 
 	want := make([]byte, 16<<20) // far more than a socket buffer holds

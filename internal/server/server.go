@@ -160,8 +160,6 @@ func (s *Server) serveConn(nc net.Conn) {
 	s.conns[c.id] = c
 	s.mu.Unlock()
 
-	s.wg.Add(1)
-	go c.writeLoop()
 	c.readLoop()
 
 	// The connection is gone: its waiters leave the queues; its held locks stay until their

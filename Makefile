@@ -6,7 +6,7 @@ GO ?= go
 BIN := bin/ticketing
 FUZZTIME ?= 5s
 
-.PHONY: all build run test test-go test-fuzz test-python test-js test-crosslang vet fuzz bench bench-quick clean
+.PHONY: all build run test test-go test-fuzz test-python test-js test-crosslang test-bench vet fuzz bench bench-quick clean
 
 all: build
 
@@ -21,7 +21,7 @@ vet:
 	  if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi
 	$(GO) vet ./...
 
-test: vet test-go test-fuzz test-python test-js test-crosslang
+test: vet test-go test-fuzz test-python test-js test-crosslang test-bench
 
 test-go:
 	$(GO) test -race -count=1 ./...
@@ -42,6 +42,10 @@ test-js: build
 # Go, Python and Node waiters on one key (needs the Python venv and the JS build made above).
 test-crosslang: test-python test-js
 	$(GO) test -tags crosslang -count=1 ./tests/crosslang
+
+# The benchmark harness's own tests (its module: bench/go.mod).
+test-bench:
+	$(MAKE) -C bench test
 
 fuzz:
 	$(MAKE) test-fuzz FUZZTIME=2m

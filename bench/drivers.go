@@ -1,0 +1,475 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+const (
+	leaseMs     = 30000 // every acquire in (a), (b), (c): 30 s, like SET ... PX 30000
+	idleLeaseMs = 600000
+)
+
+// keyName is the key shape every system gets (and redis-benchmark's __rand_int__ expands to).
+func keyName(prefix string, i int) []byte { return []byte(fmt.Sprintf("%s:%012d", prefix, i)) }
+
+// slotKeys gives slot g of S slots the keys g, g+S, g+2S, ... below nkeys: no two in-flight
+// requests ever touch the same key, so the run is uncontended.
+func slotKeys(keys [][]byte, g, S int) [][]byte {
+	var ks [][]byte
+	for k := g; k < len(keys); k += S {
+		ks = append(ks, keys[k])
+	}
+	return ks
+}
+
+// ignoreAfterStop turns the I/O error that ends a drain (deadline, closed connection) into nil.
+func ignoreAfterStop(rc *runCtx, err error) error {
+	if err != nil && rc.stop.Load() {
+		var ne net.Error
+		if errors.As(err, &ne) || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil
+		}
+	}
+	return err
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ticketing (and the null server): pipelined acquire+release pairs on one connection.
+// Every slot of the window is one lock user: ACQUIRE (wait 0, lease 30 s), and when it is
+// granted RELEASE with the token it got, then the next key. One acquire+release pair counts as
+// 2 operations. All answers that arrived in one read are handled, then the requests they caused
+// go out in one write.
+
+const (
+	slotIdle = iota
+	slotAcquiring
+	slotReleasing
+)
+
+type tkSlot struct {
+	keys  [][]byte
+	ki    int
+	state uint8
+	sent  int64
+	token uint64
+	gen   uint64
+}
+
+type tkPipe struct {
+	nc    net.Conn
+	r     *bufio.Reader
+	slots []tkSlot
+	wbuf  []byte
+}
+
+func newTkPipe(addr string, slotKeyLists [][][]byte) (*tkPipe, error) {
+	nc, err := dialTicketing(addr)
+	if err != nil {
+		return nil, err
+	}
+	w := &tkPipe{nc: nc, r: bufio.NewReaderSize(nc, 64<<10), slots: make([]tkSlot, len(slotKeyLists))}
+	for i, ks := range slotKeyLists {
+		w.slots[i].keys = ks
+	}
+	w.wbuf = make([]byte, 0, len(w.slots)*(hdrLen+64))
+	return w, nil
+}
+
+func (w *tkPipe) close() { w.nc.Close() }
+
+func (w *tkPipe) acquire(i int, now int64) {
+	s := &w.slots[i]
+	s.gen++
+	s.state = slotAcquiring
+	s.sent = now
+	w.wbuf = appendRequest(w.wbuf, opAcquire, s.gen<<16|uint64(i+1), 0, leaseMs, 0, s.keys[s.ki])
+}
+
+func (w *tkPipe) release(i int, now int64, token uint64) {
+	s := &w.slots[i]
+	s.gen++
+	s.state = slotReleasing
+	s.sent = now
+	w.wbuf = appendRequest(w.wbuf, opRelease, s.gen<<16|uint64(i+1), token, 0, 0, s.keys[s.ki])
+	s.ki++
+	if s.ki == len(s.keys) {
+		s.ki = 0
+	}
+}
+
+func (w *tkPipe) run(rc *runCtx, wi int) error {
+	w.nc.SetDeadline(rc.deadline)
+	now := nanotime()
+	for i := range w.slots {
+		w.acquire(i, now)
+	}
+	if _, err := w.nc.Write(w.wbuf); err != nil {
+		return err
+	}
+	w.wbuf = w.wbuf[:0]
+	active := len(w.slots)
+	hist := rc.hists[wi]
+	var ops, errs int64
+	var resp response
+	var tnow int64
+	for active > 0 {
+		if w.r.Buffered() < hdrLen {
+			tnow = 0 // the next answer needs a read: take the time after it
+		}
+		if err := readResponse(w.r, &resp); err != nil {
+			rc.counts[wi].Store(ops)
+			rc.errs[wi].Store(errs)
+			return ignoreAfterStop(rc, err)
+		}
+		if tnow == 0 {
+			tnow = nanotime()
+		}
+		i := int(resp.id&0xffff) - 1
+		if i < 0 || i >= len(w.slots) {
+			return fmt.Errorf("answer with unknown request id %#x (op %#x status %d)", resp.id, resp.op, resp.status)
+		}
+		s := &w.slots[i]
+		if rc.measuring.Load() {
+			hist.RecordValue(tnow - s.sent)
+		}
+		ops++
+		stopping := rc.stop.Load()
+		switch s.state {
+		case slotAcquiring:
+			if resp.status == stOK {
+				w.release(i, tnow, resp.token)
+				break
+			}
+			errs++
+			if stopping {
+				s.state = slotIdle
+				active--
+			} else {
+				w.acquire(i, tnow)
+			}
+		case slotReleasing:
+			if resp.status != stOK {
+				errs++
+			}
+			if stopping {
+				s.state = slotIdle
+				active--
+			} else {
+				w.acquire(i, tnow)
+			}
+		default:
+			return fmt.Errorf("answer for an idle slot (id %#x)", resp.id)
+		}
+		if w.r.Buffered() < hdrLen && len(w.wbuf) > 0 {
+			if _, err := w.nc.Write(w.wbuf); err != nil {
+				return ignoreAfterStop(rc, err)
+			}
+			w.wbuf = w.wbuf[:0]
+			rc.counts[wi].Store(ops)
+			rc.errs[wi].Store(errs)
+		}
+	}
+	rc.counts[wi].Store(ops)
+	rc.errs[wi].Store(errs)
+	return nil
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis: the same slots with SET key tok NX PX 30000 as acquire and EVALSHA compare-and-delete
+// as release. Redis answers in order, so a FIFO of slots matches answers to requests.
+// In setnx mode (the redis-benchmark comparison) each slot just sends SET NX PX to a random key
+// of the key space, whatever the answer: exactly redis-benchmark's command.
+
+type rSlot struct {
+	keys  [][]byte
+	ki    int
+	state uint8
+	sent  int64
+	tok   [16]byte
+}
+
+type redisPipe struct {
+	c       *redisConn
+	slots   []rSlot
+	fifo    []int32
+	head, n int
+	wbuf    []byte
+	sha     []byte
+	lease   []byte
+	ctr     uint64
+	id      uint16
+	setnx   bool     // fairness mode
+	all     [][]byte // setnx mode: the whole key space
+	rng     *rand.Rand
+}
+
+func newRedisPipe(addr string, id int, slotKeyLists [][][]byte, sha string, setnx bool, all [][]byte) (*redisPipe, error) {
+	c, err := dialRedis(addr)
+	if err != nil {
+		return nil, err
+	}
+	w := &redisPipe{c: c, slots: make([]rSlot, len(slotKeyLists)), fifo: make([]int32, len(slotKeyLists)),
+		sha: []byte(sha), lease: []byte(strconv.Itoa(leaseMs)), id: uint16(id), setnx: setnx, all: all,
+		rng: rand.New(rand.NewPCG(uint64(id)+1, 42))}
+	for i, ks := range slotKeyLists {
+		w.slots[i].keys = ks
+	}
+	w.wbuf = make([]byte, 0, len(w.slots)*160)
+	return w, nil
+}
+
+func (w *redisPipe) close() { w.c.Close() }
+
+const hexdigits = "0123456789abcdef"
+
+// newToken writes a token unique in this run: 4 hex digits of the connection, 12 of a counter.
+func (w *redisPipe) newToken(t *[16]byte) {
+	w.ctr++
+	v := uint64(w.id)<<48 | w.ctr&(1<<48-1)
+	for i := 15; i >= 0; i-- {
+		t[i] = hexdigits[v&15]
+		v >>= 4
+	}
+}
+
+func (w *redisPipe) push(i int) {
+	w.fifo[(w.head+w.n)%len(w.fifo)] = int32(i)
+	w.n++
+}
+
+func (w *redisPipe) pop() int {
+	i := w.fifo[w.head]
+	w.head = (w.head + 1) % len(w.fifo)
+	w.n--
+	return int(i)
+}
+
+func (w *redisPipe) acquire(i int, now int64) {
+	s := &w.slots[i]
+	s.state = slotAcquiring
+	s.sent = now
+	w.newToken(&s.tok)
+	key := s.keys[s.ki]
+	if w.setnx {
+		key = w.all[w.rng.IntN(len(w.all))]
+	}
+	w.wbuf = appendSetNX(w.wbuf, key, s.tok[:], w.lease)
+	w.push(i)
+}
+
+func (w *redisPipe) release(i int, now int64) {
+	s := &w.slots[i]
+	s.state = slotReleasing
+	s.sent = now
+	w.wbuf = appendRelease(w.wbuf, w.sha, s.keys[s.ki], s.tok[:])
+	w.push(i)
+	s.ki++
+	if s.ki == len(s.keys) {
+		s.ki = 0
+	}
+}
+
+func (w *redisPipe) run(rc *runCtx, wi int) error {
+	w.c.nc.SetDeadline(rc.deadline)
+	now := nanotime()
+	for i := range w.slots {
+		w.acquire(i, now)
+	}
+	if _, err := w.c.nc.Write(w.wbuf); err != nil {
+		return err
+	}
+	w.wbuf = w.wbuf[:0]
+	active := len(w.slots)
+	hist := rc.hists[wi]
+	var ops, errs int64
+	var rp reply
+	var tnow int64
+	for active > 0 {
+		if w.c.r.Buffered() == 0 {
+			tnow = 0
+		}
+		if err := readReply(w.c.r, &rp); err != nil {
+			rc.counts[wi].Store(ops)
+			rc.errs[wi].Store(errs)
+			return ignoreAfterStop(rc, err)
+		}
+		if tnow == 0 {
+			tnow = nanotime()
+		}
+		if w.n == 0 {
+			return errors.New("redis answered more than was asked")
+		}
+		i := w.pop()
+		s := &w.slots[i]
+		if rc.measuring.Load() {
+			hist.RecordValue(tnow - s.sent)
+		}
+		ops++
+		if rp.kind == '-' {
+			return fmt.Errorf("redis: %s", rp.str)
+		}
+		stopping := rc.stop.Load()
+		switch {
+		case w.setnx:
+			if stopping {
+				s.state = slotIdle
+				active--
+			} else {
+				w.acquire(i, tnow)
+			}
+		case s.state == slotAcquiring:
+			if rp.kind == '+' { // +OK: acquired
+				w.release(i, tnow)
+				break
+			}
+			errs++ // nil: someone holds it (never in an uncontended run)
+			if stopping {
+				s.state = slotIdle
+				active--
+			} else {
+				w.acquire(i, tnow)
+			}
+		case s.state == slotReleasing:
+			if rp.kind != ':' || rp.n != 1 {
+				errs++
+			}
+			if stopping {
+				s.state = slotIdle
+				active--
+			} else {
+				w.acquire(i, tnow)
+			}
+		}
+		if w.c.r.Buffered() == 0 && len(w.wbuf) > 0 {
+			if _, err := w.c.nc.Write(w.wbuf); err != nil {
+				return ignoreAfterStop(rc, err)
+			}
+			w.wbuf = w.wbuf[:0]
+			rc.counts[wi].Store(ops)
+			rc.errs[wi].Store(errs)
+		}
+	}
+	rc.counts[wi].Store(ops)
+	rc.errs[wi].Store(errs)
+	return nil
+}
+
+// loadReleaseScript loads the compare-and-delete script and returns its SHA1.
+func loadReleaseScript(addr string) (string, error) {
+	c, err := dialRedis(addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	return c.do("SCRIPT", "LOAD", releaseScript)
+}
+
+func redisFlush(addr string) error {
+	c, err := dialRedis(addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = c.do("FLUSHALL")
+	return err
+}
+
+// ---------------------------------------------------------------------------------------------
+// etcd: concurrency.Mutex Lock/Unlock. A Mutex call waits for its answer (it cannot be
+// pipelined), so a "connection" here is one client (one gRPC connection) with one session, and
+// the pipeline depth becomes that many goroutines on it, each locking its own keys.
+
+type etcdPipe struct {
+	cli   *clientv3.Client
+	sess  *concurrency.Session
+	slots [][]string // per goroutine: lock prefixes
+	mu    sync.Mutex // guards the shared histogram
+}
+
+func newEtcdPipe(addr string, slotKeyLists [][][]byte) (*etcdPipe, error) {
+	cli, err := newEtcdClient(addr)
+	if err != nil {
+		return nil, err
+	}
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(60))
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	w := &etcdPipe{cli: cli, sess: sess, slots: make([][]string, len(slotKeyLists))}
+	for i, ks := range slotKeyLists {
+		for _, k := range ks {
+			w.slots[i] = append(w.slots[i], "/bench/"+string(k))
+		}
+	}
+	return w, nil
+}
+
+func (w *etcdPipe) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	w.sess.Orphan()
+	w.cli.Revoke(ctx, w.sess.Lease())
+	w.cli.Close()
+}
+
+func (w *etcdPipe) run(rc *runCtx, wi int) error {
+	var wg sync.WaitGroup
+	var firstErr error
+	var emu sync.Mutex
+	hist := rc.hists[wi]
+	for _, keys := range w.slots {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithDeadline(context.Background(), rc.deadline)
+			defer cancel()
+			for ki := 0; !rc.stop.Load(); ki = (ki + 1) % len(keys) {
+				m := concurrency.NewMutex(w.sess, keys[ki])
+				t0 := nanotime()
+				err := m.Lock(ctx)
+				t1 := nanotime()
+				if err == nil {
+					err = m.Unlock(ctx)
+				}
+				t2 := nanotime()
+				if err != nil {
+					rc.errs[wi].Add(1)
+					if ctx.Err() != nil {
+						return
+					}
+					emu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					emu.Unlock()
+					continue
+				}
+				if rc.measuring.Load() {
+					w.mu.Lock()
+					hist.RecordValue(t1 - t0)
+					hist.RecordValue(t2 - t1)
+					w.mu.Unlock()
+				}
+				rc.counts[wi].Add(2)
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil && rc.errs[wi].Load() > rc.counts[wi].Load()/100+10 {
+		return firstErr
+	}
+	return nil
+}

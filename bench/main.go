@@ -1,0 +1,255 @@
+// Command bench is Ticketing's load generator. One run starts every system itself on loopback
+// (the repo's Ticketing server, Debian's redis-server and etcd, and a null server that answers
+// Ticketing-sized frames with no lock table behind it), drives them all with the same generator,
+// prints a table, and writes results/latest.json, results/latest.md and results/throughput.svg.
+//
+//	go run . [flags]                 (make bench / make bench-quick in the repo root)
+//
+// The null server is its own binary (cmd/nullserver), built by the harness like the Ticketing server.
+//
+// Workloads:
+//
+//	a  uncontended, pipelined: acquire+release pairs on distinct keys (a pair counts as 2 ops)
+//	b  uncontended, one request at a time on one connection: latency percentiles
+//	c  contended: W workers on one key: hand-offs per second, waits, fairness
+//	d  memory: peak RSS during (a) (in the (a) records) and RSS with N idle locks held
+//	fair  redis-benchmark beside the harness's own Redis driver, same command, -c and -P
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	systems   []string
+	workloads map[string]bool
+	conns     []int
+	fairConns []int
+	depth     int
+	keys      int
+	duration  time.Duration
+	warmup    time.Duration
+	repeat    int
+	workers   int
+	held      int
+	heldTime  time.Duration
+	tkBin     string
+	tkEnv     []string
+	nullBin   string
+	repo      string
+	out       string
+	pprofOut  string
+	cpuprof   string
+	fresh     bool
+	drain     time.Duration
+}
+
+func main() {
+	var o options
+	var systems, workloads, conns, fairConns string
+	flag.StringVar(&systems, "systems", "ticketing,redis,etcd,null", "systems to run, comma-separated")
+	flag.StringVar(&workloads, "workloads", "a,fair,b,c,d", "workloads to run: a, fair, b, c, d")
+	flag.StringVar(&conns, "conns", "16,64", "connections for workload (a), comma-separated")
+	flag.StringVar(&fairConns, "fair-conns", "16,64", "connections for the redis-benchmark comparison")
+	flag.IntVar(&o.depth, "depth", 32, "pipeline depth (requests in flight per connection) for (a)")
+	flag.IntVar(&o.keys, "keys", 10000, "distinct keys for (a)")
+	flag.DurationVar(&o.duration, "duration", 5*time.Second, "measured time per point")
+	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured time before each point")
+	flag.DurationVar(&o.drain, "drain", 10*time.Second, "bound on finishing in-flight work after a point")
+	flag.IntVar(&o.repeat, "repeat", 1, "runs of each (a) point (interleaved across systems); the median is reported")
+	flag.IntVar(&o.workers, "workers", 32, "workers on the one key in (c)")
+	flag.IntVar(&o.held, "held", 100000, "idle locks held in (d)")
+	flag.DurationVar(&o.heldTime, "held-timeout", 60*time.Second, "bound on taking the idle locks of (d), per system")
+	flag.StringVar(&o.tkBin, "ticketing-bin", "", "Ticketing server binary (default: build ../cmd/ticketing into OUT/tmp)")
+	flag.StringVar(&o.nullBin, "null-bin", "", "null server binary (default: build ./cmd/nullserver into OUT/tmp)")
+	var tkEnv string
+	flag.StringVar(&tkEnv, "ticketing-env", "", "extra environment for the Ticketing server, comma-separated K=V (e.g. GOGC=50,TICKETING_MAX_OUTPUT=65536)")
+	flag.StringVar(&o.repo, "repo", "..", "the Ticketing repository root (to build the server)")
+	flag.StringVar(&o.out, "out", "results", "output directory")
+	flag.StringVar(&o.pprofOut, "server-cpuprofile", "", "if set, the Ticketing binary serves net/http/pprof at $TICKETING_PPROF_ADDR (a profiling build, see profile.sh): write its CPU profile during (a) at the most connections here")
+	flag.BoolVar(&o.fresh, "fresh", true, "start each system anew before every point (no state or memory carried over); false: one process per system for the whole run")
+	flag.StringVar(&o.cpuprof, "cpuprofile", "", "write the harness's own CPU profile here")
+	flag.Parse()
+	o.systems = splitList(systems)
+	o.tkEnv = splitList(tkEnv)
+	o.workloads = map[string]bool{}
+	for _, w := range splitList(workloads) {
+		o.workloads[w] = true
+	}
+	o.conns = intList("-conns", conns)
+	o.fairConns = intList("-fair-conns", fairConns)
+	if o.repeat < 1 || o.depth < 1 || o.keys < 1 || o.workers < 1 {
+		fatalf("-repeat, -depth, -keys and -workers must be at least 1")
+	}
+	for _, c := range append(o.conns, o.fairConns...) {
+		if c*o.depth > o.keys {
+			fatalf("-conns %d x -depth %d exceeds -keys %d: the run would be contended", c, o.depth, o.keys)
+		}
+	}
+	if o.cpuprof != "" {
+		f, err := os.Create(o.cpuprof)
+		if err != nil {
+			fatalf("%v", err)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	if err := run(&o); err != nil {
+		pprof.StopCPUProfile()
+		fatalf("%v", err)
+	}
+}
+
+func intList(name, s string) []int {
+	var out []int
+	for _, c := range splitList(s) {
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 1 {
+			fatalf("bad %s entry %q", name, c)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		fatalf("%s is empty", name)
+	}
+	return out
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench %s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func has(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func run(o *options) error {
+	for _, s := range o.systems {
+		switch s {
+		case "ticketing", "redis", "etcd", "null":
+		default:
+			return fmt.Errorf("unknown system %q (want ticketing, redis, etcd, null)", s)
+		}
+	}
+	need := map[string][]string{"redis": {"redis-server", "redis-benchmark"}, "etcd": {"etcd"}}
+	for _, s := range o.systems {
+		for _, bin := range need[s] {
+			if _, err := exec.LookPath(bin); err != nil {
+				return fmt.Errorf("%s not found: run bench/setup.sh (apt-get install redis-server etcd-server)", bin)
+			}
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(o.out, "tmp"), 0o755); err != nil {
+		return err
+	}
+	if has(o.systems, "ticketing") && o.tkBin == "" {
+		o.tkBin = filepath.Join(o.out, "tmp", "ticketing")
+		abs, _ := filepath.Abs(o.tkBin)
+		logf("building the Ticketing server: go build -o %s ./cmd/ticketing (in %s)", abs, o.repo)
+		cmd := exec.Command("go", "build", "-o", abs, "./cmd/ticketing")
+		cmd.Dir = o.repo
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("building the Ticketing server: %w", err)
+		}
+		o.tkBin = abs
+	}
+	if o.tkBin != "" {
+		o.tkBin, _ = filepath.Abs(o.tkBin)
+	}
+	if has(o.systems, "null") && o.nullBin == "" {
+		o.nullBin, _ = filepath.Abs(filepath.Join(o.out, "tmp", "nullserver"))
+		cmd := exec.Command("go", "build", "-o", o.nullBin, "./cmd/nullserver")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("building the null server (run the harness in bench/): %w", err)
+		}
+	}
+	tmp, err := os.MkdirTemp("", "ticketing-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	meta := collectMeta(o)
+	b := &bench{o: o, tmp: tmp, servers: map[string]*server{}, meta: meta, idleRSS: map[string]int64{}}
+	// Stop every server we started, also on Ctrl-C.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		logf("%v: stopping the servers", s)
+		b.stopAll()
+		os.RemoveAll(tmp)
+		os.Exit(130)
+	}()
+	defer b.stopAll()
+
+	for _, s := range o.systems {
+		if err := b.start(s); err != nil {
+			return err
+		}
+		srv := b.server(s)
+		logf("%s: pid %d on %s", s, srv.pid(), srv.addr)
+	}
+
+	if o.workloads["a"] {
+		if err := b.workloadA(); err != nil {
+			return err
+		}
+	}
+	if o.workloads["fair"] && has(o.systems, "redis") {
+		if err := b.workloadFair(); err != nil {
+			return err
+		}
+	}
+	if o.workloads["b"] {
+		if err := b.workloadB(); err != nil {
+			return err
+		}
+	}
+	if o.workloads["c"] {
+		if err := b.workloadC(); err != nil {
+			return err
+		}
+	}
+	if o.workloads["d"] {
+		if err := b.workloadD(); err != nil {
+			return err
+		}
+	}
+	b.stopAll()
+	b.meta.LoadAvgEnd = loadAvg()
+	b.meta.Finished = time.Now().UTC().Format(time.RFC3339)
+	return b.report()
+}

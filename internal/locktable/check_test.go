@@ -13,21 +13,25 @@ func (c *counter) Next() uint64 { c.n++; return c.n }
 // check verifies every internal invariant of the table by brute force. It
 // returns the first violation found, or nil.
 func (t *Table) check() error {
-	// Heap order and back-pointers.
+	// Heap order; every live item is found by its seq (stale ones are counted).
+	bySeq := map[uint64]*timer{}
+	stale := 0
 	for i := range t.heap {
 		if i > 0 && timerLess(&t.heap[i], &t.heap[(i-1)/2]) {
 			return fmt.Errorf("heap order broken at %d", i)
 		}
 		it := &t.heap[i]
-		var back int32
-		if it.kind == tWait {
-			back = t.waiters.at(it.idx).timer
-		} else {
-			back = t.entries.at(it.idx).timer
+		if !t.live(it) {
+			stale++
+			continue
 		}
-		if back != int32(i) {
-			return fmt.Errorf("heap back-pointer of %d is %d", i, back)
+		if bySeq[it.seq] != nil {
+			return fmt.Errorf("two live heap items with seq %d", it.seq)
 		}
+		bySeq[it.seq] = it
+	}
+	if stale != t.stale {
+		return fmt.Errorf("%d stale heap items, table counts %d", stale, t.stale)
 	}
 	// Entries.
 	live, held, timers := 0, 0, 0
@@ -50,10 +54,10 @@ func (t *Table) check() error {
 			return fmt.Errorf("entry %q held and in delay", e.key)
 		}
 		if e.held || e.inDelay {
-			if e.timer == nilIdx {
+			it := bySeq[e.tseq]
+			if e.tseq == 0 || it == nil {
 				return fmt.Errorf("entry %q has no timer", e.key)
 			}
-			it := t.heap[e.timer]
 			want := tLease
 			at := e.deadline
 			if e.inDelay {
@@ -63,7 +67,7 @@ func (t *Table) check() error {
 				return fmt.Errorf("entry %q timer mismatch %+v", e.key, it)
 			}
 			timers++
-		} else if e.timer != nilIdx {
+		} else if e.tseq != 0 {
 			return fmt.Errorf("entry %q has a stray timer", e.key)
 		}
 		if e.held {
@@ -107,9 +111,9 @@ func (t *Table) check() error {
 		if t.findReq(wt.owner, wt.reqID) != w {
 			return fmt.Errorf("waiter (%d,%d) not in req index", wt.owner, wt.reqID)
 		}
-		if wt.timer != nilIdx {
-			it := t.heap[wt.timer]
-			if it.kind != tWait || it.idx != w || it.at != wt.waitAt {
+		if wt.tseq != 0 {
+			it := bySeq[wt.tseq]
+			if it == nil || it.kind != tWait || it.idx != w || it.at != wt.waitAt {
 				return fmt.Errorf("waiter timer mismatch")
 			}
 			timers++
@@ -124,8 +128,8 @@ func (t *Table) check() error {
 	if prev != t.gtail || n != t.nwait {
 		return fmt.Errorf("global list: tail/count mismatch (%d vs %d)", n, t.nwait)
 	}
-	if timers != len(t.heap) {
-		return fmt.Errorf("%d timers owned, heap has %d", timers, len(t.heap))
+	if timers != len(bySeq) {
+		return fmt.Errorf("%d timers owned, heap has %d live", timers, len(bySeq))
 	}
 	if len(perOwner) != t.nowners {
 		return fmt.Errorf("owners: %d with waiters, %d records", len(perOwner), t.nowners)

@@ -9,9 +9,14 @@ const (
 	tWait                       // idx is a waiter: its wait timeout passes
 )
 
-// timer is one pending deadline. Timers are ordered by (at, seq); seq is
-// taken from Table.seq whenever a timer is set (or reset by Extend), so ties
-// are resolved in the order the deadlines were set.
+// timer is one deadline in the heap. Timers are ordered by (at, seq); seq is taken from
+// Table.seq whenever a timer is set (or reset by Extend), so ties are resolved in the order the
+// deadlines were set.
+//
+// Cancelling is lazy: the owner (entry or waiter) records the seq of its one live timer in tseq,
+// and a heap item whose seq differs from its owner's tseq is stale. Stale items are dropped when
+// they reach the top, or all at once when they outnumber the live ones. So a release costs no
+// heap operation at all, and no back-pointers are maintained while sifting.
 type timer struct {
 	at   int64
 	seq  uint64
@@ -26,52 +31,69 @@ func timerLess(a, b *timer) bool {
 	return a.seq < b.seq
 }
 
-// setBack records heap position pos in the entry or waiter that owns
-// t.heap[pos] (pos may be nilIdx after a removal, with it the removed item).
-func (t *Table) setBack(it *timer, pos int32) {
+// live reports whether it is its owner's current timer.
+func (t *Table) live(it *timer) bool {
 	if it.kind == tWait {
-		t.waiters.at(it.idx).timer = pos
-	} else {
-		t.entries.at(it.idx).timer = pos
+		return t.waiters.at(it.idx).tseq == it.seq
 	}
+	return t.entries.at(it.idx).tseq == it.seq
 }
 
-// pushTimer adds a deadline; the owner's back-pointer is set by siftUp.
-func (t *Table) pushTimer(at int64, kind timerKind, idx int32) {
+// pushTimer adds a deadline and returns its seq, which the caller stores in the owner's tseq.
+func (t *Table) pushTimer(at int64, kind timerKind, idx int32) uint64 {
 	t.seq++
 	t.heap = append(t.heap, timer{at: at, seq: t.seq, idx: idx, kind: kind})
 	t.siftUp(len(t.heap) - 1)
+	return t.seq
 }
 
-// removeTimer deletes the timer at heap position pos and clears its owner's
-// back-pointer.
-func (t *Table) removeTimer(pos int32) {
-	h := t.heap
-	last := len(h) - 1
-	t.setBack(&h[pos], nilIdx)
-	if int(pos) != last {
-		h[pos] = h[last]
-		t.heap = h[:last]
-		t.fixTimer(int(pos))
-	} else {
-		t.heap = h[:last]
+// cancelTimer makes the timer whose seq is *tseq stale and clears *tseq.
+func (t *Table) cancelTimer(tseq *uint64) {
+	if *tseq == 0 {
+		return
+	}
+	*tseq = 0
+	t.stale++
+	if t.stale > 64 && t.stale > len(t.heap)/2 {
+		t.compact()
 	}
 }
 
-// resetTimer gives the timer at pos a new deadline and a new seq (as if it had
-// been removed and pushed again).
-func (t *Table) resetTimer(pos int32, at int64) {
-	t.seq++
-	t.heap[pos].at = at
-	t.heap[pos].seq = t.seq
-	t.fixTimer(int(pos))
+// compact drops every stale timer and re-establishes the heap order in O(n).
+func (t *Table) compact() {
+	h := t.heap[:0]
+	for i := range t.heap {
+		if t.live(&t.heap[i]) {
+			h = append(h, t.heap[i])
+		}
+	}
+	clear(t.heap[len(h):])
+	t.heap = h
+	t.stale = 0
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		t.siftDown(i)
+	}
 }
 
-func (t *Table) fixTimer(i int) {
-	if i > 0 && timerLess(&t.heap[i], &t.heap[(i-1)/2]) {
-		t.siftUp(i)
-	} else {
-		t.siftDown(i)
+// top drops stale timers from the top of the heap and returns the earliest live one (nil if none).
+func (t *Table) top() *timer {
+	for len(t.heap) > 0 {
+		if t.live(&t.heap[0]) {
+			return &t.heap[0]
+		}
+		t.popTimer()
+		t.stale--
+	}
+	return nil
+}
+
+// popTimer removes the top of the heap.
+func (t *Table) popTimer() {
+	last := len(t.heap) - 1
+	t.heap[0] = t.heap[last]
+	t.heap = t.heap[:last]
+	if last > 0 {
+		t.siftDown(0)
 	}
 }
 
@@ -84,11 +106,9 @@ func (t *Table) siftUp(i int) {
 			break
 		}
 		h[i] = h[p]
-		t.setBack(&h[i], int32(i))
 		i = p
 	}
 	h[i] = it
-	t.setBack(&h[i], int32(i))
 }
 
 func (t *Table) siftDown(i int) {
@@ -107,9 +127,7 @@ func (t *Table) siftDown(i int) {
 			break
 		}
 		h[i] = h[c]
-		t.setBack(&h[i], int32(i))
 		i = c
 	}
 	h[i] = it
-	t.setBack(&h[i], int32(i))
 }

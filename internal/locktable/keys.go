@@ -28,7 +28,7 @@ type entry struct {
 	grantedAt  int64
 	deadline   int64
 	delayUntil int64
-	timer      int32 // heap position of the lease (held) or delay (inDelay) timer; nilIdx if none
+	tseq       uint64 // seq of the live lease (held) or delay (inDelay) timer; 0 if none
 
 	qhead, qtail int32 // FIFO of waiters (indices into Table.waiters)
 	nwait        int
@@ -71,7 +71,6 @@ func (t *Table) insertKey(key []byte, h uint64) int32 {
 		key:   buf,
 		hash:  h,
 		live:  true,
-		timer: nilIdx,
 		qhead: nilIdx,
 		qtail: nilIdx,
 	}

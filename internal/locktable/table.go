@@ -43,8 +43,9 @@ type Table struct {
 
 	s0, s1, s2, s3 uint64 // hash seeds for the uint64-keyed indices
 
-	heap []timer
-	seq  uint64
+	heap  []timer
+	seq   uint64
+	stale int // heap items whose owner has cancelled them
 
 	events []Event
 }
@@ -113,7 +114,7 @@ func (t *Table) Acquire(now int64, owner Owner, reqID uint64, key []byte, lease,
 		e := t.entries.at(ei) // start-up grace: the key waits in lock-delay like one after an expiry
 		e.inDelay = true
 		e.delayUntil = t.cfg.AvailableFrom
-		t.pushTimer(e.delayUntil, tDelay, ei)
+		e.tseq = t.pushTimer(e.delayUntil, tDelay, ei)
 	}
 	if wait == 0 {
 		return Result{Status: TimedOut}
@@ -140,7 +141,7 @@ func (t *Table) grant(now int64, ei int32, owner Owner, reqID uint64, lease int6
 	e.grantedAt = now
 	e.deadline = addSat(now, lease)
 	t.nheld++
-	t.pushTimer(e.deadline, tLease, ei)
+	e.tseq = t.pushTimer(e.deadline, tLease, ei)
 	return tok
 }
 
@@ -191,7 +192,7 @@ func (t *Table) Release(now int64, key []byte, token uint64) Status {
 	if !e.held || e.token != token {
 		return NotHeld
 	}
-	t.removeTimer(e.timer)
+	t.cancelTimer(&e.tseq)
 	e.held = false
 	t.nheld--
 	t.handOff(now, ei)
@@ -212,7 +213,8 @@ func (t *Table) Extend(now int64, key []byte, token uint64, lease int64) Status 
 		return NotHeld
 	}
 	e.deadline = addSat(now, lease)
-	t.resetTimer(e.timer, e.deadline)
+	t.cancelTimer(&e.tseq)
+	e.tseq = t.pushTimer(e.deadline, tLease, ei)
 	return OK
 }
 
@@ -287,9 +289,18 @@ func (t *Table) Abort(now int64) {
 // runs from now. Every timer Advance sets lies after now (unless deadlines
 // saturate at math.MaxInt64), so one call does not cascade.
 func (t *Table) Advance(now int64) {
-	for len(t.heap) > 0 && t.heap[0].at <= now {
-		tm := t.heap[0]
-		t.removeTimer(0)
+	for {
+		top := t.top()
+		if top == nil || top.at > now {
+			return
+		}
+		tm := *top
+		t.popTimer()
+		if tm.kind == tWait {
+			t.waiters.at(tm.idx).tseq = 0 // fired, not cancelled
+		} else {
+			t.entries.at(tm.idx).tseq = 0
+		}
 		switch tm.kind {
 		case tWait:
 			w := t.waiters.at(tm.idx)
@@ -318,7 +329,7 @@ func (t *Table) Advance(now int64) {
 			if t.cfg.LockDelay > 0 {
 				e.inDelay = true
 				e.delayUntil = addSat(now, t.cfg.LockDelay)
-				t.pushTimer(e.delayUntil, tDelay, tm.idx)
+				e.tseq = t.pushTimer(e.delayUntil, tDelay, tm.idx)
 			} else {
 				t.handOff(now, tm.idx)
 			}
@@ -334,10 +345,11 @@ func (t *Table) Advance(now int64) {
 // NextDeadline is the earliest pending deadline (lease end, wait timeout,
 // lock-delay end); false if there is none.
 func (t *Table) NextDeadline() (int64, bool) {
-	if len(t.heap) == 0 {
+	top := t.top()
+	if top == nil {
 		return 0, false
 	}
-	return t.heap[0].at, true
+	return top.at, true
 }
 
 // Events returns the events emitted since the last ClearEvents, in order. The

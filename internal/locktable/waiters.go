@@ -13,11 +13,11 @@ type waiter struct {
 	owner    Owner
 	reqID    uint64
 	lease    int64
-	waitAt   int64 // wait deadline; meaningful only while timer != nilIdx
+	waitAt   int64 // wait deadline; meaningful only while tseq != 0
 	since    int64 // when it queued
 	entry    int32
 	ownerRec int32
-	timer    int32 // heap position of the wait timer; nilIdx if it waits without limit
+	tseq     uint64 // seq of the live wait timer; 0 if it waits without limit
 
 	qprev, qnext int32
 	gprev, gnext int32
@@ -180,7 +180,6 @@ func (t *Table) enqueue(now int64, ei int32, o Owner, reqID uint64, lease, wait 
 		since:    now,
 		entry:    ei,
 		ownerRec: oi,
-		timer:    nilIdx,
 		qprev:    e.qtail,
 		qnext:    nilIdx,
 		gprev:    t.gtail,
@@ -213,8 +212,9 @@ func (t *Table) enqueue(now int64, ei int32, o Owner, reqID uint64, lease, wait 
 	t.nwait++
 	if wait > 0 {
 		at := addSat(now, wait)
-		t.waiters.at(wi).waitAt = at
-		t.pushTimer(at, tWait, wi)
+		w := t.waiters.at(wi)
+		w.waitAt = at
+		w.tseq = t.pushTimer(at, tWait, wi)
 	}
 }
 
@@ -262,9 +262,7 @@ func (t *Table) removeWaiter(wi int32) {
 	}
 
 	t.unlinkReq(wi)
-	if w.timer != nilIdx {
-		t.removeTimer(w.timer)
-	}
+	t.cancelTimer(&w.tseq)
 	w.hnext = t.freeW
 	t.freeW = wi
 	t.nwait--

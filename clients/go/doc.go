@@ -1,7 +1,7 @@
 // Package ticketing is the Go client of Ticketing, a distributed lock server: FIFO queues per
 // key, fencing tokens, leases, and a lost signal.
 //
-//	c, err := ticketing.Dial(ctx, ticketing.WithEndpoints("10.0.0.1:7070"), ticketing.WithToken(token))
+//	c, err := ticketing.Dial(ctx, ticketing.WithEndpoints("127.0.0.1:7070"), ticketing.WithToken(token))
 //	if err != nil { ... }
 //	defer c.Close()
 //

@@ -234,7 +234,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.lnMu.Unlock()
 		for _, c := range conns {
-			c.flush()
+			c.tryFlush() // never blocks on a client that does not read; the reader's close flushes the rest
 			c.shutdown()
 		}
 	})

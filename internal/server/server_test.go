@@ -574,3 +574,21 @@ func TestStartupGrace(t *testing.T) {
 		t.Fatal("granted inside the start-up grace")
 	}
 }
+
+func TestWaitersTotalLimit(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.MaxWaiters = 2 })
+	h := connect(t, ts.addr, "")
+	h.roundTrip(acquire(1, "a", 60000, 0))
+	h.roundTrip(acquire(2, "b", 60000, 0))
+	w := connect(t, ts.addr, "")
+	w.send(acquire(1, "a", 1000, wire.WaitForever))
+	w.send(acquire(2, "b", 1000, wire.WaitForever))
+	waitFor(t, 5*time.Second, "queued", func() bool { return ts.waiters() == 2 })
+	if r := w.roundTrip(acquire(3, "a", 1000, wire.WaitForever)); r.Status != wire.StatusBusy || r.Detail != wire.LimitWaitersTotal {
+		t.Fatalf("total waiters: %+v", r)
+	}
+	// Try-once acquires never queue, so the limit does not apply to them.
+	if r := w.roundTrip(acquire(4, "a", 1000, 0)); r.Status != wire.StatusTimedOut {
+		t.Fatalf("try once: %+v", r)
+	}
+}

@@ -26,6 +26,7 @@ type conn struct {
 	id locktable.Owner // set after the handshake; the table's owner id
 
 	rbuf []byte // read buffer, owned by the reader goroutine
+	resp []byte // answers of the batch being applied; see answer and commit
 
 	// Guarded by Server.mu: pending counts this connection's queued acquires; marked says it
 	// is in Server.touched.
@@ -52,6 +53,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		nc:   nc,
 		rbuf: make([]byte, readBufSize),
 		out:  make([]byte, 0, 1024),
+		resp: make([]byte, 0, 1024),
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		c.raw, _ = tc.SyscallConn()
@@ -129,6 +131,7 @@ func (c *conn) batch(b []byte) (off int, fatal bool) {
 	s.rearm()
 	c.touched = s.takeTouched(c.touched)
 	s.mu.Unlock()
+	c.commit()
 	c.touched = deliver(c.touched)
 	return off, fatal
 }
@@ -138,24 +141,43 @@ func be64(b []byte) uint64 {
 		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
 }
 
-// answer queues a response without data other than a constant message. Caller may hold Server.mu.
+// answer queues an answer of this connection's own batch in resp, without locking: only the
+// reader touches resp, and only while it holds Server.mu (commit moves it to out).
 func (c *conn) answer(op wire.Op, st wire.Status, id, token uint64, lease, detail uint32, msg string) {
+	c.resp = wire.AppendResponseString(c.resp, op, st, id, token, lease, detail, msg)
+}
+
+// push queues an answer that the table produced for c while Server.mu is held: into resp when c
+// is the connection whose batch is running (cur), otherwise into out under c.mu.
+func (c *conn) push(cur *conn, r *wire.Response) {
+	if c == cur {
+		c.resp = wire.AppendResponse(c.resp, r)
+		return
+	}
 	c.mu.Lock()
 	if !c.closed {
-		c.out = wire.AppendResponseString(c.out, op, st, id, token, lease, detail, msg)
+		c.out = wire.AppendResponse(c.out, r)
 		c.checkOverflow()
 	}
 	c.mu.Unlock()
 }
 
-// notify queues a pushed EXPIRED notice carrying key. Caller holds Server.mu.
-func (c *conn) notifyExpired(token uint64, key []byte) {
-	c.mu.Lock()
-	if !c.closed {
-		c.out = wire.AppendResponse(c.out, &wire.Response{Op: wire.OpExpired, Status: wire.StatusOK, Token: token, Data: key})
-		c.checkOverflow()
+// commit moves the batch's answers from resp to out: one lock per batch, not one per answer.
+func (c *conn) commit() {
+	if len(c.resp) == 0 {
+		return
 	}
+	c.mu.Lock()
+	switch {
+	case c.closed:
+	case len(c.out) == 0:
+		c.out, c.resp = c.resp, c.out
+	default:
+		c.out = append(c.out, c.resp...)
+	}
+	c.checkOverflow()
 	c.mu.Unlock()
+	c.resp = c.resp[:0]
 }
 
 // checkOverflow marks a client that is not reading its answers. c.mu must be held.

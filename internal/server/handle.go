@@ -24,6 +24,8 @@ const (
 	msgLocks    = "too many keys on this server"
 )
 
+var msgShuttingBytes = []byte(msgShutting)
+
 // handle applies one request and queues its answer (and any events it caused). Server.mu must be held.
 func (c *conn) handle(now int64, r *wire.Request) {
 	s := c.s
@@ -151,20 +153,24 @@ func (s *Server) dispatch(now int64, cur *conn) {
 		if d == nil {
 			continue // an expiry notice for a connection that is gone
 		}
+		r := wire.Response{Op: wire.OpAcquire, ID: ev.ReqID}
 		switch ev.Kind {
 		case locktable.EvGranted:
 			d.pending--
-			queued := max(now-ev.Since, 0) / int64(time.Millisecond)
-			d.answer(wire.OpAcquire, wire.StatusOK, ev.ReqID, ev.Token, uint32(ev.Lease/int64(time.Millisecond)), uint32(queued), "")
+			r.Token = ev.Token
+			r.Lease = uint32(ev.Lease / int64(time.Millisecond))
+			r.Detail = uint32(max(now-ev.Since, 0) / int64(time.Millisecond)) // ms spent queued
 		case locktable.EvTimedOut:
 			d.pending--
-			d.answer(wire.OpAcquire, wire.StatusTimedOut, ev.ReqID, 0, 0, 0, "")
+			r.Status = wire.StatusTimedOut
 		case locktable.EvAborted:
 			d.pending--
-			d.answer(wire.OpAcquire, wire.StatusShuttingDown, ev.ReqID, 0, 0, 0, msgShutting)
+			r.Status = wire.StatusShuttingDown
+			r.Data = msgShuttingBytes
 		case locktable.EvExpired:
-			d.notifyExpired(ev.Token, ev.Key)
+			r = wire.Response{Op: wire.OpExpired, Token: ev.Token, Data: ev.Key}
 		}
+		d.push(cur, &r)
 		if d != cur && !d.marked {
 			d.marked = true
 			s.touched = append(s.touched, d)
@@ -210,9 +216,5 @@ func (c *conn) inspect(now int64, r *wire.Request) {
 		resp.Detail = uint32(info.Waiters)
 		binary.BigEndian.PutUint32(data[4:], ms(info.DelayUntil-now))
 	}
-	c.mu.Lock()
-	if !c.closed {
-		c.out = wire.AppendResponse(c.out, &resp)
-	}
-	c.mu.Unlock()
+	c.resp = wire.AppendResponse(c.resp, &resp)
 }

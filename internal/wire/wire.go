@@ -104,11 +104,10 @@ const (
 
 // Decoding errors. ErrShort is not an error on a stream: it means "read more bytes".
 var (
-	ErrShort     = errors.New("wire: incomplete frame")
-	ErrLength    = errors.New("wire: frame length does not match its layout")
-	ErrTooLarge  = errors.New("wire: frame larger than the limit")
-	ErrWrongOp   = errors.New("wire: unexpected operation")
-	ErrBadLength = ErrLength
+	ErrShort    = errors.New("wire: incomplete frame")
+	ErrLength   = errors.New("wire: frame length does not match its layout")
+	ErrTooLarge = errors.New("wire: frame larger than the limit")
+	ErrWrongOp  = errors.New("wire: unexpected operation")
 )
 
 var be = binary.BigEndian

@@ -130,8 +130,8 @@ func (c *conn) batch(b []byte) (off int, fatal bool) {
 	}
 	s.rearm()
 	c.touched = s.takeTouched(c.touched)
+	c.commit() // under Server.mu, so no later event for c can overtake this batch's answers
 	s.mu.Unlock()
-	c.commit()
 	c.touched = deliver(c.touched)
 	return off, fatal
 }
@@ -142,7 +142,8 @@ func be64(b []byte) uint64 {
 }
 
 // answer queues an answer of this connection's own batch in resp, without locking: only the
-// reader touches resp, and only while it holds Server.mu (commit moves it to out).
+// reader touches resp, and only while it holds Server.mu (commit moves it to out before the
+// reader lets go of Server.mu).
 func (c *conn) answer(op wire.Op, st wire.Status, id, token uint64, lease, detail uint32, msg string) {
 	c.resp = wire.AppendResponseString(c.resp, op, st, id, token, lease, detail, msg)
 }
@@ -163,6 +164,7 @@ func (c *conn) push(cur *conn, r *wire.Response) {
 }
 
 // commit moves the batch's answers from resp to out: one lock per batch, not one per answer.
+// Server.mu must be held (lock order: Server.mu, then conn.mu).
 func (c *conn) commit() {
 	if len(c.resp) == 0 {
 		return

@@ -81,10 +81,10 @@ func (t *Table) insertKey(key []byte, h uint64) int32 {
 	return i
 }
 
-// keyCap rounds a key buffer's capacity up (power of two, at least 32), so
+// keyCap rounds a key buffer's capacity up (power of two, at least 16), so
 // that recycled entries rarely need a new buffer.
 func keyCap(n int) int {
-	c := 32
+	c := 16
 	for c < n {
 		c <<= 1
 	}

@@ -1,3 +1,3 @@
 module github.com/ticketing/ticketing
 
-go 1.26.8
+go 1.24.0

@@ -58,9 +58,6 @@ func BenchmarkAcquireRelease(b *testing.B) {
 
 // TestPingAllocs pins the allocations of a round trip on the steady-state path.
 func TestPingAllocs(t *testing.T) {
-	if testing.Short() {
-		t.Skip()
-	}
 	c := dialT(t)
 	ctx := context.Background()
 	allocs := testing.AllocsPerRun(200, func() {

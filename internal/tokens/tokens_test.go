@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -76,24 +75,6 @@ func TestReopenAfterClose(t *testing.T) {
 		if l := stored(t, dir); l < max {
 			t.Fatalf("stored limit %d below handed-out token %d", l, max)
 		}
-	}
-}
-
-func TestOpenLocksDirectory(t *testing.T) {
-	if runtime.GOOS == "windows" {
-		t.Skip("no flock")
-	}
-	dir := t.TempDir()
-	a := mustOpen(t, dir, 4)
-	if _, err := Open(dir, 4); !errors.Is(err, ErrLocked) {
-		t.Fatalf("second Open: %v, want ErrLocked", err)
-	}
-	a.Close()
-	a.Close() // idempotent
-	b := mustOpen(t, dir, 4)
-	defer b.Close()
-	if b.Next() <= 4 {
-		t.Fatal("token not above the previous block")
 	}
 }
 

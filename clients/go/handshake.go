@@ -73,12 +73,19 @@ func handshake(rw io.ReadWriter, session *[wire.SessionIDSize]byte, cnonce *[wir
 		return err
 	}
 
-	var in [wire.ChallengeSize]byte
-	if _, err := io.ReadFull(rw, in[:]); err != nil {
+	in := make([]byte, wire.ChallengeSize+wire.MaxChallengeData)
+	if _, err := io.ReadFull(rw, in[:4]); err != nil {
+		return fmt.Errorf("reading CHALLENGE: %w", err)
+	}
+	n, err := wire.ChallengeLen(in[:4])
+	if err != nil {
+		return fmt.Errorf("%w: CHALLENGE: %v", ErrProtocol, err)
+	}
+	if _, err := io.ReadFull(rw, in[4:n]); err != nil {
 		return fmt.Errorf("reading CHALLENGE: %w", err)
 	}
 	var ch wire.Challenge
-	if err := wire.DecodeChallenge(in[:], &ch); err != nil {
+	if err := wire.DecodeChallenge(in[:n], &ch); err != nil {
 		return fmt.Errorf("%w: CHALLENGE: %v", ErrProtocol, err)
 	}
 	switch {
@@ -123,7 +130,7 @@ func handshake(rw io.ReadWriter, session *[wire.SessionIDSize]byte, cnonce *[wir
 		return &StatusError{Op: "HANDSHAKE", Status: Status(w.Status)}
 	}
 	if authRequired && hasToken {
-		want := wire.ServerProof(token, session, cnonce, &ch.Nonce)
+		want := wire.ServerProof(token, session, cnonce, &ch.Nonce, &w)
 		if !wire.ProofEqual(&want, &w.Proof) {
 			return &handshakeError{fmt.Errorf("%w: the server's proof does not verify (it does not hold the token)", ErrAuthFailed)}
 		}

@@ -66,6 +66,9 @@ type vectorFile struct {
 		SessionIDHex   string `json:"session_id_hex"`
 		ClientNonceHex string `json:"client_nonce_hex"`
 		ServerNonceHex string `json:"server_nonce_hex"`
+		WelcomeFlags   uint8  `json:"welcome_flags"`
+		GraceMs        uint32 `json:"session_grace_ms"`
+		StateIDHex     string `json:"state_id_hex"`
 		ClientProofHex string `json:"client_proof_hex"`
 		ServerProofHex string `json:"server_proof_hex"`
 	} `json:"auth"`
@@ -664,7 +667,9 @@ func TestVectorAuth(t *testing.T) {
 	copy(cn[:], unhex(t, a.ClientNonceHex))
 	copy(sn[:], unhex(t, a.ServerNonceHex))
 	cp := wire.ClientProof([]byte(a.TokenUTF8), &s, &cn, &sn)
-	sp := wire.ServerProof([]byte(a.TokenUTF8), &s, &cn, &sn)
+	w := wire.Welcome{Status: wire.StatusOK, Flags: a.WelcomeFlags, GraceMs: a.GraceMs}
+	copy(w.StateID[:], unhex(t, a.StateIDHex))
+	sp := wire.ServerProof([]byte(a.TokenUTF8), &s, &cn, &sn, &w)
 	if hex.EncodeToString(cp[:]) != a.ClientProofHex || hex.EncodeToString(sp[:]) != a.ServerProofHex {
 		t.Fatalf("proofs %x %x", cp, sp)
 	}

@@ -15,7 +15,7 @@ func (c *conn) handshake() bool {
 	s := c.s
 	log := s.log.With("remote", c.nc.RemoteAddr().String())
 	c.nc.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-	var buf [wire.HelloSize]byte
+	var buf [wire.ChallengeSize + wire.MaxChallengeData]byte
 	if !readFixed(c.nc, buf[:wire.HelloSize], wire.HelloSize) {
 		log.Debug("handshake: no valid HELLO")
 		return false
@@ -63,7 +63,7 @@ func (c *conn) handshake() bool {
 		token := []byte(s.cfg.Token)
 		want := wire.ClientProof(token, &hello.SessionID, &hello.Nonce, &ch.Nonce)
 		if wire.ProofEqual(&want, &auth.Proof) {
-			w.Proof = wire.ServerProof(token, &hello.SessionID, &hello.Nonce, &ch.Nonce)
+			w.Proof = wire.ServerProof(token, &hello.SessionID, &hello.Nonce, &ch.Nonce, &w)
 		} else {
 			w.Status = wire.StatusAuthFailed
 		}

@@ -13,12 +13,14 @@ type Hello struct {
 	Nonce     [NonceSize]byte
 }
 
-// Challenge is the server's answer to HELLO.
+// Challenge is the server's answer to HELLO. A status other than OK is followed by close.
 type Challenge struct {
-	Status  Status // OK, UNSUPPORTED_VERSION or BUSY (then the server closes)
+	Status  Status // OK; UNSUPPORTED_VERSION, INVALID, BUSY, SHUTTING_DOWN, NOT_LEADER
 	Version uint8  // the server's protocol version
 	Flags   uint8  // ChallengeAuthRequired
+	Detail  uint32 // INVALID: Field*; BUSY: Limit*; else 0
 	Nonce   [NonceSize]byte
+	Data    []byte // NOT_LEADER: the leader's client address (may be empty); errors: a message; at most MaxChallengeData
 }
 
 // Auth carries the client's proof (all zero when the server does not require auth).
@@ -26,11 +28,15 @@ type Auth struct {
 	Proof [ProofSize]byte
 }
 
-// Welcome ends the handshake: status OK with the server's proof (zero without auth), or
-// AUTH_FAILED / SHUTTING_DOWN, after which the server closes.
+// Welcome ends the handshake: status OK with the session's state, or AUTH_FAILED, BUSY,
+// SHUTTING_DOWN or NOT_LEADER, after which the server closes.
 type Welcome struct {
-	Status Status
-	Proof  [ProofSize]byte
+	Status  Status
+	Flags   uint8  // WelcomeResumed
+	Detail  uint32 // BUSY: Limit*; else 0
+	GraceMs uint32 // how long the server keeps a detached session, ms
+	StateID [StateIDSize]byte
+	Proof   [ProofSize]byte // covers bytes 5..31 of the frame (see ServerProof)
 }
 
 // AppendHello appends a HELLO frame.
@@ -54,22 +60,52 @@ func DecodeHello(b []byte, h *Hello) error {
 	return nil
 }
 
-// AppendChallenge appends a CHALLENGE frame.
+// AppendChallenge appends a CHALLENGE frame. Data beyond MaxChallengeData is cut.
 func AppendChallenge(dst []byte, c *Challenge) []byte {
-	dst = be.AppendUint32(dst, ChallengeSize-4)
+	data := c.Data
+	if len(data) > MaxChallengeData {
+		data = data[:MaxChallengeData]
+	}
+	dst = be.AppendUint32(dst, uint32(ChallengeSize-4+len(data)))
 	dst = append(dst, byte(OpChallenge), byte(c.Status), c.Version, c.Flags)
-	return append(dst, c.Nonce[:]...)
+	dst = be.AppendUint32(dst, c.Detail)
+	dst = be.AppendUint16(dst, uint16(len(data)))
+	dst = append(dst, 0, 0)
+	dst = append(dst, c.Nonce[:]...)
+	return append(dst, data...)
 }
 
-// DecodeChallenge decodes a CHALLENGE frame occupying exactly b.
+// ChallengeLen checks the length field at the start of b (4 bytes at least) and returns the
+// whole CHALLENGE frame's size, or ErrLength.
+func ChallengeLen(b []byte) (int, error) {
+	n, err := FrameLen(b)
+	if err != nil {
+		return 0, err
+	}
+	if n < ChallengeSize || n > ChallengeSize+MaxChallengeData {
+		return 0, ErrLength
+	}
+	return n, nil
+}
+
+// DecodeChallenge decodes a CHALLENGE frame occupying exactly b. c.Data aliases b.
 func DecodeChallenge(b []byte, c *Challenge) error {
-	if err := fixedFrame(b, ChallengeSize, OpChallenge); err != nil {
+	n, err := ChallengeLen(b)
+	if err != nil {
 		return err
+	}
+	if len(b) != n || int(be.Uint16(b[12:])) != n-ChallengeSize {
+		return ErrLength
+	}
+	if Op(b[4]) != OpChallenge {
+		return ErrWrongOp
 	}
 	c.Status = Status(b[5])
 	c.Version = b[6]
 	c.Flags = b[7]
-	copy(c.Nonce[:], b[8:40])
+	c.Detail = be.Uint32(b[8:])
+	copy(c.Nonce[:], b[16:48])
+	c.Data = b[ChallengeSize:n:n]
 	return nil
 }
 
@@ -91,9 +127,17 @@ func DecodeAuth(b []byte, a *Auth) error {
 
 // AppendWelcome appends a WELCOME frame.
 func AppendWelcome(dst []byte, w *Welcome) []byte {
-	dst = be.AppendUint32(dst, WelcomeSize-4)
-	dst = append(dst, byte(OpWelcome), byte(w.Status), 0, 0)
+	dst = appendWelcomeSigned(dst, w)
 	return append(dst, w.Proof[:]...)
+}
+
+// appendWelcomeSigned appends bytes 0..31 of a WELCOME frame: everything but the proof.
+func appendWelcomeSigned(dst []byte, w *Welcome) []byte {
+	dst = be.AppendUint32(dst, WelcomeSize-4)
+	dst = append(dst, byte(OpWelcome), byte(w.Status), w.Flags, 0)
+	dst = be.AppendUint32(dst, w.Detail)
+	dst = be.AppendUint32(dst, w.GraceMs)
+	return append(dst, w.StateID[:]...)
 }
 
 // DecodeWelcome decodes a WELCOME frame occupying exactly b.
@@ -102,7 +146,11 @@ func DecodeWelcome(b []byte, w *Welcome) error {
 		return err
 	}
 	w.Status = Status(b[5])
-	copy(w.Proof[:], b[8:40])
+	w.Flags = b[6]
+	w.Detail = be.Uint32(b[8:])
+	w.GraceMs = be.Uint32(b[12:])
+	copy(w.StateID[:], b[16:32])
+	copy(w.Proof[:], b[32:64])
 	return nil
 }
 
@@ -127,20 +175,29 @@ const (
 
 // ClientProof is HMAC-SHA256(token, "ticketing/1 client" || session id || client nonce || server nonce).
 func ClientProof(token []byte, session *[SessionIDSize]byte, clientNonce, serverNonce *[NonceSize]byte) [ProofSize]byte {
-	return proof(token, clientLabel, session, clientNonce, serverNonce)
-}
-
-// ServerProof is HMAC-SHA256(token, "ticketing/1 server" || session id || client nonce || server nonce).
-func ServerProof(token []byte, session *[SessionIDSize]byte, clientNonce, serverNonce *[NonceSize]byte) [ProofSize]byte {
-	return proof(token, serverLabel, session, clientNonce, serverNonce)
-}
-
-func proof(token []byte, label string, session *[SessionIDSize]byte, cn, sn *[NonceSize]byte) [ProofSize]byte {
 	m := hmac.New(sha256.New, token)
-	m.Write([]byte(label))
+	m.Write([]byte(clientLabel))
 	m.Write(session[:])
-	m.Write(cn[:])
-	m.Write(sn[:])
+	m.Write(clientNonce[:])
+	m.Write(serverNonce[:])
+	var out [ProofSize]byte
+	m.Sum(out[:0])
+	return out
+}
+
+// ServerProof is HMAC-SHA256(token, "ticketing/1 server" || session id || client nonce ||
+// server nonce || WELCOME bytes 5..31): the 27 bytes status, flags, reserved, detail,
+// session_grace_ms and state_id, exactly as w encodes them. A man in the middle can therefore
+// forge neither "same state" nor "resumed".
+func ServerProof(token []byte, session *[SessionIDSize]byte, clientNonce, serverNonce *[NonceSize]byte, w *Welcome) [ProofSize]byte {
+	var signed [32]byte
+	appendWelcomeSigned(signed[:0], w)
+	m := hmac.New(sha256.New, token)
+	m.Write([]byte(serverLabel))
+	m.Write(session[:])
+	m.Write(clientNonce[:])
+	m.Write(serverNonce[:])
+	m.Write(signed[5:32])
 	var out [ProofSize]byte
 	m.Sum(out[:0])
 	return out

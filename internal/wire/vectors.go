@@ -54,35 +54,47 @@ type ResponseFields struct {
 	DataHex string `json:"data_hex"`
 }
 
-// HandshakeVector: Op names the frame; the fields that apply to it are set.
+// HandshakeVector: Op names the frame; the fields that apply to it are set (zero otherwise).
 type HandshakeVector struct {
 	Name      string `json:"name"`
 	Direction string `json:"direction"` // "client->server" or "server->client"
 	Op        string `json:"op"`
-	Version   uint8  `json:"version,omitempty"`
+	Version   uint8  `json:"version"`
 	Flags     uint16 `json:"flags"`
-	Status    string `json:"status,omitempty"`
-	SessionID string `json:"session_id_hex,omitempty"`
-	Nonce     string `json:"nonce_hex,omitempty"`
-	Proof     string `json:"proof_hex,omitempty"`
+	Status    string `json:"status"`
+	Detail    uint32 `json:"detail"`
+	SessionID string `json:"session_id_hex"`
+	Nonce     string `json:"nonce_hex"`
+	Proof     string `json:"proof_hex"`
+	GraceMs   uint32 `json:"session_grace_ms"`
+	StateID   string `json:"state_id_hex"`
+	DataHex   string `json:"data_hex"`
 	Hex       string `json:"hex"`
 }
 
+// AuthVector: the proofs for one handshake. The server proof covers the WELCOME fields given
+// (status OK, flags, detail 0, session grace, state id).
 type AuthVector struct {
-	Name        string `json:"name"`
-	Token       string `json:"token_utf8"`
-	SessionID   string `json:"session_id_hex"`
-	ClientNonce string `json:"client_nonce_hex"`
-	ServerNonce string `json:"server_nonce_hex"`
-	ClientProof string `json:"client_proof_hex"`
-	ServerProof string `json:"server_proof_hex"`
+	Name         string `json:"name"`
+	Token        string `json:"token_utf8"`
+	SessionID    string `json:"session_id_hex"`
+	ClientNonce  string `json:"client_nonce_hex"`
+	ServerNonce  string `json:"server_nonce_hex"`
+	WelcomeFlags uint8  `json:"welcome_flags"`
+	GraceMs      uint32 `json:"session_grace_ms"`
+	StateID      string `json:"state_id_hex"`
+	ClientProof  string `json:"client_proof_hex"`
+	ServerProof  string `json:"server_proof_hex"`
 }
 
-// MalformedVector is a byte string a decoder must reject. Error is "short" (read more), "length"
-// (inconsistent length: the server answers INVALID/LENGTH and closes) or "too_large".
+// MalformedVector is a byte string a decoder must reject. Kind is the frame kind ("request" or
+// "response"); MaxVar is the reader's limit on the variable part (key or data) in bytes. Error
+// is "short" (read more bytes), "length" (the length field or key_len/data_len disagrees with
+// the layout: the server answers INVALID/LENGTH and closes) or "too_large" (the length field is
+// above HeaderSize-4+MaxVar: the server answers INVALID/LENGTH and closes at once).
 type MalformedVector struct {
 	Name   string `json:"name"`
-	Kind   string `json:"kind"` // "request" or "response"
+	Kind   string `json:"kind"`
 	MaxVar int    `json:"max_var"`
 	Hex    string `json:"hex"`
 	Error  string `json:"error"`
@@ -119,6 +131,8 @@ func Vectors() VectorFile {
 		{"cancel", Request{Op: OpCancel, ID: 7, Token: 1}},
 		{"ping", Request{Op: OpPing, ID: 8}},
 		{"inspect", Request{Op: OpInspect, ID: 9, Key: []byte("order-1234")}},
+		{"inspect_with_token", Request{Op: OpInspect, ID: 10, Token: 42, Key: []byte("order-1234")}},
+		{"ack", Request{Op: OpAck, ID: 11, Token: 1025}},
 	}
 	for _, v := range reqs {
 		f.Requests = append(f.Requests, RequestVector{
@@ -127,6 +141,11 @@ func Vectors() VectorFile {
 				Lease: v.r.Lease, WaitMs: v.r.WaitMs, KeyHex: hex.EncodeToString(v.r.Key)},
 			Hex: hex.EncodeToString(AppendRequest(nil, &v.r)),
 		})
+	}
+	inspectData := func(heldMs, delayMs, flags uint32) []byte {
+		b := be.AppendUint32(nil, heldMs)
+		b = be.AppendUint32(b, delayMs)
+		return be.AppendUint32(b, flags)
 	}
 	resps := []struct {
 		name string
@@ -137,20 +156,32 @@ func Vectors() VectorFile {
 		{"acquire_timed_out", Response{Op: OpAcquire, Status: StatusTimedOut, ID: 2}},
 		{"acquire_cancelled", Response{Op: OpAcquire, Status: StatusCancelled, ID: 1}},
 		{"acquire_big_token", Response{Op: OpAcquire, Status: StatusOK, ID: 1<<64 - 1, Token: 1<<64 - 2, Lease: 4294967295}},
+		{"acquire_retry_not_held", Response{Op: OpAcquire, Status: StatusNotHeld, ID: 4}},
 		{"release_ok", Response{Op: OpRelease, Status: StatusOK, ID: 5}},
 		{"release_not_held", Response{Op: OpRelease, Status: StatusNotHeld, ID: 5}},
 		{"extend_ok", Response{Op: OpExtend, Status: StatusOK, ID: 6, Token: 42, Lease: 60000}},
 		{"cancel_ok", Response{Op: OpCancel, Status: StatusOK, ID: 7, Detail: 1}},
 		{"cancel_nothing_pending", Response{Op: OpCancel, Status: StatusOK, ID: 7, Detail: 0}},
 		{"ping_ok", Response{Op: OpPing, Status: StatusOK, ID: 8}},
-		{"inspect_held", Response{Op: OpInspect, Status: StatusOK, ID: 9, Token: 7, Lease: 25000, Detail: 3, Data: []byte{0, 0, 0x13, 0x88, 0, 0, 0, 0}}},
-		{"inspect_free", Response{Op: OpInspect, Status: StatusOK, ID: 9, Data: make([]byte, InspectDataSize)}},
-		{"invalid_key", Response{Op: OpAcquire, Status: StatusInvalid, ID: 9, Detail: FieldKey, Data: []byte("key longer than 256 bytes")}},
-		{"invalid_op", Response{Op: 0x7f, Status: StatusInvalid, ID: 10, Detail: FieldOp, Data: []byte("unknown operation")}},
-		{"busy_waiters_per_key", Response{Op: OpAcquire, Status: StatusBusy, ID: 11, Detail: LimitWaitersPerKey, Data: []byte("too many waiters on this key")}},
+		{"inspect_held_by_other", Response{Op: OpInspect, Status: StatusOK, ID: 9, Token: 0, Lease: 25000, Detail: 3,
+			Data: inspectData(5000, 0, InspectHeld)}},
+		{"inspect_held_token_match", Response{Op: OpInspect, Status: StatusOK, ID: 10, Token: 42, Lease: 25000, Detail: 0,
+			Data: inspectData(5000, 0, InspectHeld|InspectTokenMatch|InspectSession)}},
+		{"inspect_lock_delay", Response{Op: OpInspect, Status: StatusOK, ID: 9, Detail: 1, Data: inspectData(0, 750, 0)}},
+		{"inspect_free", Response{Op: OpInspect, Status: StatusOK, ID: 9, Data: inspectData(0, 0, 0)}},
+		{"ack_ok", Response{Op: OpAck, Status: StatusOK, ID: 11, Detail: 3}},
+		{"invalid_key", Response{Op: OpAcquire, Status: StatusInvalid, ID: 9, Detail: FieldKey, Data: []byte(MsgKey)}},
+		{"invalid_op", Response{Op: 0x7f, Status: StatusInvalid, ID: 10, Detail: FieldOp, Data: []byte(MsgOp)}},
+		{"invalid_request_id_used", Response{Op: OpRelease, Status: StatusInvalid, ID: 3, Detail: FieldRequestID, Data: []byte(MsgRequestIDUsed)}},
+		{"invalid_length", Response{Op: 0, Status: StatusInvalid, ID: 0, Detail: FieldLength, Data: []byte(MsgLength)}},
+		{"busy_waiters_per_key", Response{Op: OpAcquire, Status: StatusBusy, ID: 11, Detail: LimitWaitersPerKey, Data: []byte(MsgWaitersPerKey)}},
+		{"busy_storage", Response{Op: OpAcquire, Status: StatusBusy, ID: 12, Detail: LimitStorage, Data: []byte(MsgStorage)}},
 		{"not_leader", Response{Op: OpAcquire, Status: StatusNotLeader, ID: 12, Data: []byte("127.0.0.2:7070")}},
-		{"shutting_down", Response{Op: OpAcquire, Status: StatusShuttingDown, ID: 13}},
-		{"expired_notice", Response{Op: OpExpired, Status: StatusOK, ID: 0, Token: 7, Data: []byte("order-1234")}},
+		{"shutting_down", Response{Op: OpAcquire, Status: StatusShuttingDown, ID: 13, Data: []byte(MsgShuttingDown)}},
+		{"expired_lease", Response{Op: OpExpired, Status: StatusOK, ID: 0, Token: 7, Detail: ExpiredLease, Data: []byte("order-1234")}},
+		{"expired_stopping", Response{Op: OpExpired, Status: StatusOK, ID: 0, Token: 7, Detail: ExpiredStopping, Data: []byte("order-1234")}},
+		{"goaway_leader_hint", Response{Op: OpGoaway, Status: StatusOK, ID: 0, Detail: GoawayLeadership, Data: []byte("127.0.0.2:7070")}},
+		{"goaway_stopping_no_hint", Response{Op: OpGoaway, Status: StatusOK, ID: 0, Detail: GoawayStopping}},
 	}
 	for _, v := range resps {
 		f.Responses = append(f.Responses, ResponseVector{
@@ -164,40 +195,58 @@ func Vectors() VectorFile {
 	token := "correct horse battery staple"
 	var sid [SessionIDSize]byte
 	var cn, sn [NonceSize]byte
+	var state [StateIDSize]byte
 	copy(sid[:], seq(0x00, SessionIDSize))
 	copy(cn[:], seq(0x20, NonceSize))
 	copy(sn[:], seq(0x40, NonceSize))
-	cp := ClientProof([]byte(token), &sid, &cn, &sn)
-	sp := ServerProof([]byte(token), &sid, &cn, &sn)
-	f.Auth = append(f.Auth, AuthVector{Name: "shared_token", Token: token,
-		SessionID: hex.EncodeToString(sid[:]), ClientNonce: hex.EncodeToString(cn[:]), ServerNonce: hex.EncodeToString(sn[:]),
-		ClientProof: hex.EncodeToString(cp[:]), ServerProof: hex.EncodeToString(sp[:])})
-
+	copy(state[:], seq(0x60, StateIDSize))
 	hx := hex.EncodeToString
+	cp := ClientProof([]byte(token), &sid, &cn, &sn)
+	newWelcome := Welcome{Status: StatusOK, GraceMs: 5000, StateID: state}
+	newWelcome.Proof = ServerProof([]byte(token), &sid, &cn, &sn, &newWelcome)
+	resumed := Welcome{Status: StatusOK, Flags: WelcomeResumed, GraceMs: 5000, StateID: state}
+	resumed.Proof = ServerProof([]byte(token), &sid, &cn, &sn, &resumed)
+	for _, a := range []struct {
+		name string
+		w    *Welcome
+	}{{"shared_token_new_session", &newWelcome}, {"shared_token_resumed", &resumed}} {
+		f.Auth = append(f.Auth, AuthVector{Name: a.name, Token: token,
+			SessionID: hx(sid[:]), ClientNonce: hx(cn[:]), ServerNonce: hx(sn[:]),
+			WelcomeFlags: a.w.Flags, GraceMs: a.w.GraceMs, StateID: hx(state[:]),
+			ClientProof: hx(cp[:]), ServerProof: hx(a.w.Proof[:])})
+	}
+
+	zero32 := hx(make([]byte, NonceSize))
+	chal := func(name string, c Challenge) HandshakeVector {
+		return HandshakeVector{Name: name, Direction: "server->client", Op: "CHALLENGE", Version: c.Version,
+			Flags: uint16(c.Flags), Status: c.Status.String(), Detail: c.Detail, Nonce: hx(c.Nonce[:]),
+			DataHex: hx(c.Data), Hex: hx(AppendChallenge(nil, &c))}
+	}
+	wel := func(name string, w Welcome) HandshakeVector {
+		return HandshakeVector{Name: name, Direction: "server->client", Op: "WELCOME", Flags: uint16(w.Flags),
+			Status: w.Status.String(), Detail: w.Detail, GraceMs: w.GraceMs, StateID: hx(w.StateID[:]),
+			Proof: hx(w.Proof[:]), Hex: hx(AppendWelcome(nil, &w))}
+	}
 	hello := Hello{Version: Version, SessionID: sid, Nonce: cn}
 	f.Handshake = append(f.Handshake,
 		HandshakeVector{Name: "hello", Direction: "client->server", Op: "HELLO", Version: Version,
 			SessionID: hx(sid[:]), Nonce: hx(cn[:]), Hex: hx(AppendHello(nil, &hello))},
-		HandshakeVector{Name: "challenge_auth", Direction: "server->client", Op: "CHALLENGE", Status: "OK", Version: Version,
-			Flags: uint16(ChallengeAuthRequired), Nonce: hx(sn[:]),
-			Hex: hx(AppendChallenge(nil, &Challenge{Status: StatusOK, Version: Version, Flags: ChallengeAuthRequired, Nonce: sn}))},
+		chal("challenge_auth", Challenge{Status: StatusOK, Version: Version, Flags: ChallengeAuthRequired, Nonce: sn}),
 		HandshakeVector{Name: "auth", Direction: "client->server", Op: "AUTH", Proof: hx(cp[:]),
 			Hex: hx(AppendAuth(nil, &Auth{Proof: cp}))},
-		HandshakeVector{Name: "welcome_auth", Direction: "server->client", Op: "WELCOME", Status: "OK", Proof: hx(sp[:]),
-			Hex: hx(AppendWelcome(nil, &Welcome{Status: StatusOK, Proof: sp}))},
-		HandshakeVector{Name: "challenge_no_auth", Direction: "server->client", Op: "CHALLENGE", Status: "OK", Version: Version,
-			Nonce: hx(make([]byte, NonceSize)),
-			Hex:   hx(AppendChallenge(nil, &Challenge{Status: StatusOK, Version: Version}))},
-		HandshakeVector{Name: "auth_no_auth", Direction: "client->server", Op: "AUTH", Proof: hx(make([]byte, ProofSize)),
+		wel("welcome_new_session", newWelcome),
+		wel("welcome_resumed", resumed),
+		chal("challenge_no_auth", Challenge{Status: StatusOK, Version: Version}),
+		HandshakeVector{Name: "auth_no_auth", Direction: "client->server", Op: "AUTH", Proof: zero32,
 			Hex: hx(AppendAuth(nil, &Auth{}))},
-		HandshakeVector{Name: "welcome_no_auth", Direction: "server->client", Op: "WELCOME", Status: "OK", Proof: hx(make([]byte, ProofSize)),
-			Hex: hx(AppendWelcome(nil, &Welcome{Status: StatusOK}))},
-		HandshakeVector{Name: "challenge_unsupported_version", Direction: "server->client", Op: "CHALLENGE", Status: "UNSUPPORTED_VERSION",
-			Version: Version, Nonce: hx(make([]byte, NonceSize)),
-			Hex: hx(AppendChallenge(nil, &Challenge{Status: StatusUnsupportedVersion, Version: Version}))},
-		HandshakeVector{Name: "welcome_auth_failed", Direction: "server->client", Op: "WELCOME", Status: "AUTH_FAILED",
-			Proof: hx(make([]byte, ProofSize)),
-			Hex:   hx(AppendWelcome(nil, &Welcome{Status: StatusAuthFailed}))},
+		wel("welcome_no_auth", Welcome{Status: StatusOK, GraceMs: 5000, StateID: state}),
+		chal("challenge_unsupported_version", Challenge{Status: StatusUnsupportedVersion, Version: Version, Data: []byte(MsgVersion)}),
+		chal("challenge_busy_connections", Challenge{Status: StatusBusy, Version: Version, Detail: LimitConnections, Data: []byte(MsgConnections)}),
+		chal("challenge_invalid_session", Challenge{Status: StatusInvalid, Version: Version, Detail: FieldSession, Data: []byte(MsgSessionZero)}),
+		chal("challenge_not_leader", Challenge{Status: StatusNotLeader, Version: Version, Data: []byte("127.0.0.2:7070")}),
+		chal("challenge_not_leader_unknown", Challenge{Status: StatusNotLeader, Version: Version}),
+		wel("welcome_auth_failed", Welcome{Status: StatusAuthFailed}),
+		wel("welcome_busy_sessions", Welcome{Status: StatusBusy, Detail: LimitSessions}),
 	)
 
 	ping := AppendRequest(nil, &Request{Op: OpPing, ID: 1})
@@ -206,12 +255,17 @@ func Vectors() VectorFile {
 	mismatch := AppendRequest(nil, &Request{Op: OpAcquire, ID: 1, Lease: 1, Key: []byte("abc")})
 	mismatch[7] = 4 // key_len 4, frame carries 3
 	huge := []byte{0x00, 0x01, 0x00, 0x1c, byte(OpAcquire), 0}
+	dataMismatch := AppendResponse(nil, &Response{Op: OpPing, ID: 1, Data: []byte{0xaa}})
+	dataMismatch[7] = 0 // data_len 0, frame carries 1 byte
+	overKey := AppendRequest(nil, &Request{Op: OpAcquire, ID: 1, Lease: 1, Key: make([]byte, 257)})
 	f.Malformed = append(f.Malformed,
 		MalformedVector{Name: "length_below_header", Kind: "request", MaxVar: 256, Hex: hx(badLen), Error: "length"},
 		MalformedVector{Name: "key_len_mismatch", Kind: "request", MaxVar: 256, Hex: hx(mismatch), Error: "length"},
 		MalformedVector{Name: "length_above_ceiling", Kind: "request", MaxVar: MaxKeyLen, Hex: hx(huge), Error: "too_large"},
+		MalformedVector{Name: "length_above_reader_limit", Kind: "request", MaxVar: 256, Hex: hx(overKey[:8]), Error: "too_large"},
 		MalformedVector{Name: "truncated_header", Kind: "request", MaxVar: 256, Hex: hx(ping[:20]), Error: "short"},
 		MalformedVector{Name: "truncated_length", Kind: "response", MaxVar: 256, Hex: "0000", Error: "short"},
+		MalformedVector{Name: "data_len_mismatch", Kind: "response", MaxVar: MaxDataLen, Hex: hx(dataMismatch), Error: "length"},
 	)
 	return f
 }
@@ -225,6 +279,10 @@ type ConstantsFile struct {
 	Statuses []Named           `json:"statuses"`
 	Fields   []Named           `json:"invalid_fields"`
 	Limits   []Named           `json:"busy_limits"`
+	Expired  []Named           `json:"expired_reasons"`
+	Goaway   []Named           `json:"goaway_reasons"`
+	Inspect  []Named           `json:"inspect_flags"`
+	Rules    map[string]uint64 `json:"client_rules"`
 }
 
 // Constants returns the content of protocol/constants.json.
@@ -234,10 +292,16 @@ func Constants() ConstantsFile {
 		Version: Version,
 		Sizes: map[string]uint64{
 			"HEADER": HeaderSize, "HELLO": HelloSize, "CHALLENGE": ChallengeSize, "AUTH": AuthSize, "WELCOME": WelcomeSize,
-			"SESSION_ID": SessionIDSize, "INSPECT_DATA": InspectDataSize, "NONCE": NonceSize, "PROOF": ProofSize, "MAX_KEY_LEN": MaxKeyLen,
+			"SESSION_ID": SessionIDSize, "STATE_ID": StateIDSize, "INSPECT_DATA": InspectDataSize, "NONCE": NonceSize,
+			"PROOF": ProofSize, "MAX_KEY_LEN": MaxKeyLen, "MAX_DATA_LEN": MaxDataLen, "MAX_CHALLENGE_DATA": MaxChallengeData,
 			"WAIT_FOREVER": uint64(WaitForever), "CHALLENGE_AUTH_REQUIRED": uint64(ChallengeAuthRequired),
+			"WELCOME_RESUMED": uint64(WelcomeResumed),
 		},
 		Ops: Ops, Statuses: Statuses, Fields: Fields, Limits: Limits,
+		Expired: ExpiredReasons, Goaway: GoawayReasons, Inspect: InspectFlags,
+		Rules: map[string]uint64{
+			"ACK_EVERY": AckEvery, "CLOCK_RATE_BOUND_PPM": ClockRateBoundPPM, "LOST_MARGIN_MS": LostMarginMs,
+		},
 	}
 }
 

@@ -35,15 +35,41 @@ const (
 	OpCancel  Op = 0x13
 	OpPing    Op = 0x14
 	OpInspect Op = 0x15
+	OpAck     Op = 0x16
 )
 
-// InspectDataSize is the size of an INSPECT answer's data: u32 ms since the lock was granted,
-// u32 ms of lock-delay left.
-const InspectDataSize = 8
+// Server pushes (request id 0), sent to the connection a session is attached to.
+const (
+	// OpExpired: the lease of a lock held by this session ended (Detail: Expired* reason); Token
+	// is the lock's token, Data its key.
+	OpExpired Op = 0x20
+	// OpGoaway: this node is going away (Detail: Goaway* reason); Data is the leader's client
+	// address when known. The client reconnects (there, or to the next endpoint) and resumes.
+	OpGoaway Op = 0x21
+)
 
-// OpExpired is a server-pushed notice (request id 0): the lease of a lock held through this
-// connection ran out and the server reclaimed the lock.
-const OpExpired Op = 0x20
+// INSPECT answer data: u32 ms since the lock was granted, u32 ms of lock-delay left, u32 flags.
+const InspectDataSize = 12
+
+// INSPECT answer flags (the last u32 of its data).
+const (
+	InspectHeld       uint32 = 1 << 0 // somebody holds the key
+	InspectTokenMatch uint32 = 1 << 1 // the request's token is the holder's token
+	InspectSession    uint32 = 1 << 2 // the asking session holds the key
+	InspectStalled    uint32 = 1 << 3 // the key waits for storage (tokens or horizon not yet durable)
+)
+
+// EXPIRED reasons (Response.Detail of an EXPIRED push).
+const (
+	ExpiredLease    uint32 = 1 // the lease ran out and the server reclaimed the lock
+	ExpiredStopping uint32 = 2 // the server is stopping; the lease still runs, but treat the lock as lost
+)
+
+// GOAWAY reasons (Response.Detail of a GOAWAY push).
+const (
+	GoawayLeadership uint32 = 1 // this node is no longer (or soon not) the leader
+	GoawayStopping   uint32 = 2 // this cluster node is stopping for maintenance
+)
 
 // Status is a response's outcome (offset 5 of every server frame).
 type Status uint8
@@ -63,15 +89,16 @@ const (
 
 // Field codes: Response.Detail of an INVALID answer.
 const (
-	FieldLength    uint32 = 1 // frame length inconsistent or too large (connection closes)
-	FieldOp        uint32 = 2 // unknown operation
-	FieldFlags     uint32 = 3 // reserved flags not zero
-	FieldKey       uint32 = 4 // key empty or longer than the server's limit
-	FieldLease     uint32 = 5 // lease outside the server's range
-	FieldWait      uint32 = 6 // wait timeout above the server's limit
-	FieldToken     uint32 = 7 // token zero
-	FieldRequestID uint32 = 8 // request id zero, or already used by a pending acquire
-	FieldHandshake uint32 = 9 // a handshake frame was malformed or out of order (connection closes)
+	FieldLength    uint32 = 1  // frame length inconsistent or too large (connection closes)
+	FieldOp        uint32 = 2  // unknown operation
+	FieldFlags     uint32 = 3  // reserved flags not zero
+	FieldKey       uint32 = 4  // key empty or longer than the server's limit
+	FieldLease     uint32 = 5  // lease outside the server's range
+	FieldWait      uint32 = 6  // reserved: every wait_ms is valid in version 1
+	FieldToken     uint32 = 7  // token zero
+	FieldRequestID uint32 = 8  // request id zero, already used on this connection, or a retry that differs from its original
+	FieldHandshake uint32 = 9  // reserved: handshake frames with a bad layout close without an answer
+	FieldSession   uint32 = 10 // HELLO: the session id is all zero
 )
 
 // Limit codes: Response.Detail of a BUSY answer.
@@ -80,26 +107,45 @@ const (
 	LimitWaitersPerKey uint32 = 2
 	LimitWaitersTotal  uint32 = 3
 	LimitLocks         uint32 = 4 // too many distinct keys in the table
-	LimitInflight      uint32 = 5 // too many pending acquires on this connection
+	LimitInflight      uint32 = 5 // the session has too many queued acquires or stored outcomes
+	LimitStorage       uint32 = 6 // tokens or the restart horizon cannot be made durable now
+	LimitSessions      uint32 = 7 // too many sessions (WELCOME status BUSY, then close)
 )
 
 // Sizes and special values.
 const (
-	HeaderSize    = 32     // request and response header
-	HelloSize     = 56     // whole HELLO frame
-	ChallengeSize = 40     // whole CHALLENGE frame
-	AuthSize      = 40     // whole AUTH frame
-	WelcomeSize   = 40     // whole WELCOME frame
-	MaxKeyLen     = 0xFFFF // the format's ceiling; servers set a lower limit
-	MaxDataLen    = 0xFFFF // response data ceiling
-	MaxFrameSize  = HeaderSize + MaxKeyLen
-	SessionIDSize = 16
-	NonceSize     = 32
-	ProofSize     = 32
+	HeaderSize    = 32 // request and response header
+	HelloSize     = 56 // whole HELLO frame
+	ChallengeSize = 48 // whole CHALLENGE frame without its data
+	AuthSize      = 40 // whole AUTH frame
+	WelcomeSize   = 64 // whole WELCOME frame
+	StateIDSize   = 16
+	// MaxChallengeData bounds a CHALLENGE's data (a leader address or a message).
+	MaxChallengeData = 1024
+	MaxKeyLen        = 0xFFFF // the format's ceiling; servers set a lower limit
+	MaxDataLen       = 0xFFFF // response data ceiling
+	MaxFrameSize     = HeaderSize + MaxKeyLen
+	SessionIDSize    = 16
+	NonceSize        = 32
+	ProofSize        = 32
 	// WaitForever as Request.WaitMs: wait without limit.
 	WaitForever uint32 = 0xFFFFFFFF
 	// ChallengeAuthRequired is the CHALLENGE flag bit saying the server requires auth.
 	ChallengeAuthRequired uint8 = 0x01
+	// WelcomeResumed is the WELCOME flag bit saying the session named in HELLO was resumed.
+	WelcomeResumed uint8 = 0x01
+)
+
+// Rules every client follows (PROTOCOL.md, "Sessions" and "The lost signal").
+const (
+	// AckEvery: a client sends ACK at least once per this many answers received.
+	AckEvery = 1024
+	// ClockRateBoundPPM bounds the rate error of each of the client's and the server's clocks,
+	// in parts per million: the local deadline is shortened by twice this fraction.
+	ClockRateBoundPPM = 1000
+	// LostMarginMs: the lost signal fires this many ms before the local deadline (or a tenth of
+	// the lease when that is shorter), for timer latency.
+	LostMarginMs = 5
 )
 
 // Decoding errors. ErrShort is not an error on a stream: it means "read more bytes".
@@ -117,7 +163,7 @@ type Request struct {
 	Op     Op
 	Flags  uint8
 	ID     uint64 // request id, chosen by the client, non-zero
-	Token  uint64 // RELEASE, EXTEND: the lock's token; CANCEL: the request id to withdraw
+	Token  uint64 // RELEASE, EXTEND: the lock's token; CANCEL: the request id to withdraw; ACK: the lowest id still awaited; INSPECT: 0 or a token to check
 	Lease  uint32 // ms; ACQUIRE, EXTEND
 	WaitMs uint32 // ms; ACQUIRE (0 = try once, WaitForever = no limit)
 	Key    []byte // ACQUIRE, RELEASE, EXTEND
@@ -130,8 +176,8 @@ type Response struct {
 	ID     uint64 // the request's id; 0 for EXPIRED notices
 	Token  uint64 // ACQUIRE OK: the fencing token; EXPIRED: the token that expired
 	Lease  uint32 // ACQUIRE/EXTEND OK: the lease granted, ms
-	Detail uint32 // ACQUIRE OK: ms spent queued; INVALID: Field*; BUSY: Limit*; CANCEL: 1 if a waiter was removed
-	Data   []byte // EXPIRED: the key; NOT_LEADER: leader address; errors: a UTF-8 message
+	Detail uint32 // ACQUIRE OK: ms spent queued; INSPECT: queued acquires; INVALID: Field*; BUSY: Limit*; CANCEL: 1 if withdrawn; ACK: outcomes still stored; EXPIRED/GOAWAY: reason
+	Data   []byte // EXPIRED: the key; GOAWAY, NOT_LEADER: leader address; INSPECT: 12 bytes; errors: a UTF-8 message
 }
 
 // FrameLen reports the total size of the frame at the start of b (length field included), or

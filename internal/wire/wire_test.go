@@ -103,19 +103,36 @@ func TestVectorsDecode(t *testing.T) {
 
 func TestHandshakeVectors(t *testing.T) {
 	f := Vectors()
-	a := f.Auth[0]
-	var sid [SessionIDSize]byte
-	var cn, sn [NonceSize]byte
-	copy(sid[:], mustHex(t, a.SessionID))
-	copy(cn[:], mustHex(t, a.ClientNonce))
-	copy(sn[:], mustHex(t, a.ServerNonce))
-	cp := ClientProof([]byte(a.Token), &sid, &cn, &sn)
-	sp := ServerProof([]byte(a.Token), &sid, &cn, &sn)
-	if hex.EncodeToString(cp[:]) != a.ClientProof || hex.EncodeToString(sp[:]) != a.ServerProof {
-		t.Fatal("proofs differ from vectors")
+	for _, a := range f.Auth {
+		var sid [SessionIDSize]byte
+		var cn, sn [NonceSize]byte
+		w := Welcome{Status: StatusOK, Flags: a.WelcomeFlags, GraceMs: a.GraceMs}
+		copy(sid[:], mustHex(t, a.SessionID))
+		copy(cn[:], mustHex(t, a.ClientNonce))
+		copy(sn[:], mustHex(t, a.ServerNonce))
+		copy(w.StateID[:], mustHex(t, a.StateID))
+		cp := ClientProof([]byte(a.Token), &sid, &cn, &sn)
+		sp := ServerProof([]byte(a.Token), &sid, &cn, &sn, &w)
+		if hex.EncodeToString(cp[:]) != a.ClientProof || hex.EncodeToString(sp[:]) != a.ServerProof {
+			t.Fatalf("%s: proofs differ from vectors", a.Name)
+		}
+		if cp == sp {
+			t.Fatal("client and server proofs must differ")
+		}
+		// The proof covers the state id and the resumed flag.
+		w2 := w
+		w2.StateID[0] ^= 1
+		if ServerProof([]byte(a.Token), &sid, &cn, &sn, &w2) == sp {
+			t.Fatal("server proof does not cover the state id")
+		}
+		w2 = w
+		w2.Flags ^= WelcomeResumed
+		if ServerProof([]byte(a.Token), &sid, &cn, &sn, &w2) == sp {
+			t.Fatal("server proof does not cover the resumed flag")
+		}
 	}
-	if cp == sp {
-		t.Fatal("client and server proofs must differ")
+	if f.Auth[0].ServerProof == f.Auth[1].ServerProof {
+		t.Fatal("new-session and resumed proofs must differ")
 	}
 	for _, v := range f.Handshake {
 		b := mustHex(t, v.Hex)
@@ -129,8 +146,12 @@ func TestHandshakeVectors(t *testing.T) {
 		case "CHALLENGE":
 			var c Challenge
 			if err := DecodeChallenge(b, &c); err != nil || c.Status.String() != v.Status || c.Version != v.Version ||
-				uint16(c.Flags) != v.Flags || hex.EncodeToString(c.Nonce[:]) != v.Nonce {
+				uint16(c.Flags) != v.Flags || c.Detail != v.Detail || hex.EncodeToString(c.Nonce[:]) != v.Nonce ||
+				hex.EncodeToString(c.Data) != v.DataHex {
 				t.Errorf("%s: %v %+v", v.Name, err, c)
+			}
+			if got := AppendChallenge(nil, &c); !bytes.Equal(got, b) {
+				t.Errorf("%s: re-encode differs", v.Name)
 			}
 		case "AUTH":
 			var x Auth
@@ -139,8 +160,13 @@ func TestHandshakeVectors(t *testing.T) {
 			}
 		case "WELCOME":
 			var w Welcome
-			if err := DecodeWelcome(b, &w); err != nil || w.Status.String() != v.Status || hex.EncodeToString(w.Proof[:]) != v.Proof {
-				t.Errorf("%s: %v", v.Name, err)
+			if err := DecodeWelcome(b, &w); err != nil || w.Status.String() != v.Status || uint16(w.Flags) != v.Flags ||
+				w.Detail != v.Detail || w.GraceMs != v.GraceMs || hex.EncodeToString(w.StateID[:]) != v.StateID ||
+				hex.EncodeToString(w.Proof[:]) != v.Proof {
+				t.Errorf("%s: %v %+v", v.Name, err, w)
+			}
+			if got := AppendWelcome(nil, &w); !bytes.Equal(got, b) {
+				t.Errorf("%s: re-encode differs", v.Name)
 			}
 		default:
 			t.Errorf("%s: unknown op %s", v.Name, v.Op)

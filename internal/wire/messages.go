@@ -1,0 +1,30 @@
+package wire
+
+// The server's error messages (the data of INVALID, BUSY and SHUTTING_DOWN answers and of
+// CHALLENGE errors), constant so that answering does not allocate. The vectors use them, so a
+// client can compare texts too; clients must not depend on them (act on status and detail).
+const (
+	MsgLength        = "frame length does not match its layout"
+	MsgTooLarge      = "frame larger than the protocol's ceiling"
+	MsgOp            = "unknown operation"
+	MsgFlags         = "reserved flags must be zero"
+	MsgKey           = "key empty or longer than the server's max key length"
+	MsgLease         = "lease outside the server's range"
+	MsgToken         = "token must be non-zero"
+	MsgRequestID     = "request id must be non-zero"
+	MsgRequestIDUsed = "request id already used on this connection"
+	MsgRetryDiffers  = "retried request differs from the original"
+	MsgShuttingDown  = "server shutting down"
+	MsgInflight      = "too many queued acquires on this session"
+	MsgOutcomes      = "too many stored outcomes on this session: send ACK"
+	MsgWaitersPerKey = "too many waiters on this key"
+	MsgWaitersTotal  = "too many waiters on this server"
+	MsgLocks         = "too many keys on this server"
+	MsgStorage       = "tokens or restart horizon cannot be made durable"
+	MsgConnections   = "too many connections"
+	MsgSessions      = "too many sessions"
+	MsgVersion       = "unsupported protocol version"
+	MsgSessionZero   = "session id must be non-zero"
+	MsgNotLeader     = "not the leader"
+	MsgAuthFailed    = "authentication failed"
+)

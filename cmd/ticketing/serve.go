@@ -28,11 +28,22 @@ type setting struct {
 }
 
 func durationSetting(name, help string, p *time.Duration) setting {
-	return setting{name, help, func(v string) (err error) { *p, err = time.ParseDuration(v); return }, p.String()}
+	return setting{name, help, func(v string) (err error) {
+		d, err := time.ParseDuration(v)
+		if err != nil && v == "0" {
+			d, err = 0, nil
+		}
+		*p = d
+		return err
+	}, p.String()}
 }
 
 func intSetting(name, help string, p *int) setting {
 	return setting{name, help, func(v string) (err error) { *p, err = strconv.Atoi(v); return }, strconv.Itoa(*p)}
+}
+
+func uintSetting(name, help string, p *uint64) setting {
+	return setting{name, help, func(v string) (err error) { *p, err = strconv.ParseUint(v, 10, 64); return }, strconv.FormatUint(*p, 10)}
 }
 
 func stringSetting(name, help string, p *string) setting {
@@ -45,8 +56,9 @@ func envName(flagName string) string {
 
 type serverSettings struct {
 	cfg                    server.Config
-	tokenFile              string
+	token, tokenFile       string
 	tlsCert, tlsKey, tlsCA string
+	startupGrace           string
 	logLevel, logFormat    string
 }
 
@@ -54,37 +66,44 @@ func (o *serverSettings) list() []setting {
 	c := &o.cfg
 	return []setting{
 		stringSetting("addr", "listen address (host:port); port 0 picks a free one", &c.Addr),
-		stringSetting("data-dir", "directory for the durable fencing-token high-water mark", &c.DataDir),
-		stringSetting("token", "shared auth token (empty: no auth); prefer TICKETING_TOKEN_FILE", &c.Token),
-		stringSetting("token-file", "file holding the shared auth token", &o.tokenFile),
-		stringSetting("tls-cert", "PEM certificate chain: enables TLS (with --tls-key)", &o.tlsCert),
+		stringSetting("data-dir", "directory for the durable state: fencing-token high-water mark and restart horizon", &c.DataDir),
+		stringSetting("token-file", "file holding the shared auth token (a second line: the previous token, still accepted during a rotation; reloaded on SIGHUP)", &o.tokenFile),
+		stringSetting("tls-cert", "PEM certificate chain: enables TLS (with --tls-key; reloaded on SIGHUP)", &o.tlsCert),
 		stringSetting("tls-key", "PEM private key for --tls-cert", &o.tlsKey),
 		stringSetting("tls-client-ca", "PEM CA bundle: require client certificates signed by it", &o.tlsCA),
 		intSetting("max-key-len", "longest key in bytes (<= 65535)", &c.MaxKeyLen),
 		durationSetting("min-lease", "shortest lease accepted", &c.MinLease),
 		durationSetting("max-lease", "longest lease accepted", &c.MaxLease),
-		intSetting("max-connections", "connections at once", &c.MaxConnections),
+		intSetting("max-connections", "connections past their handshake", &c.MaxConnections),
+		intSetting("max-handshakes", "connections still in their handshake (the oldest is closed beyond it)", &c.MaxHandshakes),
+		intSetting("max-sessions", "client sessions, attached or in their grace", &c.MaxSessions),
 		intSetting("max-waiters-per-key", "queued acquires on one key", &c.MaxWaitersPerKey),
 		intSetting("max-waiters", "queued acquires in total", &c.MaxWaiters),
 		intSetting("max-locks", "distinct keys held, waited on or in lock-delay", &c.MaxLocks),
-		intSetting("max-inflight", "pending acquires per connection", &c.MaxInflight),
+		intSetting("max-inflight", "queued acquires per session", &c.MaxInflight),
+		intSetting("max-outcomes", "stored outcomes per session (for retries; pruned by ACK)", &c.MaxOutcomes),
 		durationSetting("handshake-timeout", "time allowed for the handshake", &c.HandshakeTimeout),
 		durationSetting("write-timeout", "a write blocked longer closes the connection", &c.WriteTimeout),
 		intSetting("max-output", "bytes queued for a client that does not read before it is closed", &c.MaxOutput),
+		durationSetting("session-grace", "how long a session outlives its connection (resume window; 0: no resume)", &c.SessionGrace),
+		durationSetting("dead-peer-timeout", "drop a peer that stops answering TCP within about this", &c.DeadPeerTimeout),
 		durationSetting("lock-delay", "keep a key unavailable this long after a lease expiry (0: off)", &c.LockDelay),
-		durationSetting("startup-grace", "grant nothing for this long after start (set it to the longest lease for strict exclusion across restarts)", &c.StartupGrace),
+		stringSetting("startup-grace", "after a restart grant nothing an earlier holder could still hold: auto (from the recorded horizon), a duration (auto with a floor), or 0 (off)", &o.startupGrace),
 		durationSetting("shutdown-timeout", "bound on graceful shutdown", &c.ShutdownTimeout),
+		uintSetting("token-block", "fencing tokens reserved per durable write", &c.TokenBlock),
+		uintSetting("min-token", "tokens start above this (recovery floor for a lost data directory)", &c.MinToken),
 		stringSetting("log-level", "debug, info, warn or error", &o.logLevel),
 		stringSetting("log-format", "text or json", &o.logFormat),
 	}
 }
 
-// parseServerSettings reads defaults, then TICKETING_* variables, then flags.
+// parseServerSettings reads defaults, then TICKETING_* variables, then flags. The auth token is
+// read from TICKETING_TOKEN or TICKETING_TOKEN_FILE only: a flag would show it in ps.
 func parseServerSettings(args []string, getenv func(string) string) (*serverSettings, error) {
-	o := &serverSettings{cfg: server.Default(), logLevel: "info", logFormat: "text"}
+	o := &serverSettings{cfg: server.Default(), logLevel: "info", logFormat: "text", startupGrace: "auto"}
 	fs := flag.NewFlagSet("ticketing server", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: ticketing server [--flag value ...]\n\nEvery flag is also an environment variable (--max-lease = TICKETING_MAX_LEASE).")
+		fmt.Fprintln(fs.Output(), "usage: ticketing server [--flag value ...]\n\nEvery flag is also an environment variable (--max-lease = TICKETING_MAX_LEASE).\nThe auth token comes from TICKETING_TOKEN or TICKETING_TOKEN_FILE, never from a flag.")
 		fs.PrintDefaults()
 	}
 	for _, st := range o.list() {
@@ -95,18 +114,30 @@ func parseServerSettings(args []string, getenv func(string) string) (*serverSett
 		}
 		fs.Func(st.name, st.help+" (env "+envName(st.name)+", default "+strconv.Quote(st.def)+")", st.set)
 	}
+	fs.Func("token", "not accepted: pass the token in TICKETING_TOKEN or TICKETING_TOKEN_FILE", func(string) error {
+		return errors.New("the token is not accepted on the command line (it would show in ps): set TICKETING_TOKEN or TICKETING_TOKEN_FILE")
+	})
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if o.tokenFile != "" {
-		b, err := os.ReadFile(o.tokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("TICKETING_TOKEN_FILE: %w", err)
+	o.token = getenv("TICKETING_TOKEN")
+	if err := o.loadTokens(); err != nil {
+		return nil, err
+	}
+	switch g := strings.TrimSpace(o.startupGrace); g {
+	case "auto", "":
+		o.cfg.StartupAuto, o.cfg.StartupGrace = true, 0
+	case "0", "0s", "off":
+		o.cfg.StartupAuto, o.cfg.StartupGrace = false, 0
+	default:
+		d, err := time.ParseDuration(g)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("TICKETING_STARTUP_GRACE=%q: want auto, 0, or a duration (a floor on auto)", g)
 		}
-		o.cfg.Token = strings.TrimRight(string(b), "\r\n")
+		o.cfg.StartupAuto, o.cfg.StartupGrace = true, d
 	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return nil, errors.New("TICKETING_TLS_CERT and TICKETING_TLS_KEY go together")
@@ -114,7 +145,7 @@ func parseServerSettings(args []string, getenv func(string) string) (*serverSett
 	if o.tlsCert != "" {
 		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
 		if err != nil {
-			return nil, fmt.Errorf("TLS key pair: %w", err)
+			return nil, fmt.Errorf("TICKETING_TLS_CERT/TICKETING_TLS_KEY: %w", err)
 		}
 		o.cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		if o.tlsCA != "" {
@@ -129,8 +160,64 @@ func parseServerSettings(args []string, getenv func(string) string) (*serverSett
 			o.cfg.TLS.ClientCAs = pool
 			o.cfg.TLS.ClientAuth = tls.RequireAndVerifyClientCert
 		}
+	} else if o.tlsCA != "" {
+		return nil, errors.New("TICKETING_TLS_CLIENT_CA needs TICKETING_TLS_CERT and TICKETING_TLS_KEY")
 	}
 	return o, o.cfg.Validate()
+}
+
+// loadTokens sets cfg.Tokens from TICKETING_TOKEN, or from the token file: its first non-empty
+// line is the current token, a second the previous one (accepted during a rotation).
+func (o *serverSettings) loadTokens() error {
+	if o.tokenFile == "" {
+		o.cfg.Tokens = nil
+		if o.token != "" {
+			o.cfg.Tokens = []string{o.token}
+		}
+		return nil
+	}
+	if o.token != "" {
+		return errors.New("TICKETING_TOKEN and TICKETING_TOKEN_FILE are both set: use one")
+	}
+	b, err := os.ReadFile(o.tokenFile)
+	if err != nil {
+		return fmt.Errorf("TICKETING_TOKEN_FILE: %w", err)
+	}
+	var toks []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if t := strings.TrimRight(line, "\r"); t != "" {
+			toks = append(toks, t)
+		}
+	}
+	if len(toks) == 0 {
+		return fmt.Errorf("TICKETING_TOKEN_FILE %s holds no token", o.tokenFile)
+	}
+	if len(toks) > 2 {
+		return fmt.Errorf("TICKETING_TOKEN_FILE %s holds %d tokens: at most two (current, then previous)", o.tokenFile, len(toks))
+	}
+	o.cfg.Tokens = toks
+	return nil
+}
+
+// reload re-reads what SIGHUP reloads: the token file and the TLS key pair.
+func (o *serverSettings) reload(srv *server.Server, log *slog.Logger) {
+	if o.tokenFile != "" {
+		if err := o.loadTokens(); err != nil {
+			log.Error("SIGHUP: token file not reloaded", "err", err)
+		} else {
+			srv.SetTokens(o.cfg.Tokens)
+			log.Info("SIGHUP: tokens reloaded", "accepted", len(o.cfg.Tokens))
+		}
+	}
+	if o.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+		if err != nil {
+			log.Error("SIGHUP: TLS key pair not reloaded", "err", err)
+		} else {
+			srv.SetCertificate(&cert)
+			log.Info("SIGHUP: TLS certificate reloaded")
+		}
+	}
 }
 
 func newLogger(level, format string) (*slog.Logger, error) {
@@ -173,15 +260,22 @@ func runServer(args []string) int {
 		return 1
 	}
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
-		log.Error("serve failed", "err", err)
-		return 1
-	case s := <-sig:
-		log.Info("shutting down", "signal", s.String())
+	for {
+		select {
+		case err := <-served:
+			log.Error("serve failed", "err", err)
+			return 1
+		case s := <-sig:
+			if s == syscall.SIGHUP {
+				o.reload(srv, log)
+				continue
+			}
+			log.Info("shutting down", "signal", s.String())
+		}
+		break
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.cfg.ShutdownTimeout)
 	defer cancel()

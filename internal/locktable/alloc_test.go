@@ -30,7 +30,7 @@ func makeKeys(n int) [][]byte {
 }
 
 func TestZeroAllocAcquireRelease1000Keys(t *testing.T) {
-	tb := New(Config{MaxLocks: 100000}, &counter{})
+	tb := New(Config{MaxLocks: 100000})
 	keys := makeKeys(1000)
 	toks := make([]uint64, len(keys))
 	now := int64(0)
@@ -45,7 +45,7 @@ func TestZeroAllocAcquireRelease1000Keys(t *testing.T) {
 			toks[i] = r.Token
 		}
 		for i, k := range keys {
-			if tb.Extend(now, k, toks[i], 2e9) != OK {
+			if tb.Extend(now, 0, 0, k, toks[i], 2e9).Status != OK {
 				t.Fatal("extend")
 			}
 			if tb.Release(now, k, toks[i]) != OK {
@@ -66,7 +66,7 @@ func TestZeroAllocAcquireRelease1000Keys(t *testing.T) {
 }
 
 func TestZeroAllocQueuedHandOff(t *testing.T) {
-	tb := New(Config{LockDelay: 5}, &counter{})
+	tb := New(Config{LockDelay: 5})
 	keys := makeKeys(64)
 	now := int64(0)
 	req := uint64(0)
@@ -137,7 +137,7 @@ func TestZeroAllocQueuedHandOff(t *testing.T) {
 // BenchmarkAcquireRelease: one uncontended acquire + release, rotating over
 // 1000 keys.
 func BenchmarkAcquireRelease(b *testing.B) {
-	tb := New(Config{}, &counter{})
+	tb := New(Config{})
 	keys := makeKeys(1000)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -151,7 +151,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 // BenchmarkHandOff: a contended key: release hands the lock to the head of a
 // queue of 100 waiters, and the released holder queues again at the tail.
 func BenchmarkHandOff(b *testing.B) {
-	tb := New(Config{}, &counter{})
+	tb := New(Config{})
 	key := []byte("hot-key")
 	tok := tb.Acquire(0, 0, 0, key, 1e9, 0).Token
 	for i := 1; i <= 100; i++ {
@@ -172,7 +172,7 @@ func BenchmarkHandOff(b *testing.B) {
 // BenchmarkAcquireRelease100kHeld: acquire + release of one key while 100k
 // other locks are held (hash index and heap at size).
 func BenchmarkAcquireRelease100kHeld(b *testing.B) {
-	tb := New(Config{}, &counter{})
+	tb := New(Config{})
 	for _, k := range makeKeys(100000) {
 		tb.Acquire(0, 1, 0, k, 1e15, 0)
 	}

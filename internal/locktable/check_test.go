@@ -5,11 +5,6 @@ import (
 	"fmt"
 )
 
-// counter is a TokenSource for tests: 1, 2, 3, ...
-type counter struct{ n uint64 }
-
-func (c *counter) Next() uint64 { c.n++; return c.n }
-
 // check verifies every internal invariant of the table by brute force. It
 // returns the first violation found, or nil.
 func (t *Table) check() error {
@@ -47,11 +42,22 @@ func (t *Table) check() error {
 		if !e.held && !e.inDelay && e.nwait == 0 {
 			return fmt.Errorf("idle entry %q present", e.key)
 		}
-		if e.nwait > 0 && !e.held && !e.inDelay {
+		if e.nwait > 0 && !e.held && !e.inDelay && !e.stalled {
 			return fmt.Errorf("free entry %q has waiters", e.key)
 		}
-		if e.held && e.inDelay {
-			return fmt.Errorf("entry %q held and in delay", e.key)
+		if (e.held && e.inDelay) || (e.stalled && (e.held || e.inDelay)) {
+			return fmt.Errorf("entry %q: held %v, in delay %v, stalled %v", e.key, e.held, e.inDelay, e.stalled)
+		}
+		if e.revocable && !e.held {
+			return fmt.Errorf("entry %q revocable but not held", e.key)
+		}
+		if !e.held && e.orec != nilIdx {
+			return fmt.Errorf("entry %q not held but on an owner's list", e.key)
+		}
+		for w := e.qhead; w != nilIdx; w = t.waiters.at(w).qnext {
+			if t.waiters.at(w).try && !e.stalled {
+				return fmt.Errorf("try-once waiter on %q, which is not stalled", e.key)
+			}
 		}
 		if e.held || e.inDelay {
 			it := bySeq[e.tseq]
@@ -85,6 +91,28 @@ func (t *Table) check() error {
 		if prev != e.qtail || n != e.nwait {
 			return fmt.Errorf("queue of %q: tail/count mismatch (%d vs %d)", e.key, n, e.nwait)
 		}
+	}
+	// Stalled list.
+	ns, sprev := 0, nilIdx
+	for i := t.shead; i != nilIdx; i = t.entries.at(i).snext {
+		e := t.entries.at(i)
+		if !e.live || !e.stalled || e.sprev != sprev {
+			return fmt.Errorf("stalled list broken at %q", e.key)
+		}
+		sprev = i
+		ns++
+	}
+	if sprev != t.stail || ns != t.nstalled {
+		return fmt.Errorf("stalled list: tail/count mismatch (%d vs %d)", ns, t.nstalled)
+	}
+	stalledEntries := 0
+	for i := int32(0); i < t.entries.n; i++ {
+		if e := t.entries.at(i); e.live && e.stalled {
+			stalledEntries++
+		}
+	}
+	if stalledEntries != ns {
+		return fmt.Errorf("%d stalled entries, %d on the list", stalledEntries, ns)
 	}
 	if live != t.nkeys || held != t.nheld {
 		return fmt.Errorf("counts: keys %d/%d held %d/%d", live, t.nkeys, held, t.nheld)
@@ -131,8 +159,50 @@ func (t *Table) check() error {
 	if timers != len(bySeq) {
 		return fmt.Errorf("%d timers owned, heap has %d live", timers, len(bySeq))
 	}
-	if len(perOwner) != t.nowners {
-		return fmt.Errorf("owners: %d with waiters, %d records", len(perOwner), t.nowners)
+	// Held lists: every held entry whose owner has a record is on its list.
+	heldBy := map[Owner]int{}
+	for i := int32(0); i < t.entries.n; i++ {
+		e := t.entries.at(i)
+		if !e.live || !e.held || e.orec == nilIdx {
+			continue
+		}
+		r := &t.owners[e.orec]
+		if !r.live || r.owner != e.holder {
+			return fmt.Errorf("held entry %q on the list of owner %d, holder %d", e.key, r.owner, e.holder)
+		}
+		heldBy[e.holder]++
+	}
+	records := 0
+	for i := range t.owners {
+		r := &t.owners[i]
+		if !r.live {
+			continue
+		}
+		records++
+		if r.n == 0 && r.nheld == 0 {
+			return fmt.Errorf("owner %d has an empty record", r.owner)
+		}
+		if t.findOwner(r.owner) != int32(i) {
+			return fmt.Errorf("owner %d record not indexed", r.owner)
+		}
+		k, prev := 0, nilIdx
+		for ei := r.hhead; ei != nilIdx; ei = t.entries.at(ei).ohnext {
+			e := t.entries.at(ei)
+			if e.orec != int32(i) || e.ohprev != prev || !e.held || e.holder != r.owner {
+				return fmt.Errorf("held list of owner %d broken", r.owner)
+			}
+			prev = ei
+			k++
+		}
+		if k != r.nheld || k != heldBy[r.owner] {
+			return fmt.Errorf("held list of owner %d: %d entries, count %d, %d found", r.owner, k, r.nheld, heldBy[r.owner])
+		}
+		if r.n != perOwner[r.owner] {
+			return fmt.Errorf("owner %d: %d waiters counted, %d found", r.owner, r.n, perOwner[r.owner])
+		}
+	}
+	if records != t.nowners {
+		return fmt.Errorf("owners: %d live records, table counts %d", records, t.nowners)
 	}
 	for o, c := range perOwner {
 		oi := t.findOwner(o)

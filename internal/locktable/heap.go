@@ -7,6 +7,7 @@ const (
 	tLease timerKind = iota + 1 // idx is an entry: its holder's lease ends
 	tDelay                      // idx is an entry: its lock-delay ends
 	tWait                       // idx is a waiter: its wait timeout passes
+	tSession                    // idx is a session slot: its grace after a detach ends
 )
 
 // timer is one deadline in the heap. Timers are ordered by (at, seq); seq is taken from
@@ -33,8 +34,11 @@ func timerLess(a, b *timer) bool {
 
 // live reports whether it is its owner's current timer.
 func (t *Table) live(it *timer) bool {
-	if it.kind == tWait {
+	switch it.kind {
+	case tWait:
 		return t.waiters.at(it.idx).tseq == it.seq
+	case tSession:
+		return t.sess.slots[it.idx].tseq == it.seq
 	}
 	return t.entries.at(it.idx).tseq == it.seq
 }

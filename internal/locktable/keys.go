@@ -20,18 +20,25 @@ type entry struct {
 	hnext int32 // next entry in the same bucket, or next free entry
 	live  bool
 
-	held       bool
-	inDelay    bool
-	holder     Owner
-	holderReq  uint64
-	token      uint64
-	grantedAt  int64
-	deadline   int64
-	delayUntil int64
-	tseq       uint64 // seq of the live lease (held) or delay (inDelay) timer; 0 if none
+	held        bool
+	inDelay     bool
+	stalled     bool // waits for a durable token or horizon; in Table's stalled list
+	revocable   bool // held, granted while its owner was detached (see Table.Revoke)
+	holder      Owner
+	holderReq   uint64
+	holderLease int64 // the lease the holder's acquire asked for (retries are compared with it)
+	token       uint64
+	grantedAt   int64
+	deadline    int64
+	delayUntil  int64
+	tseq        uint64 // seq of the live lease (held) or delay (inDelay) timer; 0 if none
 
 	qhead, qtail int32 // FIFO of waiters (indices into Table.waiters)
 	nwait        int
+
+	orec           int32 // held: the holder's owner record, or nilIdx once the owner was dropped
+	ohprev, ohnext int32 // held: the owner's list of held entries
+	sprev, snext   int32 // stalled: the table's FIFO of stalled entries
 }
 
 // lookup finds key. It returns the entry index (nilIdx if absent) and the
@@ -73,6 +80,7 @@ func (t *Table) insertKey(key []byte, h uint64) int32 {
 		live:  true,
 		qhead: nilIdx,
 		qtail: nilIdx,
+		orec:  nilIdx,
 	}
 	b := h & uint64(len(t.kbuckets)-1)
 	e.hnext = t.kbuckets[b]

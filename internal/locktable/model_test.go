@@ -190,7 +190,7 @@ func (m *refModel) DropOwner(o Owner) int {
 func (m *refModel) Abort() {
 	for len(m.all) > 0 {
 		w := m.all[0]
-		m.events = append(m.events, ev{EvAborted, w.owner, w.reqID, 0, 0, w.key})
+		m.events = append(m.events, ev{EvAborted, w.owner, w.reqID, 0, w.lease, w.key})
 		m.since = append(m.since, w.since)
 		m.removeWaiter(w)
 		m.freeIfIdle(w.key)
@@ -229,7 +229,7 @@ func (m *refModel) Advance(now int64) {
 		k := m.keys[key]
 		switch {
 		case w != nil:
-			m.events = append(m.events, ev{EvTimedOut, w.owner, w.reqID, 0, 0, key})
+			m.events = append(m.events, ev{EvTimedOut, w.owner, w.reqID, 0, w.lease, key})
 			m.since = append(m.since, w.since)
 			m.removeWaiter(w)
 			m.freeIfIdle(key)
@@ -306,7 +306,7 @@ func TestRandomHistoriesAgainstModel(t *testing.T) {
 
 func runHistory(t *testing.T, cfg Config, seed uint64, nops int) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	tb := New(cfg, &counter{})
+	tb := New(cfg)
 	m := newRef(cfg)
 	keys := []string{"a", "b", "c", "dd", "a-much-longer-key-name-over-32-bytes!"}
 	const owners = 5
@@ -433,7 +433,7 @@ func runHistory(t *testing.T, cfg Config, seed uint64, nops int) {
 		case r < 70:
 			tok := pickToken(key)
 			lease := 1 + int64(rng.IntN(40))
-			got, want := tb.Extend(now, []byte(key), tok, lease), m.Extend(now, key, tok, lease)
+			got, want := tb.Extend(now, 0, 0, []byte(key), tok, lease).Status, m.Extend(now, key, tok, lease)
 			desc = fmt.Sprintf("Extend(%d, %q, %d, %d) = %v", now, key, tok, lease, got)
 			seen["Extend/"+got.String()]++
 			if got != want {
@@ -451,7 +451,8 @@ func runHistory(t *testing.T, cfg Config, seed uint64, nops int) {
 				fail("%s, model %v", desc, want)
 			}
 		case r < 82:
-			got, want := tb.DropOwner(now, o), m.DropOwner(o)
+			got, _ := tb.DropOwner(now, o)
+			want := m.DropOwner(o)
 			desc = fmt.Sprintf("DropOwner(%d, o%d) = %d", now, o, got)
 			if got != want {
 				fail("%s, model %d", desc, want)

@@ -9,16 +9,25 @@ import (
 // Table is the lock table. The zero value is not usable; call New. A Table is
 // not safe for concurrent use: the caller serialises every call.
 //
-// Invariants (checked by the tests after every operation):
-//   - a key is present iff it is held, in lock-delay, or has waiters;
-//   - a key with waiters is held or in lock-delay (a free key never has a
-//     queue: the head is granted the moment the key becomes free);
-//   - held and in lock-delay are exclusive; a held key has exactly one lease
-//     timer, a key in lock-delay exactly one delay timer;
-//   - a waiter has a wait timer iff it was queued with a wait > 0.
+// Invariants of the core (checked by the tests after every operation):
+//   - a key is present iff it is held, in lock-delay, stalled, or has waiters;
+//   - a key with waiters is held, in lock-delay or stalled (a free key never
+//     has a queue: the head is granted the moment the key becomes free);
+//   - held, in lock-delay and stalled are exclusive; a held key has exactly
+//     one lease timer, a key in lock-delay exactly one delay timer, a stalled
+//     key none and sits in the stalled list;
+//   - a waiter has a wait timer iff it was queued with a wait > 0; a try-once
+//     waiter (wait 0) only waits on a stalled key;
+//   - a held key whose owner record exists is in that owner's held list;
+//     revocable implies held.
 type Table struct {
-	cfg    Config
-	tokens TokenSource
+	cfg Config
+
+	// Tokens: the last one handed out, and the durable bounds on grants (Config.Durable).
+	lastToken  uint64
+	tokenLimit uint64 // no grant may take a token above this
+	horizon    int64  // no lease may end after this
+	failing    bool   // storage cannot raise the bounds now: what needs them is refused
 
 	// Keys: chained hash index over the entry slab.
 	kseed    maphash.Seed
@@ -28,6 +37,13 @@ type Table struct {
 	nkeys    int
 	nheld    int
 
+	// Entries waiting for storage, oldest first.
+	shead, stail int32
+	nstalled     int
+
+	// Extends waiting for a durable horizon, oldest first.
+	deferred []deferredExtend
+
 	// Waiters: slab, global FIFO, (owner, reqID) index.
 	waiters      slab[waiter]
 	freeW        int32
@@ -35,40 +51,59 @@ type Table struct {
 	ghead, gtail int32
 	rbuckets     []int32
 
-	// Owners with queued acquires.
+	// Owners with queued acquires or held locks.
 	owners   []ownerRec
 	freeO    int32
 	nowners  int
 	obuckets []int32
 
-	s0, s1, s2, s3 uint64 // hash seeds for the uint64-keyed indices
+	reqSeed, ownerSeed [2]uint64 // secret seeds of the uint64-keyed indices
 
 	heap  []timer
 	seq   uint64
 	stale int // heap items whose owner has cancelled them
 
 	events []Event
+
+	sess sessions // the session layer's state (sessions.go)
 }
 
-// New returns an empty table. tokens is called once per grant.
-func New(cfg Config, tokens TokenSource) *Table {
-	return &Table{
-		cfg:      cfg,
-		tokens:   tokens,
-		kseed:    maphash.MakeSeed(),
-		kbuckets: newBuckets(minBuckets),
-		freeE:    nilIdx,
-		freeW:    nilIdx,
-		ghead:    nilIdx,
-		gtail:    nilIdx,
-		rbuckets: newBuckets(minBuckets),
-		freeO:    nilIdx,
-		obuckets: newBuckets(minBuckets),
-		s0:       rand.Uint64(),
-		s1:       rand.Uint64(),
-		s2:       rand.Uint64(),
-		s3:       rand.Uint64() | 1,
+// deferredExtend is an EXTEND that needs a horizon beyond the durable one.
+type deferredExtend struct {
+	entry int32
+	token uint64
+	lease int64
+	owner Owner
+	reqID uint64
+}
+
+// New returns an empty table.
+func New(cfg Config) *Table {
+	t := &Table{
+		cfg:        cfg,
+		lastToken:  cfg.LastToken,
+		tokenLimit: NoTokenLimit,
+		horizon:    NoHorizon,
+		kseed:      maphash.MakeSeed(),
+		kbuckets:   newBuckets(minBuckets),
+		freeE:      nilIdx,
+		shead:      nilIdx,
+		stail:      nilIdx,
+		freeW:      nilIdx,
+		ghead:      nilIdx,
+		gtail:      nilIdx,
+		rbuckets:   newBuckets(minBuckets),
+		freeO:      nilIdx,
+		obuckets:   newBuckets(minBuckets),
+		reqSeed:    [2]uint64{rand.Uint64(), rand.Uint64()},
+		ownerSeed:  [2]uint64{rand.Uint64(), rand.Uint64() | 1},
 	}
+	if cfg.Durable {
+		t.tokenLimit = cfg.LastToken
+		t.horizon = 0
+	}
+	t.sess.init(&t.cfg)
+	return t
 }
 
 // addSat returns now+d, saturated at math.MaxInt64 (d >= 0).
@@ -79,6 +114,11 @@ func addSat(now, d int64) int64 {
 	return now + d
 }
 
+// canGrant reports whether a grant of lease at now is within the durable bounds.
+func (t *Table) canGrant(now, lease int64) bool {
+	return t.lastToken < t.tokenLimit && addSat(now, lease) <= t.horizon
+}
+
 // Acquire asks for key on behalf of owner, request reqID. lease > 0 in ns
 // (validated by the caller). wait: 0 = try once, < 0 = wait without limit,
 // > 0 = wait at most that many ns.
@@ -86,18 +126,21 @@ func addSat(now, d int64) int64 {
 // The checks, in order:
 //  1. owner already has a queued acquire reqID (on any key): Duplicate.
 //  2. the key is absent (hence free): if MaxLocks keys are present, Busy
-//     (LimitLocks); otherwise it is granted: OK with a new token, the lease
-//     running from now (before Config.AvailableFrom the new key enters
-//     lock-delay until then instead, and the checks below apply). A present key is never free (it is held, in
-//     lock-delay or has waiters), so strict FIFO holds: nobody overtakes a
-//     queue.
+//     (LimitLocks). Before Config.AvailableFrom the new key enters lock-delay
+//     until then and the checks below apply. If the grant is within the
+//     durable bounds it happens: OK with a new token, the lease running from
+//     now. Otherwise, with storage failing, Busy (LimitStorage); else the key
+//     is stalled (waiting for storage) and the acquire queues on it, even a
+//     try-once one: Queued.
 //  3. wait == 0: TimedOut.
 //  4. MaxWaitersPerKey, then MaxWaitersTotal reached: Busy with that Limit.
 //  5. Queued at the tail of the key's FIFO. The outcome comes later as
-//     EvGranted (lease from the hand-off), EvTimedOut, or EvAborted; or never,
-//     if the caller removes it with Cancel or DropOwner.
+//     EvGranted (lease from the hand-off), EvTimedOut, EvAborted or
+//     EvStorageBusy; or never, if the caller removes it with Cancel or DropOwner.
 //
-// The same owner may queue behind its own lock: ownership is the token.
+// A present key is never free (it is held, in lock-delay, stalled or has
+// waiters), so strict FIFO holds: nobody overtakes a queue. The same owner may
+// queue behind its own lock: ownership is the token.
 func (t *Table) Acquire(now int64, owner Owner, reqID uint64, key []byte, lease, wait int64) Result {
 	if t.nwait > 0 && t.findReq(owner, reqID) != nilIdx {
 		return Result{Status: Duplicate}
@@ -107,14 +150,29 @@ func (t *Table) Acquire(now int64, owner Owner, reqID uint64, key []byte, lease,
 		if t.cfg.MaxLocks > 0 && t.nkeys >= t.cfg.MaxLocks {
 			return Result{Status: Busy, Limit: LimitLocks}
 		}
-		ei = t.insertKey(key, h)
-		if now >= t.cfg.AvailableFrom {
-			return Result{Status: OK, Token: t.grant(now, ei, owner, reqID, lease)}
+		switch {
+		case now < t.cfg.AvailableFrom:
+			// Start-up wait: the key waits in lock-delay like one after an expiry.
+			ei = t.insertKey(key, h)
+			e := t.entries.at(ei)
+			e.inDelay = true
+			e.delayUntil = t.cfg.AvailableFrom
+			e.tseq = t.pushTimer(e.delayUntil, tDelay, ei)
+		case t.canGrant(now, lease):
+			ei = t.insertKey(key, h)
+			return Result{Status: OK, Token: t.grant(now, ei, owner, reqID, lease, false)}
+		case t.failing:
+			return Result{Status: Busy, Limit: LimitStorage}
+		default:
+			ei = t.insertKey(key, h)
+			t.stall(ei)
+			if t.cfg.MaxWaitersTotal > 0 && t.nwait >= t.cfg.MaxWaitersTotal {
+				t.maybeFree(ei)
+				return Result{Status: Busy, Limit: LimitWaitersTotal}
+			}
+			t.enqueue(now, ei, owner, reqID, lease, wait)
+			return Result{Status: Queued}
 		}
-		e := t.entries.at(ei) // start-up grace: the key waits in lock-delay like one after an expiry
-		e.inDelay = true
-		e.delayUntil = t.cfg.AvailableFrom
-		e.tseq = t.pushTimer(e.delayUntil, tDelay, ei)
 	}
 	if wait == 0 {
 		return Result{Status: TimedOut}
@@ -130,24 +188,81 @@ func (t *Table) Acquire(now int64, owner Owner, reqID uint64, key []byte, lease,
 }
 
 // grant makes owner the holder of the free entry ei with a new token and a
-// lease running from now. It returns the token.
-func (t *Table) grant(now int64, ei int32, owner Owner, reqID uint64, lease int64) uint64 {
-	tok := t.tokens.Next()
+// lease running from now (within the durable bounds: the caller checked). It
+// returns the token. detached says whether the owner is detached (see
+// SetDetached): such a grant is revocable.
+func (t *Table) grant(now int64, ei int32, owner Owner, reqID uint64, lease int64, detached bool) uint64 {
+	t.lastToken++
+	tok := t.lastToken
 	e := t.entries.at(ei)
 	e.held = true
 	e.holder = owner
 	e.holderReq = reqID
+	e.holderLease = lease
 	e.token = tok
 	e.grantedAt = now
 	e.deadline = addSat(now, lease)
 	t.nheld++
 	e.tseq = t.pushTimer(e.deadline, tLease, ei)
+	oi := t.ownerFor(owner)
+	t.owners[oi].detached = detached
+	e.revocable = detached
+	t.linkHeld(oi, ei)
 	return tok
 }
 
+// linkHeld adds entry ei to the held list of owner record oi.
+func (t *Table) linkHeld(oi, ei int32) {
+	r := &t.owners[oi]
+	e := t.entries.at(ei)
+	e.orec = oi
+	e.ohprev = nilIdx
+	e.ohnext = r.hhead
+	if r.hhead != nilIdx {
+		t.entries.at(r.hhead).ohprev = ei
+	}
+	r.hhead = ei
+	r.nheld++
+}
+
+// unlinkHeld removes held entry ei from its owner's list (if it is on one) and
+// frees the owner's record if it is now empty.
+func (t *Table) unlinkHeld(ei int32) {
+	e := t.entries.at(ei)
+	oi := e.orec
+	if oi == nilIdx {
+		return
+	}
+	r := &t.owners[oi]
+	if e.ohprev != nilIdx {
+		t.entries.at(e.ohprev).ohnext = e.ohnext
+	} else {
+		r.hhead = e.ohnext
+	}
+	if e.ohnext != nilIdx {
+		t.entries.at(e.ohnext).ohprev = e.ohprev
+	}
+	e.orec, e.ohprev, e.ohnext = nilIdx, nilIdx, nilIdx
+	r.nheld--
+	t.maybeReleaseOwner(oi)
+}
+
+// unhold ends the hold of entry ei (released, expired or revoked): its lease
+// timer is cancelled and it leaves its owner's list.
+func (t *Table) unhold(ei int32) {
+	e := t.entries.at(ei)
+	t.cancelTimer(&e.tseq)
+	e.held = false
+	e.revocable = false
+	t.nheld--
+	t.unlinkHeld(ei)
+}
+
 // handOff is called when entry ei has just become free (released, expired
-// without lock-delay, or lock-delay over): the head of its queue is granted at
-// once (EvGranted, lease from now), or the entry is freed.
+// without lock-delay, lock-delay over, revoked, or storage arrived): the head
+// of its queue is granted at once (EvGranted, lease from now), or the entry is
+// freed. If the grant is beyond the durable bounds the entry stalls instead,
+// queue intact. Try-once waiters behind a grant time out (the key is taken).
 func (t *Table) handOff(now int64, ei int32) {
 	e := t.entries.at(ei)
 	wi := e.qhead
@@ -156,9 +271,14 @@ func (t *Table) handOff(now int64, ei int32) {
 		return
 	}
 	w := t.waiters.at(wi)
+	if !t.canGrant(now, w.lease) {
+		t.stall(ei)
+		return
+	}
 	owner, reqID, lease, since := w.owner, w.reqID, w.lease, w.since
-	t.removeWaiter(wi)
-	tok := t.grant(now, ei, owner, reqID, lease)
+	detached := t.owners[w.ownerRec].detached
+	t.removeWaiter(wi) // may free the owner's record; grant re-creates it
+	tok := t.grant(now, ei, owner, reqID, lease, detached)
 	t.events = append(t.events, Event{
 		Kind:  EvGranted,
 		Owner: owner,
@@ -168,12 +288,59 @@ func (t *Table) handOff(now int64, ei int32) {
 		Key:   t.entries.at(ei).key,
 		Since: since,
 	})
+	// Try-once waiters queued while the key waited for storage find it taken.
+	for wi := t.entries.at(ei).qhead; wi != nilIdx; {
+		w := t.waiters.at(wi)
+		next := w.qnext
+		if w.try {
+			t.events = append(t.events, Event{Kind: EvTimedOut, Owner: w.owner, ReqID: w.reqID, Lease: w.lease, Key: t.entries.at(ei).key, Since: w.since})
+			t.removeWaiter(wi)
+		}
+		wi = next
+	}
+}
+
+// stall puts entry ei (free, not in delay) in the stalled list: it waits for
+// SetCeiling.
+func (t *Table) stall(ei int32) {
+	e := t.entries.at(ei)
+	e.stalled = true
+	e.snext = nilIdx
+	e.sprev = t.stail
+	if t.stail != nilIdx {
+		t.entries.at(t.stail).snext = ei
+	} else {
+		t.shead = ei
+	}
+	t.stail = ei
+	t.nstalled++
+}
+
+// unstall removes entry ei from the stalled list.
+func (t *Table) unstall(ei int32) {
+	e := t.entries.at(ei)
+	if e.sprev != nilIdx {
+		t.entries.at(e.sprev).snext = e.snext
+	} else {
+		t.shead = e.snext
+	}
+	if e.snext != nilIdx {
+		t.entries.at(e.snext).sprev = e.sprev
+	} else {
+		t.stail = e.sprev
+	}
+	e.stalled = false
+	e.sprev, e.snext = nilIdx, nilIdx
+	t.nstalled--
 }
 
 // maybeFree frees entry ei if it is idle (no holder, no delay, no waiters).
 func (t *Table) maybeFree(ei int32) {
 	e := t.entries.at(ei)
 	if !e.held && !e.inDelay && e.nwait == 0 {
+		if e.stalled {
+			t.unstall(ei)
+		}
 		t.removeKey(ei)
 	}
 }
@@ -192,9 +359,7 @@ func (t *Table) Release(now int64, key []byte, token uint64) Status {
 	if !e.held || e.token != token {
 		return NotHeld
 	}
-	t.cancelTimer(&e.tseq)
-	e.held = false
-	t.nheld--
+	t.unhold(ei)
 	t.handOff(now, ei)
 	return OK
 }
@@ -202,25 +367,41 @@ func (t *Table) Release(now int64, key []byte, token uint64) Status {
 // Extend sets the lease of the holder of key to end at now+lease, if token is
 // the current holder's token (OK); otherwise it answers NotHeld and changes
 // nothing. The new deadline may be earlier than the old one: the caller asked
-// for it. For deadline ties the extended lease counts as set now.
-func (t *Table) Extend(now int64, key []byte, token uint64, lease int64) Status {
+// for it. For deadline ties the extended lease counts as set now. A lease that
+// would end beyond the durable horizon is Deferred (answered later by
+// EvExtended, EvExtendNotHeld or EvStorageBusy), or Busy (LimitStorage) while
+// storage is failing. owner and reqID identify the request for those events.
+func (t *Table) Extend(now int64, owner Owner, reqID uint64, key []byte, token uint64, lease int64) Result {
 	ei, _ := t.lookup(key)
 	if ei == nilIdx {
-		return NotHeld
+		return Result{Status: NotHeld}
 	}
 	e := t.entries.at(ei)
 	if !e.held || e.token != token {
-		return NotHeld
+		return Result{Status: NotHeld}
 	}
+	if addSat(now, lease) > t.horizon {
+		if t.failing {
+			return Result{Status: Busy, Limit: LimitStorage}
+		}
+		t.deferred = append(t.deferred, deferredExtend{entry: ei, token: token, lease: lease, owner: owner, reqID: reqID})
+		return Result{Status: Deferred}
+	}
+	t.extend(now, ei, lease)
+	return Result{Status: OK, Token: token}
+}
+
+func (t *Table) extend(now int64, ei int32, lease int64) {
+	e := t.entries.at(ei)
 	e.deadline = addSat(now, lease)
 	t.cancelTimer(&e.tseq)
 	e.tseq = t.pushTimer(e.deadline, tLease, ei)
-	return OK
 }
 
 // Cancel removes owner's queued acquire reqID and reports whether there was
 // one. No event is emitted: the caller answers the request itself. A granted
-// acquire is not queued any more and cannot be cancelled (release it).
+// acquire is not queued any more and cannot be cancelled (release it, or
+// Revoke it if revocable).
 func (t *Table) Cancel(now int64, owner Owner, reqID uint64) bool {
 	if t.nwait == 0 {
 		return false
@@ -235,26 +416,86 @@ func (t *Table) Cancel(now int64, owner Owner, reqID uint64) bool {
 	return true
 }
 
-// DropOwner removes all queued acquires of owner (its connection closed) and
-// returns how many were removed. They are never granted afterwards, and no
-// events are emitted for them. Locks the owner holds are untouched: they stay
-// until released by token or until their lease ends.
-func (t *Table) DropOwner(now int64, owner Owner) int {
-	if t.nwait == 0 {
-		return 0
+// Revoke takes back owner's revocable grant for request reqID, if there is
+// one, and reports whether there was: the lock passes at once to the next
+// waiter (no EvExpired, no lock-delay). See SetDetached.
+func (t *Table) Revoke(now int64, owner Owner, reqID uint64) bool {
+	ei := t.FindHeld(owner, reqID)
+	if ei == nilIdx || !t.entries.at(ei).revocable {
+		return false
 	}
+	t.unhold(ei)
+	t.handOff(now, ei)
+	return true
+}
+
+// FindHeld returns the entry that owner holds through request reqID, or
+// nilIdx. It walks the owner's held locks.
+func (t *Table) FindHeld(owner Owner, reqID uint64) int32 {
 	oi := t.findOwner(owner)
 	if oi == nilIdx {
-		return 0
+		return nilIdx
 	}
-	n := t.owners[oi].n
-	for k := 0; k < n; k++ {
+	for ei := t.owners[oi].hhead; ei != nilIdx; ei = t.entries.at(ei).ohnext {
+		if t.entries.at(ei).holderReq == reqID {
+			return ei
+		}
+	}
+	return nilIdx
+}
+
+// SetDetached records whether owner is detached (its session has no
+// connection). Grants made to a detached owner are revocable; attaching
+// (detached false) makes every revocable grant of the owner an ordinary one.
+func (t *Table) SetDetached(owner Owner, detached bool) {
+	oi := t.findOwner(owner)
+	if oi == nilIdx {
+		return
+	}
+	r := &t.owners[oi]
+	r.detached = detached
+	if !detached {
+		for ei := r.hhead; ei != nilIdx; ei = t.entries.at(ei).ohnext {
+			t.entries.at(ei).revocable = false
+		}
+	}
+}
+
+// DropOwner ends owner (its session ended): its queued acquires leave their
+// queues (no events), its revocable grants are revoked (the lock passes on at
+// once), and its other held locks are forgotten by owner: they stay held until
+// released by token or until their lease ends. It returns the number of
+// waiters removed and of grants revoked.
+func (t *Table) DropOwner(now int64, owner Owner) (waiters, revoked int) {
+	oi := t.findOwner(owner)
+	if oi == nilIdx {
+		return 0, 0
+	}
+	for t.owners[oi].n > 0 {
 		wi := t.owners[oi].head
 		ei := t.waiters.at(wi).entry
-		t.removeWaiter(wi)
+		t.removeWaiter(wi) // may free the record: re-find it below
 		t.maybeFree(ei)
+		waiters++
+		if oi = t.findOwner(owner); oi == nilIdx {
+			return waiters, revoked
+		}
 	}
-	return n
+	for t.owners[oi].nheld > 0 {
+		ei := t.owners[oi].hhead
+		last := t.owners[oi].nheld == 1
+		if t.entries.at(ei).revocable {
+			t.unhold(ei)
+			t.handOff(now, ei)
+			revoked++
+		} else {
+			t.unlinkHeld(ei)
+		}
+		if last {
+			break
+		}
+	}
+	return waiters, revoked
 }
 
 // Abort removes every queued acquire, emitting EvAborted for each in the order
@@ -268,12 +509,118 @@ func (t *Table) Abort(now int64) {
 			Kind:  EvAborted,
 			Owner: w.owner,
 			ReqID: w.reqID,
+			Lease: w.lease,
 			Key:   t.entries.at(ei).key,
 			Since: w.since,
 		})
 		t.removeWaiter(wi)
 		t.maybeFree(ei)
 	}
+	for _, d := range t.deferred {
+		t.events = append(t.events, Event{Kind: EvStorageBusy, Owner: d.owner, ReqID: d.reqID, Extend: true})
+	}
+	t.deferred = t.deferred[:0]
+}
+
+// SetCeiling raises the durable bounds (Config.Durable): tokens up to
+// tokenLimit and leases ending up to horizon may be granted. Bounds never go
+// down. Stalled keys are then handed off in the order they stalled, and
+// deferred extends applied in order (EvExtended or EvExtendNotHeld); what
+// still does not fit stays waiting.
+func (t *Table) SetCeiling(now int64, tokenLimit uint64, horizon int64) {
+	if !t.cfg.Durable {
+		return
+	}
+	t.tokenLimit = max(t.tokenLimit, tokenLimit)
+	t.horizon = max(t.horizon, horizon)
+	for n := t.nstalled; n > 0 && t.shead != nilIdx; n-- {
+		ei := t.shead
+		t.unstall(ei)
+		t.handOff(now, ei)
+	}
+	kept := t.deferred[:0]
+	for _, d := range t.deferred {
+		e := t.entries.at(d.entry)
+		switch {
+		case !e.live || !e.held || e.token != d.token:
+			t.events = append(t.events, Event{Kind: EvExtendNotHeld, Owner: d.owner, ReqID: d.reqID, Token: d.token})
+		case addSat(now, d.lease) <= t.horizon:
+			t.extend(now, d.entry, d.lease)
+			t.events = append(t.events, Event{Kind: EvExtended, Owner: d.owner, ReqID: d.reqID, Token: d.token, Lease: d.lease, Key: e.key})
+		default:
+			kept = append(kept, d)
+		}
+	}
+	clear(t.deferred[len(kept):])
+	t.deferred = kept
+}
+
+// SetStorageFailing records whether storage can raise the durable bounds. When
+// it starts failing, what waits for storage and cannot wait is refused
+// (EvStorageBusy): try-once acquires on stalled keys and deferred extends.
+// Ordinary waiters on stalled keys keep their places (their wait timers run);
+// the keys resume in order once SetCeiling raises the bounds.
+func (t *Table) SetStorageFailing(now int64, failing bool) {
+	if !t.cfg.Durable || t.failing == failing {
+		return
+	}
+	t.failing = failing
+	if !failing {
+		return
+	}
+	for ei := t.shead; ei != nilIdx; {
+		next := t.entries.at(ei).snext
+		for wi := t.entries.at(ei).qhead; wi != nilIdx; {
+			w := t.waiters.at(wi)
+			nw := w.qnext
+			if w.try {
+				t.events = append(t.events, Event{Kind: EvStorageBusy, Owner: w.owner, ReqID: w.reqID, Lease: w.lease, Key: t.entries.at(ei).key, Since: w.since})
+				t.removeWaiter(wi)
+			}
+			wi = nw
+		}
+		t.maybeFree(ei)
+		ei = next
+	}
+	for _, d := range t.deferred {
+		t.events = append(t.events, Event{Kind: EvStorageBusy, Owner: d.owner, ReqID: d.reqID, Extend: true})
+	}
+	t.deferred = t.deferred[:0]
+}
+
+// StorageNeeds reports what the durable bounds must cover for everything
+// waiting now: the highest lease end among held locks and waiting grants
+// (stalled heads, deferred extends, given lease on now), whether anything is
+// stalled, and the last token handed out.
+func (t *Table) StorageNeeds(now int64) (lastToken uint64, leaseEnd int64, waiting bool) {
+	for ei := t.shead; ei != nilIdx; ei = t.entries.at(ei).snext {
+		if wi := t.entries.at(ei).qhead; wi != nilIdx {
+			leaseEnd = max(leaseEnd, addSat(now, t.waiters.at(wi).lease))
+		}
+	}
+	for _, d := range t.deferred {
+		leaseEnd = max(leaseEnd, addSat(now, d.lease))
+	}
+	return t.lastToken, leaseEnd, t.nstalled > 0 || len(t.deferred) > 0
+}
+
+// Bounds returns the durable bounds in force and whether storage is failing.
+func (t *Table) Bounds() (tokenLimit uint64, horizon int64, failing bool) {
+	return t.tokenLimit, t.horizon, t.failing
+}
+
+// LastToken returns the last token handed out.
+func (t *Table) LastToken() uint64 { return t.lastToken }
+
+// MaxDeadline returns the latest lease end among the locks held now (0 if none).
+func (t *Table) MaxDeadline() int64 {
+	var m int64
+	for i := int32(0); i < t.entries.n; i++ {
+		if e := t.entries.at(i); e.live && e.held {
+			m = max(m, e.deadline)
+		}
+	}
+	return m
 }
 
 // Advance processes every pending deadline <= now, in deadline order (ties:
@@ -282,7 +629,8 @@ func (t *Table) Abort(now int64) {
 //   - a lease end: EvExpired for the holder, then, with Config.LockDelay > 0,
 //     the key stays unavailable until now+LockDelay; otherwise the head of
 //     the queue is granted (EvGranted) or the key freed;
-//   - a lock-delay end: the head of the queue is granted or the key freed.
+//   - a lock-delay end: the head of the queue is granted or the key freed;
+//   - a session's grace end (tSession): the session layer ends the session.
 //
 // Grants made by Advance start their lease at now (not at the expired
 // deadline), so a late Advance never cuts a lease short; likewise lock-delay
@@ -296,19 +644,16 @@ func (t *Table) Advance(now int64) {
 		}
 		tm := *top
 		t.popTimer()
-		if tm.kind == tWait {
-			t.waiters.at(tm.idx).tseq = 0 // fired, not cancelled
-		} else {
-			t.entries.at(tm.idx).tseq = 0
-		}
 		switch tm.kind {
 		case tWait:
+			t.waiters.at(tm.idx).tseq = 0 // fired, not cancelled
 			w := t.waiters.at(tm.idx)
 			ei := w.entry
 			t.events = append(t.events, Event{
 				Kind:  EvTimedOut,
 				Owner: w.owner,
 				ReqID: w.reqID,
+				Lease: w.lease,
 				Key:   t.entries.at(ei).key,
 				Since: w.since,
 			})
@@ -316,6 +661,7 @@ func (t *Table) Advance(now int64) {
 			t.maybeFree(ei)
 		case tLease:
 			e := t.entries.at(tm.idx)
+			e.tseq = 0
 			t.events = append(t.events, Event{
 				Kind:  EvExpired,
 				Owner: e.holder,
@@ -324,8 +670,7 @@ func (t *Table) Advance(now int64) {
 				Key:   e.key,
 				Since: e.grantedAt,
 			})
-			e.held = false
-			t.nheld--
+			t.unhold(tm.idx)
 			if t.cfg.LockDelay > 0 {
 				e.inDelay = true
 				e.delayUntil = addSat(now, t.cfg.LockDelay)
@@ -335,15 +680,19 @@ func (t *Table) Advance(now int64) {
 			}
 		case tDelay:
 			e := t.entries.at(tm.idx)
+			e.tseq = 0
 			e.inDelay = false
 			e.delayUntil = 0
 			t.handOff(now, tm.idx)
+		case tSession:
+			t.sess.slots[tm.idx].tseq = 0
+			t.expireSession(now, tm.idx)
 		}
 	}
 }
 
 // NextDeadline is the earliest pending deadline (lease end, wait timeout,
-// lock-delay end); false if there is none.
+// lock-delay end, session grace end); false if there is none.
 func (t *Table) NextDeadline() (int64, bool) {
 	top := t.top()
 	if top == nil {
@@ -358,7 +707,10 @@ func (t *Table) NextDeadline() (int64, bool) {
 func (t *Table) Events() []Event { return t.events }
 
 // ClearEvents empties the event list, keeping its memory for reuse.
-func (t *Table) ClearEvents() { t.events = t.events[:0] }
+func (t *Table) ClearEvents() {
+	clear(t.events)
+	t.events = t.events[:0]
+}
 
 // Inspect reports the state of key; ok is false if the key is not present
 // (free).
@@ -369,6 +721,7 @@ func (t *Table) Inspect(key []byte) (info Info, ok bool) {
 	}
 	e := t.entries.at(ei)
 	info.Waiters = e.nwait
+	info.Stalled = e.stalled
 	if e.held {
 		info.Held = true
 		info.Holder = e.holder
@@ -376,6 +729,7 @@ func (t *Table) Inspect(key []byte) (info Info, ok bool) {
 		info.Token = e.token
 		info.GrantedAt = e.grantedAt
 		info.Deadline = e.deadline
+		info.Revocable = e.revocable
 	}
 	if e.inDelay {
 		info.DelayUntil = e.delayUntil

@@ -1,50 +1,77 @@
-// Package locktable is the deterministic lock engine of Ticketing: one FIFO
-// queue per key, a holder with a lease, fencing tokens, wait timeouts and an
-// optional lock-delay after a lease expiry.
+// Package locktable is the deterministic lock state machine of Ticketing: one
+// FIFO queue per key, a holder with a lease, fencing tokens, wait timeouts, an
+// optional lock-delay after a lease expiry, client sessions with resume,
+// retries and revocable grants, and (on a single node) grants bounded by what
+// is durable on disk.
 //
 // The table has no goroutines, no clocks, no I/O and no locking. Time is an
-// int64 (nanoseconds on a monotonic clock) supplied by the caller on every
-// call, and the caller serialises all calls. Whatever the table decides later
-// than the call that caused it (a hand-off, a wait timeout, an expiry) comes
-// out as an Event. The same sequence of calls (with the same TokenSource
-// answers) always yields the same results and the same events, so the table
-// can serve a single node and a replicated state machine alike, and a test can
-// replay any history exactly.
+// int64 (nanoseconds on the caller's clock) passed in with every call, and the
+// caller serialises all calls. The same sequence of calls always yields the
+// same results, the same events and the same state, so one table serves a
+// single node (which applies each batch of requests directly) and a replicated
+// state machine (which applies the same batches from a log) alike, and a test
+// can replay any history exactly.
 //
-// Deadlines are only acted upon by Advance: Acquire, Release, Extend, Cancel
-// and DropOwner see the state as of the last Advance. A caller that wants
-// "now" to be authoritative calls Advance(now) first (the server does this
-// once per batch of requests).
+// Two layers live here:
+//   - the core (table.go, keys.go, waiters.go, heap.go): keys, queues, holders,
+//     timers and tokens, addressed by an opaque Owner; what it decides later
+//     than the call that caused it (a hand-off, a wait timeout, an expiry)
+//     comes out as an Event;
+//   - the session layer (sessions.go, apply.go): the protocol's rules —
+//     sessions, request ids, retries, stored outcomes, ACK, revocation — turning
+//     requests into answers and events into pushes (Out), addressed to
+//     connections.
 //
-// In steady state (no new high-water mark of keys, waiters, owners, pending
-// deadlines or unconsumed events) no method allocates on the heap: keys,
-// waiters and owners live in slabs recycled through free lists and are found
-// through the table's own hash indices, and all deadlines share one min-heap.
+// Commands (command.go) are the binary form of every state change, for a log;
+// Snapshot and Restore (snapshot.go) copy the whole state.
+//
+// Deadlines are only acted upon by Advance: the other calls see the state as
+// of the last Advance. A caller that wants "now" to be authoritative calls
+// Advance(now) first (Apply does, for every batch).
+//
+// In steady state (no new high-water mark of keys, waiters, owners, sessions,
+// stored outcomes, pending deadlines or unconsumed events) the request path
+// does not allocate: everything lives in slabs and slices recycled in place.
 package locktable
 
-// Owner identifies who asked (the server uses a connection id). It is opaque
-// to the table: the table never compares owners except to find an owner's
-// queued acquires (Cancel, DropOwner, Duplicate).
+import "math"
+
+// Owner identifies who asked. For the core it is opaque; the session layer
+// uses a session's number. The table never compares owners except to find an
+// owner's queued acquires and held locks.
 type Owner uint64
 
-// TokenSource hands out fencing tokens; each call returns a value larger than
-// every previous one (and never 0). The table calls Next exactly once per
-// grant, in the order the grants happen.
-type TokenSource interface{ Next() uint64 }
+// Unlimited as Config.TokenLimit or a horizon: no storage bound.
+const (
+	NoTokenLimit uint64 = math.MaxUint64
+	NoHorizon    int64  = math.MaxInt64
+)
 
-// Config holds the table's limits. Zero values mean "unlimited" or "off".
+// Config holds the table's limits. Zero values mean "unlimited" or "off"
+// unless stated.
 type Config struct {
 	MaxWaitersPerKey int   // 0 = unlimited
 	MaxWaitersTotal  int   // 0 = unlimited
-	MaxLocks         int   // max distinct keys present (held, waited on, or in lock-delay); 0 = unlimited
+	MaxLocks         int   // max distinct keys present (held, waited on, in lock-delay or stalled); 0 = unlimited
 	LockDelay        int64 // ns a key stays unavailable after a lease EXPIRY (never after release); 0 = off
 	// AvailableFrom: no grants before this time. A key first asked for earlier starts in
-	// lock-delay until then (a restarted single node's start-up grace: no grant until every
+	// lock-delay until then (a restarted single node's start-up wait: no grant until every
 	// lease granted before the restart has run out). 0 = off.
 	AvailableFrom int64
+	// LastToken: tokens handed out start after this value.
+	LastToken uint64
+	// Durable: grants need a token at or below the durable token limit and a lease that ends at
+	// or before the durable horizon (see SetCeiling). Off: both are unlimited (a cluster, whose
+	// log is its durability, and tests).
+	Durable bool
+
+	// Session layer (sessions.go). Zero values take the defaults.
+	MaxSessions    int // live sessions; default 20,000
+	MaxOutcomes    int // stored outcomes per session; default 4,096
+	MaxQueued      int // queued acquires per session; default 4,096
 }
 
-// Status is the immediate answer to a request.
+// Status is the immediate answer of a core call.
 type Status uint8
 
 const (
@@ -54,9 +81,10 @@ const (
 	NotHeld                 // Release/Extend: token is not the current holder's token for that key
 	Busy                    // a limit was reached; Result.Limit says which
 	Duplicate               // Acquire: this owner already has a queued acquire with this reqID
+	Deferred                // Extend: waits for a durable horizon; the answer comes later as an event
 )
 
-var statusNames = [...]string{"OK", "Queued", "TimedOut", "NotHeld", "Busy", "Duplicate"}
+var statusNames = [...]string{"OK", "Queued", "TimedOut", "NotHeld", "Busy", "Duplicate", "Deferred"}
 
 func (s Status) String() string {
 	if int(s) < len(statusNames) {
@@ -65,7 +93,7 @@ func (s Status) String() string {
 	return "Status(?)"
 }
 
-// Limit says which limit made an Acquire answer Busy.
+// Limit says which limit made a call answer Busy.
 type Limit uint8
 
 const (
@@ -73,9 +101,10 @@ const (
 	LimitWaitersPerKey
 	LimitWaitersTotal
 	LimitLocks
+	LimitStorage // storage is failing: no durable token or horizon can be had now
 )
 
-var limitNames = [...]string{"LimitNone", "LimitWaitersPerKey", "LimitWaitersTotal", "LimitLocks"}
+var limitNames = [...]string{"LimitNone", "LimitWaitersPerKey", "LimitWaitersTotal", "LimitLocks", "LimitStorage"}
 
 func (l Limit) String() string {
 	if int(l) < len(limitNames) {
@@ -84,7 +113,7 @@ func (l Limit) String() string {
 	return "Limit(?)"
 }
 
-// Result is the immediate answer to Acquire.
+// Result is the immediate answer to Acquire and Extend.
 type Result struct {
 	Status Status
 	Token  uint64 // OK from Acquire
@@ -95,13 +124,16 @@ type Result struct {
 type EventKind uint8
 
 const (
-	EvGranted  EventKind = iota + 1 // a queued acquire was granted (hand-off after release, expiry, lock-delay end)
-	EvTimedOut                      // a queued acquire's wait timeout passed; it left the queue
-	EvExpired                       // a holder's lease ran out; the lock was taken from it
-	EvAborted                       // a queued acquire removed by Abort (server shutting down)
+	EvGranted       EventKind = iota + 1 // a queued acquire was granted (hand-off after release, expiry, lock-delay end, storage)
+	EvTimedOut                           // a queued acquire's wait timeout passed (or a try found the key taken after a storage stall); it left the queue
+	EvExpired                            // a holder's lease ran out; the lock was taken from it
+	EvAborted                            // a queued acquire removed by Abort (server stopping)
+	EvStorageBusy                        // a queued try-acquire, or a deferred extend (Extend set), failed because storage is failing
+	EvExtended                           // a deferred extend was applied (Token, Lease)
+	EvExtendNotHeld                      // a deferred extend's token no longer held the key
 )
 
-var eventNames = [...]string{"Ev(0)", "EvGranted", "EvTimedOut", "EvExpired", "EvAborted"}
+var eventNames = [...]string{"Ev(0)", "EvGranted", "EvTimedOut", "EvExpired", "EvAborted", "EvStorageBusy", "EvExtended", "EvExtendNotHeld"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
@@ -110,19 +142,20 @@ func (k EventKind) String() string {
 	return "Ev(?)"
 }
 
-// Event is something the table decided outside the immediate answer to a
-// call: a hand-off, a wait timeout, a lease expiry, an abort.
+// Event is something the core decided outside the immediate answer to a
+// call: a hand-off, a wait timeout, a lease expiry, an abort, the outcome of a
+// deferred extend.
 type Event struct {
 	Kind  EventKind
-	Owner Owner  // the waiter (Granted/TimedOut/Aborted) or the holder that lost the lock (Expired)
-	ReqID uint64 // the acquire's request id (for Expired: the request id of the acquire that was granted)
-	Token uint64 // Granted: new token; Expired: the token that expired
-	Lease int64  // Granted: lease in ns
+	Owner Owner  // the waiter (Granted/TimedOut/Aborted/StorageBusy), the holder that lost the lock (Expired), the extender
+	ReqID uint64 // the request id (for Expired: that of the acquire that was granted)
+	Token uint64 // Granted: new token; Expired: the token that expired; Extended: the token
+	Lease int64  // Granted, Extended: lease in ns; TimedOut, Aborted, StorageBusy: the lease asked for
 	Key   []byte // view into table memory; valid until the next call that may insert a key (Acquire)
-	// Since (an addition to the original API, for wait- and hold-time
-	// metrics): Granted/TimedOut/Aborted: the `now` at which the acquire was
-	// queued; Expired: the `now` at which the expired lock was granted.
-	Since int64
+	// Since: Granted/TimedOut/Aborted: the `now` at which the acquire was queued; Expired: the
+	// `now` at which the expired lock was granted.
+	Since  int64
+	Extend bool // StorageBusy: the failed request was an EXTEND (else an ACQUIRE)
 }
 
 // Info is what Inspect reports about a key. Holder, HolderReqID, Token,
@@ -135,6 +168,8 @@ type Info struct {
 	GrantedAt   int64
 	Deadline    int64
 	Held        bool
+	Revocable   bool // the grant was made while its owner was detached
 	Waiters     int
 	DelayUntil  int64
+	Stalled     bool // the key waits for a durable token or horizon before its next grant
 }

@@ -17,7 +17,8 @@ type waiter struct {
 	since    int64 // when it queued
 	entry    int32
 	ownerRec int32
-	tseq     uint64 // seq of the live wait timer; 0 if it waits without limit
+	tseq     uint64 // seq of the live wait timer; 0 if it waits without limit or tries once
+	try      bool   // asked with wait 0: queued only while its key waits for storage
 
 	qprev, qnext int32
 	gprev, gnext int32
@@ -25,13 +26,17 @@ type waiter struct {
 	hnext        int32 // (owner, reqID) bucket chain, or next free waiter
 }
 
-// ownerRec lists the queued acquires of one owner. Records exist only while
-// the owner has at least one queued acquire.
+// ownerRec lists the queued acquires and the held locks of one owner. Records
+// exist only while the owner has at least one of either.
 type ownerRec struct {
-	owner Owner
-	head  int32 // first waiter of this owner
-	n     int
-	hnext int32 // owner bucket chain, or next free record
+	owner    Owner
+	head     int32 // first waiter of this owner
+	n        int
+	hhead    int32 // first entry held by this owner
+	nheld    int
+	detached bool // grants to this owner are revocable (see Table.SetDetached)
+	live     bool
+	hnext    int32 // owner bucket chain, or next free record
 }
 
 // mum is the wyhash mixing step: the 128-bit product of a and b folded to 64
@@ -43,11 +48,11 @@ func mum(a, b uint64) uint64 {
 }
 
 func (t *Table) reqHash(o Owner, reqID uint64) uint64 {
-	return mum(uint64(o)^t.s0, reqID^t.s1)
+	return mum(uint64(o)^t.reqSeed[0], reqID^t.reqSeed[1])
 }
 
 func (t *Table) ownerHash(o Owner) uint64 {
-	return mum(uint64(o)^t.s2, t.s3)
+	return mum(uint64(o)^t.ownerSeed[0], t.ownerSeed[1])
 }
 
 // findReq returns the queued acquire (owner, reqID), or nilIdx.
@@ -116,7 +121,7 @@ func (t *Table) ownerFor(o Owner) int32 {
 		mask := uint64(len(nb) - 1)
 		for i := range t.owners {
 			r := &t.owners[i]
-			if r.n == 0 {
+			if !r.live {
 				continue // free record
 			}
 			b := t.ownerHash(r.owner) & mask
@@ -134,7 +139,7 @@ func (t *Table) ownerFor(o Owner) int32 {
 		i = int32(len(t.owners) - 1)
 	}
 	b := t.ownerHash(o) & uint64(len(t.obuckets)-1)
-	t.owners[i] = ownerRec{owner: o, head: nilIdx, hnext: t.obuckets[b]}
+	t.owners[i] = ownerRec{owner: o, head: nilIdx, hhead: nilIdx, live: true, hnext: t.obuckets[b]}
 	t.obuckets[b] = i
 	t.nowners++
 	return i
@@ -153,12 +158,21 @@ func (t *Table) releaseOwner(i int32) {
 		}
 		t.owners[p].hnext = r.hnext
 	}
+	r.live = false
 	r.hnext = t.freeO
 	t.freeO = i
 	t.nowners--
 }
 
-// enqueue appends a new waiter to the FIFO of entry ei. wait != 0.
+// maybeReleaseOwner frees record i once it has neither waiters nor held locks.
+func (t *Table) maybeReleaseOwner(i int32) {
+	if r := &t.owners[i]; r.n == 0 && r.nheld == 0 {
+		t.releaseOwner(i)
+	}
+}
+
+// enqueue appends a new waiter to the FIFO of entry ei. wait == 0 only for a
+// try-once acquire queued on a key that waits for storage.
 func (t *Table) enqueue(now int64, ei int32, o Owner, reqID uint64, lease, wait int64) {
 	if t.nwait >= len(t.rbuckets) {
 		t.growReqs()
@@ -180,6 +194,7 @@ func (t *Table) enqueue(now int64, ei int32, o Owner, reqID uint64, lease, wait 
 		since:    now,
 		entry:    ei,
 		ownerRec: oi,
+		try:      wait == 0,
 		qprev:    e.qtail,
 		qnext:    nilIdx,
 		gprev:    t.gtail,
@@ -257,9 +272,7 @@ func (t *Table) removeWaiter(wi int32) {
 		t.waiters.at(w.onext).oprev = w.oprev
 	}
 	r.n--
-	if r.n == 0 {
-		t.releaseOwner(w.ownerRec)
-	}
+	t.maybeReleaseOwner(w.ownerRec)
 
 	t.unlinkReq(wi)
 	t.cancelTimer(&w.tseq)

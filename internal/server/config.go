@@ -3,59 +3,125 @@ package server
 import (
 	"crypto/tls"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/ticketing/ticketing/internal/wire"
 )
 
 // Config is the server's configuration. The zero value is not valid; start from Default().
-// cmd/ticketing maps each field to a TICKETING_* environment variable and a flag of the same name.
+// cmd/ticketing maps each field to a TICKETING_* environment variable and a flag of the same name
+// (docs/operations.md lists them all).
 type Config struct {
-	Addr    string      // listen address; default 127.0.0.1:7070 (loopback only)
-	DataDir string      // holds the fencing-token high-water mark; default ./ticketing-data
-	Token   string      // shared auth token; "" = no auth
-	TLS     *tls.Config // nil = plain TCP
+	Addr    string // listen address; default 127.0.0.1:7070 (loopback only)
+	DataDir string // durable state (token high-water mark, restart horizon); default DefaultDataDir()
+	// Tokens: the shared auth tokens; empty = no auth. The first is the current one; a second one
+	// is also accepted (a rotation window: roll clients to the first, then drop the second).
+	Tokens []string
+	TLS    *tls.Config // nil = plain TCP
 
 	MaxKeyLen        int           // default 256 bytes (<= 65535)
 	MinLease         time.Duration // default 1ms
-	MaxLease         time.Duration // default 24h (<= 2^32-1 ms)
-	MaxConnections   int           // default 10,000
+	MaxLease         time.Duration // default 1h (<= 2^32-2 ms)
+	MaxConnections   int           // connections past their handshake; default 10,000
+	MaxHandshakes    int           // connections still in their handshake; the oldest is closed beyond it; default 1,024
+	MaxSessions      int           // sessions attached or in their grace; default 20,000
 	MaxWaitersPerKey int           // default 10,000
 	MaxWaiters       int           // default 1,000,000 in total
 	MaxLocks         int           // distinct keys; default 1,000,000
-	MaxInflight      int           // pending acquires per connection; default 4,096
+	MaxInflight      int           // queued acquires per session; default 4,096
+	MaxOutcomes      int           // stored outcomes per session; default 4,096
 	HandshakeTimeout time.Duration // default 5s
-	WriteTimeout     time.Duration // a write that blocks longer closes the connection; default 30s
+	WriteTimeout     time.Duration // a write that blocks longer closes the connection; default 10s
 	MaxOutput        int           // bytes queued for a client that is not reading; default 4 MiB
+	SessionGrace     time.Duration // a session outlives its connection this long; 0 = no resume; default 5s
+	DeadPeerTimeout  time.Duration // a peer that stops answering TCP is dropped within about this; default 5s
 	LockDelay        time.Duration // key unavailable after a lease expiry; default 0 (off)
-	StartupGrace     time.Duration // no grants for this long after start; default 0 (off)
-	ShutdownTimeout  time.Duration // graceful shutdown bound; default 10s
-	TokenBlock       uint64        // tokens reserved per durable write; default 1<<20
+	// StartupAuto: at start, grant nothing until every lease an earlier run of this data
+	// directory could have granted has ended (computed from the recorded horizon). Default on.
+	StartupAuto bool
+	// StartupGrace: a floor on the start-up wait (with StartupAuto) or a fixed wait (without).
+	StartupGrace    time.Duration
+	ShutdownTimeout time.Duration // graceful shutdown bound; default 10s
+	TokenBlock      uint64        // tokens reserved per durable write; default 1<<20
+	MinToken        uint64        // tokens start above this (recovery floor for a lost store); default 0
 }
 
 // Default returns the defaults: a working single node on loopback with no configuration.
 func Default() Config {
 	return Config{
 		Addr:             "127.0.0.1:7070",
-		DataDir:          "ticketing-data",
+		DataDir:          DefaultDataDir(),
 		MaxKeyLen:        256,
 		MinLease:         time.Millisecond,
-		MaxLease:         24 * time.Hour,
+		MaxLease:         time.Hour,
 		MaxConnections:   10_000,
+		MaxHandshakes:    1024,
+		MaxSessions:      20_000,
 		MaxWaitersPerKey: 10_000,
 		MaxWaiters:       1_000_000,
 		MaxLocks:         1_000_000,
 		MaxInflight:      4096,
+		MaxOutcomes:      4096,
 		HandshakeTimeout: 5 * time.Second,
-		WriteTimeout:     30 * time.Second,
+		WriteTimeout:     10 * time.Second,
 		MaxOutput:        4 << 20,
+		SessionGrace:     5 * time.Second,
+		DeadPeerTimeout:  5 * time.Second,
+		StartupAuto:      true,
 		ShutdownTimeout:  10 * time.Second,
 		TokenBlock:       1 << 20,
 	}
 }
 
-// Validate reports the first setting that is out of range.
+// DefaultDataDir is the absolute default data directory: /var/lib/ticketing for root,
+// $XDG_STATE_HOME/ticketing (else ~/.local/state/ticketing) for other users. Never relative:
+// starting from another working directory must not start from an empty store.
+func DefaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/ticketing"
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "ticketing")
+	}
+	if h, err := os.UserHomeDir(); err == nil && filepath.IsAbs(h) {
+		return filepath.Join(h, ".local", "state", "ticketing")
+	}
+	return "/var/lib/ticketing"
+}
+
+// maxLeaseLimit is the longest lease the protocol can carry.
+const maxLeaseLimit = time.Duration(wire.WaitForever-1) * time.Millisecond
+
+// Validate reports the first setting that is out of range, naming it.
 func (c *Config) Validate() error {
+	positive := []struct {
+		name string
+		v    int
+	}{
+		{"TICKETING_MAX_CONNECTIONS", c.MaxConnections}, {"TICKETING_MAX_HANDSHAKES", c.MaxHandshakes},
+		{"TICKETING_MAX_SESSIONS", c.MaxSessions}, {"TICKETING_MAX_WAITERS_PER_KEY", c.MaxWaitersPerKey},
+		{"TICKETING_MAX_WAITERS", c.MaxWaiters}, {"TICKETING_MAX_LOCKS", c.MaxLocks},
+		{"TICKETING_MAX_INFLIGHT", c.MaxInflight}, {"TICKETING_MAX_OUTCOMES", c.MaxOutcomes},
+	}
+	for _, p := range positive {
+		if p.v < 1 {
+			return fmt.Errorf("%s %d: must be at least 1", p.name, p.v)
+		}
+	}
+	timeouts := []struct {
+		name string
+		v    time.Duration
+	}{
+		{"TICKETING_HANDSHAKE_TIMEOUT", c.HandshakeTimeout}, {"TICKETING_WRITE_TIMEOUT", c.WriteTimeout},
+		{"TICKETING_SHUTDOWN_TIMEOUT", c.ShutdownTimeout}, {"TICKETING_DEAD_PEER_TIMEOUT", c.DeadPeerTimeout},
+	}
+	for _, p := range timeouts {
+		if p.v <= 0 {
+			return fmt.Errorf("%s %v: must be positive", p.name, p.v)
+		}
+	}
 	switch {
 	case c.Addr == "":
 		return fmt.Errorf("TICKETING_ADDR is empty")
@@ -65,18 +131,25 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("TICKETING_MAX_KEY_LEN %d outside 1..%d", c.MaxKeyLen, wire.MaxKeyLen)
 	case c.MinLease < time.Millisecond:
 		return fmt.Errorf("TICKETING_MIN_LEASE %v below 1ms", c.MinLease)
-	case c.MaxLease < c.MinLease || c.MaxLease > time.Duration(wire.WaitForever-1)*time.Millisecond:
-		return fmt.Errorf("TICKETING_MAX_LEASE %v outside %v..%v", c.MaxLease, c.MinLease, time.Duration(wire.WaitForever-1)*time.Millisecond)
-	case c.MaxConnections < 1, c.MaxWaitersPerKey < 1, c.MaxWaiters < 1, c.MaxLocks < 1, c.MaxInflight < 1:
-		return fmt.Errorf("connection, waiter, lock and in-flight limits must be at least 1")
-	case c.HandshakeTimeout <= 0 || c.WriteTimeout <= 0 || c.ShutdownTimeout <= 0:
-		return fmt.Errorf("timeouts must be positive")
+	case c.MaxLease < c.MinLease || c.MaxLease > maxLeaseLimit:
+		return fmt.Errorf("TICKETING_MAX_LEASE %v outside TICKETING_MIN_LEASE (%v)..%v", c.MaxLease, c.MinLease, maxLeaseLimit)
 	case c.MaxOutput < 64<<10:
 		return fmt.Errorf("TICKETING_MAX_OUTPUT %d below 64 KiB", c.MaxOutput)
 	case c.LockDelay < 0:
-		return fmt.Errorf("TICKETING_LOCK_DELAY is negative")
+		return fmt.Errorf("TICKETING_LOCK_DELAY %v is negative", c.LockDelay)
+	case c.SessionGrace < 0 || c.SessionGrace > 10*time.Minute:
+		return fmt.Errorf("TICKETING_SESSION_GRACE %v outside 0..10m", c.SessionGrace)
 	case c.StartupGrace < 0 || c.StartupGrace > c.MaxLease:
-		return fmt.Errorf("TICKETING_STARTUP_GRACE %v outside 0..TICKETING_MAX_LEASE", c.StartupGrace)
+		return fmt.Errorf("TICKETING_STARTUP_GRACE %v outside 0..TICKETING_MAX_LEASE (%v)", c.StartupGrace, c.MaxLease)
+	case c.TokenBlock < 2:
+		return fmt.Errorf("TICKETING_TOKEN_BLOCK %d below 2", c.TokenBlock)
+	case len(c.Tokens) > 2:
+		return fmt.Errorf("TICKETING_TOKEN_FILE holds %d tokens: at most two (the current one, then the previous one during a rotation)", len(c.Tokens))
+	}
+	for _, t := range c.Tokens {
+		if t == "" {
+			return fmt.Errorf("TICKETING_TOKEN: empty token")
+		}
 	}
 	return nil
 }

@@ -15,53 +15,61 @@ import (
 
 const readBufSize = 4 << 10 // grows to fit a larger frame, then shrinks back
 
-// conn is one client connection. Its reader goroutine decodes and applies every complete frame of
-// a read under Server.mu, queues the answers in out, and flushes them with one write. Answers for
-// this connection produced by others (hand-offs, timeouts, expiry notices) are queued the same way
-// and written by the goroutine that produced them when the socket takes them at once (tryFlush),
-// otherwise by a writer goroutine started for the purpose (kick).
+// conn is one client connection past its handshake. Its reader goroutine validates every
+// complete frame of a read, applies the valid ones as one batch, and flushes the answers with one
+// write. Output for this connection produced by others (hand-offs, timeouts, pushes) is queued
+// the same way and written by the goroutine that produced it when the socket takes it at once
+// (tryFlush), otherwise by a writer goroutine started for the purpose (kick).
 type conn struct {
-	s  *Server
-	nc net.Conn
-	id locktable.Owner // set after the handshake; the table's owner id
+	s     *Server
+	nc    net.Conn
+	tcp   *net.TCPConn // the socket under nc (TLS or not); nil for other transports
+	id    uint64       // connection id, never 0
+	owner locktable.Owner
+	sid   [wire.SessionIDSize]byte
 
-	rbuf []byte // read buffer, owned by the reader goroutine
-	resp []byte // answers of the batch being applied; see answer and commit
+	rbuf   []byte         // read buffer, owned by the reader goroutine
+	reqs   []wire.Request // the batch being built, owned by the reader
+	resp   []byte         // answers of the batch being applied; see commit
+	grants []uint64       // request ids of the grants in resp (Server.mu held)
 
-	// Guarded by Server.mu: pending counts this connection's queued acquires; marked says it
-	// is in Server.touched.
-	pending int
-	marked  bool
+	// Guarded by Server.mu.
+	marked   bool // in Server.touched
+	detached bool // the session was told this connection is gone
+	doomedAt bool // in Server.doomed
 
 	raw     syscall.RawConn // the TCP socket, for non-blocking writes; nil with TLS
 	touched []*conn         // reader-owned scratch for deliver
 
 	wmu sync.Mutex // held by the one goroutine writing to nc
 
-	mu     sync.Mutex // guards the fields below; never held during I/O
-	out    []byte     // answers not yet written
-	spare  []byte     // the other half of a double buffer, reused by flush
-	closed bool       // no more output is accepted
-	failed bool       // output overflowed or a write failed: the reader must stop
+	mu       sync.Mutex // guards the fields below; never held during I/O
+	out      []byte     // answers not yet written
+	spare    []byte     // the other half of a double buffer, reused by flush
+	closed   bool       // no more output is accepted
+	failed   bool       // output overflowed or a write failed: the connection is doomed
+	final    time.Time  // bound on the last writes (graceful shutdown); zero = WriteTimeout
+	killFlag bool       // the socket was closed at once (takeover, slow consumer)
 
 	writer atomic.Bool // a writer goroutine (see kick) is running
 }
 
-func newConn(s *Server, nc net.Conn) *conn {
+func newConn(s *Server, nc net.Conn, tcp *net.TCPConn) *conn {
 	c := &conn{
 		s:    s,
 		nc:   nc,
+		tcp:  tcp,
 		rbuf: make([]byte, readBufSize),
 		out:  make([]byte, 0, 1024),
 		resp: make([]byte, 0, 1024),
 	}
-	if tc, ok := nc.(*net.TCPConn); ok {
-		c.raw, _ = tc.SyscallConn()
+	if _, isTCP := nc.(*net.TCPConn); isTCP {
+		c.raw, _ = tcp.SyscallConn()
 	}
 	return c
 }
 
-// readLoop reads until the connection fails or sends a frame it cannot trust.
+// readLoop reads until the connection fails, is doomed, or sends a frame it cannot trust.
 func (c *conn) readLoop() {
 	s := c.s
 	n := 0 // bytes of rbuf in use
@@ -69,10 +77,12 @@ func (c *conn) readLoop() {
 		m, err := c.nc.Read(c.rbuf[n:])
 		n += m
 		if n > 0 && m > 0 {
-			off, fatal := c.batch(c.rbuf[:n])
+			off, fatal := c.serve(c.rbuf[:n])
 			c.flush()
 			if fatal || c.isFailed() {
-				c.drainAndClose()
+				if fatal {
+					c.drainAndClose()
+				}
 				return
 			}
 			// Keep the partial frame at the front; grow the buffer if that frame is larger.
@@ -86,7 +96,7 @@ func (c *conn) readLoop() {
 			}
 		}
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, syscall.ECONNRESET) {
 				s.log.Debug("read failed", "conn", c.id, "err", err)
 			}
 			return
@@ -94,14 +104,11 @@ func (c *conn) readLoop() {
 	}
 }
 
-// batch applies every complete frame in b under one acquisition of Server.mu and returns how
-// many bytes it consumed. fatal means the stream cannot be trusted any more: the caller closes.
-func (c *conn) batch(b []byte) (off int, fatal bool) {
-	s := c.s
-	s.mu.Lock()
-	now := s.now()
-	s.table.Advance(now) // deadlines that passed are applied before any request sees the table
-	s.dispatch(now, c)
+// serve runs the request path on the complete frames in b: validate each (answering invalid
+// requests and PING at once), batch the valid ones, apply the batch, route the outputs. It
+// returns how many bytes it consumed; fatal means the stream cannot be trusted any more.
+func (c *conn) serve(b []byte) (off int, fatal bool) {
+	c.reqs = c.reqs[:0]
 	var req wire.Request
 	for off < len(b) {
 		size, err := wire.DecodeRequest(b[off:], wire.MaxKeyLen, &req)
@@ -109,104 +116,169 @@ func (c *conn) batch(b []byte) (off int, fatal bool) {
 			break
 		}
 		if err != nil {
-			var id uint64
-			if len(b)-off >= 16 {
-				id = be64(b[off+8:])
-			}
-			op := wire.OpAcquire
-			if len(b)-off > 4 {
-				op = wire.Op(b[off+4])
-			}
-			msg := "frame length does not match its layout"
+			msg := wire.MsgLength
 			if err == wire.ErrTooLarge {
-				msg = "frame larger than the protocol's ceiling"
+				msg = wire.MsgTooLarge
 			}
-			c.answer(op, wire.StatusInvalid, id, 0, 0, wire.FieldLength, msg)
+			c.resp = wire.AppendResponseString(c.resp, 0, wire.StatusInvalid, 0, 0, 0, wire.FieldLength, msg)
 			fatal = true
 			break
 		}
-		c.handle(now, &req)
 		off += size
+		if c.validate(&req) {
+			c.reqs = append(c.reqs, req)
+		}
 	}
-	s.rearm()
-	c.touched = s.takeTouched(c.touched)
-	c.commit() // under Server.mu, so no later event for c can overtake this batch's answers
-	s.mu.Unlock()
-	c.touched = deliver(c.touched)
+	c.s.apply(c, c.reqs, fatal)
+	clear(c.reqs) // drop the key views into rbuf
 	return off, fatal
 }
 
-func be64(b []byte) uint64 {
-	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
-		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
-}
-
-// answer queues an answer of this connection's own batch in resp, without locking: only the
-// reader touches resp, and only while it holds Server.mu (commit moves it to out before the
-// reader lets go of Server.mu).
-func (c *conn) answer(op wire.Op, st wire.Status, id, token uint64, lease, detail uint32, msg string) {
-	c.resp = wire.AppendResponseString(c.resp, op, st, id, token, lease, detail, msg)
-}
-
-// push queues an answer that the table produced for c while Server.mu is held: into resp when c
-// is the connection whose batch is running (cur), otherwise into out under c.mu.
-func (c *conn) push(cur *conn, r *wire.Response) {
-	if c == cur {
-		c.resp = wire.AppendResponse(c.resp, r)
-		return
+// validate makes the connection-local checks of PROTOCOL.md ("Requests": flags, request id,
+// op, key length, lease range, token) and answers PING. It reports whether the request goes on
+// to the table.
+func (c *conn) validate(r *wire.Request) bool {
+	cfg := &c.s.cfg
+	bad := func(field uint32, msg string) bool {
+		c.resp = wire.AppendResponseString(c.resp, r.Op, wire.StatusInvalid, r.ID, 0, 0, field, msg)
+		return false
 	}
+	if r.Flags != 0 {
+		return bad(wire.FieldFlags, wire.MsgFlags)
+	}
+	if r.ID == 0 {
+		return bad(wire.FieldRequestID, wire.MsgRequestID)
+	}
+	keyed, leased, tokened := false, false, false
+	switch r.Op {
+	case wire.OpAcquire:
+		keyed, leased = true, true
+	case wire.OpRelease:
+		keyed, tokened = true, true
+	case wire.OpExtend:
+		keyed, leased, tokened = true, true, true
+	case wire.OpCancel:
+		tokened = true
+	case wire.OpInspect:
+		keyed = true
+	case wire.OpAck:
+	case wire.OpPing:
+		c.resp = wire.AppendResponseString(c.resp, r.Op, wire.StatusOK, r.ID, 0, 0, 0, "")
+		return false
+	default:
+		return bad(wire.FieldOp, wire.MsgOp)
+	}
+	if keyed && (len(r.Key) == 0 || len(r.Key) > cfg.MaxKeyLen) {
+		return bad(wire.FieldKey, wire.MsgKey)
+	}
+	if leased {
+		d := time.Duration(r.Lease) * time.Millisecond
+		if d < cfg.MinLease || d > cfg.MaxLease {
+			return bad(wire.FieldLease, wire.MsgLease)
+		}
+		c.s.noteLease(d)
+	}
+	if tokened && r.Token == 0 {
+		return bad(wire.FieldToken, wire.MsgToken)
+	}
+	if !keyed {
+		r.Key = nil
+	}
+	return true
+}
+
+// push queues a frame that the table produced for c (not the connection whose batch is
+// running) while Server.mu is held. It reports whether the frame was queued: a doomed or closed
+// connection takes nothing (its output is capped), and a frame that overflows the output limit
+// dooms the connection and is dropped with everything queued.
+func (c *conn) push(cur *conn, r *wire.Response) bool {
 	c.mu.Lock()
-	if !c.closed {
-		c.out = wire.AppendResponse(c.out, r)
-		c.checkOverflow()
+	defer c.mu.Unlock()
+	if c.closed || c.failed {
+		return false
 	}
-	c.mu.Unlock()
+	c.out = wire.AppendResponse(c.out, r)
+	return !c.checkOverflow()
 }
 
 // commit moves the batch's answers from resp to out: one lock per batch, not one per answer.
-// Server.mu must be held (lock order: Server.mu, then conn.mu).
-func (c *conn) commit() {
+// Server.mu must be held (lock order: Server.mu, then conn.mu), so no later output for c can
+// overtake them. It reports false when the answers were dropped (the connection is doomed).
+func (c *conn) commit() bool {
 	if len(c.resp) == 0 {
-		return
+		return true
 	}
 	c.mu.Lock()
+	ok := !c.closed && !c.failed
 	switch {
-	case c.closed:
+	case !ok:
 	case len(c.out) == 0:
 		c.out, c.resp = c.resp, c.out
 	default:
 		c.out = append(c.out, c.resp...)
 	}
-	c.checkOverflow()
+	if ok && c.checkOverflow() {
+		ok = false
+	}
 	c.mu.Unlock()
 	c.resp = c.resp[:0]
+	return ok
 }
 
-// checkOverflow marks a client that is not reading its answers. c.mu must be held.
-func (c *conn) checkOverflow() {
-	if len(c.out) > c.s.cfg.MaxOutput && !c.failed {
-		c.failed = true
-		c.s.log.Warn("closing slow consumer", "conn", c.id, "queued_bytes", len(c.out))
-		c.nc.SetReadDeadline(time.Now()) // stop the reader; it closes the connection
+// checkOverflow dooms a client that is not reading its answers: its socket is closed at once
+// (nothing more is queued or written; the queued bytes are dropped) and its session is detached
+// before Server.mu is released. It reports whether it did. c.mu and Server.mu must be held.
+func (c *conn) checkOverflow() bool {
+	if len(c.out) <= c.s.cfg.MaxOutput || c.failed {
+		return false
 	}
+	c.failed = true
+	c.s.log.Warn("closing slow consumer", "conn", c.id, "queued_bytes", len(c.out))
+	c.out = nil
+	c.killLocked()
+	c.s.doom(c)
+	return true
+}
+
+// killLocked closes the socket at once, dropping unsent and unread bytes (RST). c.mu must be held.
+func (c *conn) killLocked() {
+	if c.killFlag {
+		return
+	}
+	c.killFlag = true
+	c.closed = true
+	if c.tcp != nil {
+		c.tcp.SetLinger(0)
+		c.tcp.Close() // not nc.Close: a TLS close would try to write an alert
+	} else {
+		c.nc.Close()
+	}
+}
+
+// kill closes the socket at once (a newer connection took the session over, or shutdown ran
+// out of time).
+func (c *conn) kill() {
+	c.mu.Lock()
+	c.killLocked()
+	c.mu.Unlock()
 }
 
 // kick makes sure a goroutine writes what is queued: it starts one unless one is running. A
 // connection has no writer goroutine while it has nothing to write.
 func (c *conn) kick() {
 	if c.writer.CompareAndSwap(false, true) {
-		c.s.wg.Add(1)
+		c.s.connWG.Add(1)
 		go c.writeOut()
 	}
 }
 
 // writeOut is the writer goroutine started by kick.
 func (c *conn) writeOut() {
-	defer c.s.wg.Done()
+	defer c.s.connWG.Done()
 	for {
 		c.flush()
 		c.writer.Store(false)
-		// Answers queued after flush looked and before the flag was cleared would be stranded.
+		// Output queued after flush looked and before the flag was cleared would be stranded.
 		c.mu.Lock()
 		more := len(c.out) > 0 && !c.closed && !c.failed
 		c.mu.Unlock()
@@ -222,9 +294,20 @@ func (c *conn) isFailed() bool {
 	return c.failed
 }
 
+// writeDeadline bounds one write: the write timeout, or the shutdown's final deadline.
+// c.mu must be held.
+func (c *conn) writeDeadline() time.Time {
+	d := time.Now().Add(c.s.cfg.WriteTimeout)
+	if !c.final.IsZero() && c.final.Before(d) {
+		d = c.final
+	}
+	return d
+}
+
 // flush writes everything queued, looping until nothing is left. wmu serialises writers (the
 // reader after a batch, the writer goroutine after a kick, close); the state mutex mu is never
-// held during the write.
+// held during the write. A write that fails or times out dooms the connection: its socket is
+// closed at once and the reader (which detaches the session) stops.
 func (c *conn) flush() {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -232,8 +315,9 @@ func (c *conn) flush() {
 	for len(c.out) > 0 && !c.failed && !c.closed {
 		buf := c.out
 		c.out = c.spare[:0]
+		dl := c.writeDeadline()
 		c.mu.Unlock()
-		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+		c.nc.SetWriteDeadline(dl)
 		_, err := c.nc.Write(buf)
 		if err == nil {
 			c.nc.SetWriteDeadline(time.Time{}) // an expired deadline would stop tryFlush
@@ -246,7 +330,8 @@ func (c *conn) flush() {
 		}
 		if err != nil {
 			c.failed = true
-			c.nc.SetReadDeadline(time.Now())
+			c.out = nil
+			c.killLocked()
 		}
 	}
 	c.mu.Unlock()
@@ -306,21 +391,31 @@ func (c *conn) drainAndClose() {
 	io.Copy(io.Discard, io.LimitReader(c.nc, 1<<20))
 }
 
-// shutdown ends a connection during graceful shutdown, after its answers were flushed.
-func (c *conn) shutdown() {
-	c.nc.SetReadDeadline(time.Now())
+// stopReading ends a connection during graceful shutdown: reading stops at readUntil, and every
+// later write is bounded by final.
+func (c *conn) stopReading(readUntil, final time.Time) {
+	c.mu.Lock()
+	c.final = final
+	c.mu.Unlock()
+	c.nc.SetReadDeadline(readUntil)
 }
 
-// close flushes what is queued (bounded by the write timeout), then releases the connection;
-// no output is accepted after it.
-func (c *conn) close() {
+// close flushes what is queued (bounded by deadline), then releases the connection; no output
+// is accepted after it.
+func (c *conn) close(deadline time.Time) {
+	c.mu.Lock()
+	if c.final.IsZero() || deadline.Before(c.final) {
+		c.final = deadline
+	}
+	c.mu.Unlock()
 	c.flush()
 	c.mu.Lock()
-	if c.closed {
+	if c.killFlag {
 		c.mu.Unlock()
 		return
 	}
 	c.closed = true
+	c.killFlag = true
 	c.mu.Unlock()
 	c.nc.Close()
 }

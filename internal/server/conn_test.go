@@ -31,8 +31,9 @@ func TestTryFlushPartialWriteKeepsOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newConn(s, sc)
-	defer c.close()
+	c := newConn(s, sc, sc.(*net.TCPConn))
+	defer c.close(time.Now().Add(time.Second))
+	defer s.store.Close()
 
 	want := make([]byte, 16<<20) // far more than a socket buffer holds
 	for i := range want {

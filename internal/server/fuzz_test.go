@@ -37,9 +37,11 @@ func FuzzServerHandshake(f *testing.F) {
 			client.Write(in)
 		}()
 		go io.Copy(io.Discard, client)
-		c := newConn(s, server)
-		ok := c.handshake()
+		c, ok := s.handshake(server, nil)
 		server.Close()
+		if ok {
+			s.closeConn(c)
+		}
 		if ok {
 			var h wire.Hello
 			if len(in) < wire.HelloSize+wire.AuthSize || wire.DecodeHello(in[:wire.HelloSize], &h) != nil ||

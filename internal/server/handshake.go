@@ -1,83 +1,191 @@
 package server
 
 import (
+	"container/list"
 	"crypto/rand"
 	"io"
+	"net"
+	"sync"
 	"time"
 
 	"github.com/ticketing/ticketing/internal/wire"
 )
 
-// handshake runs HELLO / CHALLENGE / AUTH / WELCOME under the handshake deadline and reports
-// whether the connection may go on. Every failure closes the connection (the caller closes it);
-// the answers that PROTOCOL.md documents are sent first.
-func (c *conn) handshake() bool {
-	s := c.s
-	log := s.log.With("remote", c.nc.RemoteAddr().String())
-	c.nc.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+// handshake runs HELLO / CHALLENGE / AUTH / WELCOME under the handshake deadline, attaches the
+// session and returns the connection, or false when it must close (the caller closes it). The
+// answers PROTOCOL.md documents are sent first. Only the attach runs under Server.mu.
+func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
+	log := s.log.With("remote", nc.RemoteAddr().String())
+	deadline := time.Now().Add(s.cfg.HandshakeTimeout)
+	nc.SetDeadline(deadline)
 	var buf [wire.ChallengeSize + wire.MaxChallengeData]byte
-	if !readFixed(c.nc, buf[:wire.HelloSize], wire.HelloSize) {
+	if !readFixed(nc, buf[:wire.HelloSize], wire.HelloSize) {
 		log.Debug("handshake: no valid HELLO")
-		return false
+		return nil, false
 	}
 	var hello wire.Hello
 	if err := wire.DecodeHello(buf[:wire.HelloSize], &hello); err != nil {
 		log.Debug("handshake: bad HELLO", "err", err)
-		return false
+		return nil, false
 	}
 	ch := wire.Challenge{Status: wire.StatusOK, Version: wire.Version}
 	switch {
 	case hello.Version != wire.Version:
-		ch.Status = wire.StatusUnsupportedVersion
-	case s.nconns.Load() > int64(s.cfg.MaxConnections):
-		ch.Status = wire.StatusBusy
-	case s.isShutting():
-		ch.Status = wire.StatusShuttingDown
+		ch.Status, ch.Data = wire.StatusUnsupportedVersion, []byte(wire.MsgVersion)
+	case hello.Flags != 0:
+		ch.Status, ch.Detail, ch.Data = wire.StatusInvalid, wire.FieldFlags, []byte(wire.MsgFlags)
+	case hello.SessionID == [wire.SessionIDSize]byte{}:
+		ch.Status, ch.Detail, ch.Data = wire.StatusInvalid, wire.FieldSession, []byte(wire.MsgSessionZero)
+	case s.attached.Load() >= int64(s.cfg.MaxConnections):
+		ch.Status, ch.Detail, ch.Data = wire.StatusBusy, wire.LimitConnections, []byte(wire.MsgConnections)
+	case s.isStopping():
+		ch.Status, ch.Data = wire.StatusShuttingDown, []byte(wire.MsgShuttingDown)
 	}
-	if s.cfg.Token != "" {
+	keys := s.auth.Load()
+	if len(keys.tokens) > 0 {
 		ch.Flags = wire.ChallengeAuthRequired
-		if _, err := rand.Read(ch.Nonce[:]); err != nil {
-			log.Error("handshake: no randomness", "err", err)
-			return false
+		if ch.Status == wire.StatusOK {
+			if _, err := rand.Read(ch.Nonce[:]); err != nil {
+				log.Error("handshake: no randomness", "err", err)
+				return nil, false
+			}
 		}
 	}
-	if _, err := c.nc.Write(wire.AppendChallenge(buf[:0], &ch)); err != nil {
-		return false
+	if _, err := nc.Write(wire.AppendChallenge(buf[:0], &ch)); err != nil {
+		return nil, false
 	}
 	if ch.Status != wire.StatusOK {
-		log.Info("handshake refused", "status", ch.Status.String(), "client_version", hello.Version)
-		c.drainAndClose() // closing with unread input would reset the connection and lose the answer
-		return false
+		log.Info("handshake refused", "status", ch.Status.String(), "detail", ch.Detail, "client_version", hello.Version)
+		drain(nc, s.cfg.HandshakeTimeout) // closing with unread input would reset the connection and lose the answer
+		return nil, false
 	}
-	if !readFixed(c.nc, buf[:wire.AuthSize], wire.AuthSize) {
+	if !readFixed(nc, buf[:wire.AuthSize], wire.AuthSize) {
 		log.Debug("handshake: no valid AUTH")
-		return false
+		return nil, false
 	}
 	var auth wire.Auth
 	if err := wire.DecodeAuth(buf[:wire.AuthSize], &auth); err != nil {
 		log.Debug("handshake: bad AUTH", "err", err)
-		return false
+		return nil, false
 	}
-	w := wire.Welcome{Status: wire.StatusOK}
-	if s.cfg.Token != "" {
-		token := []byte(s.cfg.Token)
-		want := wire.ClientProof(token, &hello.SessionID, &hello.Nonce, &ch.Nonce)
-		if wire.ProofEqual(&want, &auth.Proof) {
-			w.Proof = wire.ServerProof(token, &hello.SessionID, &hello.Nonce, &ch.Nonce, &w)
-		} else {
-			w.Status = wire.StatusAuthFailed
+	var token []byte
+	if len(keys.tokens) > 0 {
+		for _, t := range keys.tokens {
+			want := wire.ClientProof(t, &hello.SessionID, &hello.Nonce, &ch.Nonce)
+			if wire.ProofEqual(&want, &auth.Proof) {
+				token = t
+				break
+			}
+		}
+		if token == nil {
+			s.authFailed(nc, log, deadline)
+			return nil, false
 		}
 	}
-	if _, err := c.nc.Write(wire.AppendWelcome(buf[:0], &w)); err != nil {
-		return false
+
+	c := newConn(s, nc, tcp)
+	w := wire.Welcome{Status: wire.StatusOK, GraceMs: uint32(s.cfg.SessionGrace / time.Millisecond), StateID: s.stateID}
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		s.refuseWelcome(nc, wire.Welcome{Status: wire.StatusShuttingDown})
+		return nil, false
 	}
-	if w.Status != wire.StatusOK {
-		log.Warn("authentication failed")
-		c.drainAndClose()
-		return false
+	s.nextConn++
+	c.id = s.nextConn
+	s.table.Attach(s.now(), hello.SessionID, c.id, int64(s.cfg.SessionGrace))
+	outs := s.table.Outs()
+	res := outs[len(outs)-1]
+	outs[len(outs)-1].Conn = 0 // the attach result is not a frame to route
+	if res.Busy {
+		s.settle(nil)
+		touched := s.takeTouched(nil)
+		s.mu.Unlock()
+		deliver(touched)
+		log.Warn("handshake refused: too many sessions", "max_sessions", s.cfg.MaxSessions)
+		s.refuseWelcome(nc, wire.Welcome{Status: wire.StatusBusy, Detail: wire.LimitSessions})
+		return nil, false
 	}
-	c.nc.SetDeadline(time.Time{})
-	return true
+	c.owner, c.sid = res.Owner, hello.SessionID
+	if res.Prev != 0 {
+		if old := s.conns[res.Prev]; old != nil {
+			// Only the newest connection of a session is served: the old one (half-open, or
+			// simply older) is closed and its unread input dropped. Its session moved here.
+			old.detached = true
+			delete(s.conns, old.id)
+			s.attached.Add(-1)
+			old.kill()
+		}
+	}
+	if res.Resumed {
+		w.Flags = wire.WelcomeResumed
+	}
+	if token != nil {
+		w.Proof = wire.ServerProof(token, &hello.SessionID, &hello.Nonce, &ch.Nonce, &w)
+	}
+	c.out = wire.AppendWelcome(c.out[:0], &w) // first, before anything can be queued for c
+	s.conns[c.id] = c
+	s.attached.Add(1)
+	s.settle(nil)
+	touched := s.takeTouched(nil)
+	s.mu.Unlock()
+	deliver(touched)
+	c.flush()
+	if c.isFailed() {
+		s.closeConn(c)
+		return nil, false
+	}
+	nc.SetDeadline(time.Time{})
+	log.Debug("session attached", "conn", c.id, "resumed", res.Resumed)
+	return c, true
+}
+
+// refuseWelcome sends a refusing WELCOME and closes after a short drain.
+func (s *Server) refuseWelcome(nc net.Conn, w wire.Welcome) {
+	var b [wire.WelcomeSize]byte
+	if _, err := nc.Write(wire.AppendWelcome(b[:0], &w)); err == nil {
+		drain(nc, s.cfg.HandshakeTimeout)
+	}
+}
+
+// authFailed answers AUTH_FAILED after this address's back-off (see authFailures) and closes.
+func (s *Server) authFailed(nc net.Conn, log interface{ Warn(string, ...any) }, deadline time.Time) {
+	host := hostOf(nc.RemoteAddr())
+	delay, ok := s.failures.fail(host)
+	if !ok {
+		return // too many failing handshakes from this address at once: close without an answer
+	}
+	defer s.failures.done(host)
+	log.Warn("authentication failed", "backoff", delay)
+	if delay > 0 {
+		t := time.NewTimer(min(delay, time.Until(deadline)))
+		select {
+		case <-t.C:
+		case <-s.done:
+			t.Stop()
+		}
+	}
+	s.refuseWelcome(nc, wire.Welcome{Status: wire.StatusAuthFailed})
+}
+
+func hostOf(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	h, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return h
+}
+
+// drain gives the peer a moment to read a final answer, then returns (the caller closes).
+func drain(nc net.Conn, d time.Duration) {
+	if cw, ok := nc.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	nc.SetReadDeadline(time.Now().Add(min(time.Second, d)))
+	io.Copy(io.Discard, io.LimitReader(nc, 1<<16))
 }
 
 // readFixed reads a fixed-size handshake frame into b, checking its length field first so a
@@ -93,8 +201,106 @@ func readFixed(r io.Reader, b []byte, size int) bool {
 	return err == nil
 }
 
-func (s *Server) isShutting() bool {
+func (s *Server) isStopping() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.shutting
+	return s.stopping
+}
+
+// pendingSet bounds the connections still in their handshake: beyond the limit, the oldest is
+// closed (without an answer), so a flood of idle connections never keeps an authenticated
+// client from being served, and each costs little (a goroutine and a small stack buffer).
+type pendingSet struct {
+	mu  sync.Mutex
+	max int
+	l   list.List // of net.Conn, oldest first
+}
+
+func (p *pendingSet) init(max int) { p.max = max }
+
+func (p *pendingSet) add(nc net.Conn) *list.Element {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.l.Len() >= p.max {
+		oldest := p.l.Front()
+		p.l.Remove(oldest)
+		oldest.Value.(net.Conn).Close()
+	}
+	return p.l.PushBack(nc)
+}
+
+func (p *pendingSet) remove(e *list.Element) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e.Value != nil {
+		p.l.Remove(e)
+		e.Value = nil
+	}
+}
+
+func (p *pendingSet) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for e := p.l.Front(); e != nil; e = e.Next() {
+		e.Value.(net.Conn).Close()
+	}
+}
+
+// authFailures slows down wrong-token handshakes per client address: each failure raises the
+// address's score (which decays by one per second), and the AUTH_FAILED answer waits
+// 10 ms * 2^score (at most 2 s). At most 16 failing handshakes of one address wait at once;
+// more are closed without an answer. Handshakes that succeed are never delayed, so legitimate
+// clients sharing the address are not slowed.
+type authFailures struct {
+	mu sync.Mutex
+	m  map[string]*failRec
+}
+
+type failRec struct {
+	score   float64
+	at      time.Time
+	waiting int
+}
+
+const (
+	failBase       = 10 * time.Millisecond
+	failMax        = 2 * time.Second
+	failConcurrent = 16
+	failMapMax     = 10_000
+)
+
+func (f *authFailures) init() { f.m = make(map[string]*failRec) }
+
+func (f *authFailures) fail(host string) (time.Duration, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	r := f.m[host]
+	if r == nil {
+		if len(f.m) >= failMapMax {
+			for h, x := range f.m { // forget idle addresses; the map stays bounded
+				if x.waiting == 0 {
+					delete(f.m, h)
+				}
+			}
+		}
+		r = &failRec{at: now}
+		f.m[host] = r
+	}
+	r.score = max(r.score-now.Sub(r.at).Seconds(), 0) + 1
+	r.at = now
+	if r.waiting >= failConcurrent {
+		return 0, false
+	}
+	r.waiting++
+	d := failBase << min(int(r.score), 8)
+	return min(d, failMax), true
+}
+
+func (f *authFailures) done(host string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r := f.m[host]; r != nil {
+		r.waiting--
+	}
 }

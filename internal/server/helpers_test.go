@@ -34,6 +34,7 @@ func startServer(t *testing.T, mutate func(*Config)) *testServer {
 	cfg := Default()
 	cfg.Addr = "127.0.0.1:0"
 	cfg.DataDir = t.TempDir()
+	cfg.SessionGrace = 0 // tests of sessions set their own grace
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -70,6 +71,9 @@ type rawClient struct {
 	nc  net.Conn
 	buf []byte
 	sid [wire.SessionIDSize]byte
+	// From the last handshake.
+	welcome   wire.Welcome
+	challenge wire.Challenge
 }
 
 func dialRaw(t *testing.T, addr string) *rawClient {
@@ -100,10 +104,8 @@ func (c *rawClient) handshake(token string) wire.Status {
 	h := wire.Hello{Version: wire.Version, SessionID: c.sid}
 	rand.Read(h.Nonce[:])
 	c.write(wire.AppendHello(nil, &h))
-	var ch wire.Challenge
-	if err := wire.DecodeChallenge(c.readN(wire.ChallengeSize), &ch); err != nil {
-		c.t.Fatal(err)
-	}
+	ch := c.readChallenge()
+	c.challenge = ch
 	if ch.Status != wire.StatusOK {
 		return ch.Status
 	}
@@ -117,12 +119,29 @@ func (c *rawClient) handshake(token string) wire.Status {
 		c.t.Fatal(err)
 	}
 	if w.Status == wire.StatusOK && token != "" {
-		want := wire.ServerProof([]byte(token), &c.sid, &h.Nonce, &ch.Nonce)
+		want := wire.ServerProof([]byte(token), &c.sid, &h.Nonce, &ch.Nonce, &w)
 		if want != w.Proof {
 			c.t.Fatal("server proof does not verify")
 		}
 	}
+	c.welcome = w
 	return w.Status
+}
+
+// readChallenge reads one CHALLENGE frame.
+func (c *rawClient) readChallenge() wire.Challenge {
+	c.t.Helper()
+	head := c.readN(4)
+	n, err := wire.ChallengeLen(head)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var ch wire.Challenge
+	if err := wire.DecodeChallenge(append(head, c.readN(n-4)...), &ch); err != nil {
+		c.t.Fatal(err)
+	}
+	ch.Data = bytes.Clone(ch.Data)
+	return ch
 }
 
 func (c *rawClient) write(b []byte) {

@@ -1,13 +1,27 @@
 // Package server owns the sockets of a single Ticketing node: it accepts connections, runs the
-// handshake, decodes every complete frame in each read, applies it to the lock table, and writes
-// the answers of a batch with one write.
+// handshake (and attaches the client's session), and serves each connection's requests in four
+// steps, each in one place:
+//
+//   - validate (conn.go, validate): the connection-local checks of every complete frame in a
+//     read; invalid requests and PING are answered on the spot;
+//   - batch (conn.go, batch): the valid requests of one read, in order;
+//   - apply (apply.go): the batch applied to the lock table (locktable.Table.Requests) under
+//     Server.mu — the same table calls a replicated log would make from a command entry;
+//   - route (route.go): the table's outputs go to their connections — the batch's own answers to
+//     the reader's buffer, hand-offs, EXPIRED and answers for other sessions to theirs — and every
+//     batch is written with one write.
+//
+// The durable token ceiling and restart horizon (persist.go) and the clock that drives deadlines
+// (clock goroutine, below) feed the table through the same apply step.
 //
 // Lock order: Server.mu before conn.mu. Server.mu guards the lock table, the connection registry
-// and the timer; conn.mu guards a connection's output buffer. No mutex is held during socket I/O.
+// and the timer; conn.mu guards a connection's output buffer. No mutex is held during socket I/O
+// or disk I/O, and no handshake work happens under Server.mu except the session attach.
 package server
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -17,36 +31,55 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ticketing/ticketing/internal/clock"
 	"github.com/ticketing/ticketing/internal/locktable"
-	"github.com/ticketing/ticketing/internal/tokens"
+	"github.com/ticketing/ticketing/internal/store"
+	"github.com/ticketing/ticketing/internal/wire"
 )
 
 // Server is a single Ticketing node.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	tokens *tokens.Allocator
-	epoch  time.Time // the table's clock is time.Since(epoch), monotonic
+	cfg     Config
+	log     *slog.Logger
+	store   *store.Store
+	boot0   int64 // CLOCK_BOOTTIME at start: the table's clock is Boottime() - boot0
+	stateID [wire.StateIDSize]byte
+	auth    atomic.Pointer[authKeys]
+	tlsCert atomic.Pointer[tls.Certificate]
 
 	mu       sync.Mutex // guards everything below it
 	table    *locktable.Table
-	conns    map[locktable.Owner]*conn
-	nextID   locktable.Owner
+	conns    map[uint64]*conn // attached connections by id
+	nextConn uint64
 	timer    *time.Timer
 	timerAt  int64 // when timer fires; valid while armed
 	armed    bool
-	shutting bool
-	touched  []*conn // connections dispatch gave answers to; see takeTouched
+	stopping bool
+	touched  []*conn // connections route gave output to; see takeTouched
+	doomed   []*conn // connections to detach before Server.mu is released; see doom
 
-	nconns   atomic.Int64
+	attached atomic.Int64 // len(conns), readable without Server.mu
+	pending  pendingSet   // connections still in their handshake
+	failures authFailures
+
+	persistKick chan struct{}
+	leaseHint   atomic.Int64 // largest lease (ns) asked for recently; see persist.go
+
 	ln       net.Listener
 	lnMu     sync.Mutex
 	done     chan struct{} // closed by Shutdown
 	wg       sync.WaitGroup
+	connWG   sync.WaitGroup
 	shutOnce sync.Once
+	shutErr  error
 }
 
-// New prepares a server: it validates cfg and opens the durable token counter in cfg.DataDir.
+// authKeys is the set of accepted tokens (the first is current; a second is accepted during a
+// rotation).
+type authKeys struct{ tokens [][]byte }
+
+// New prepares a server: it validates cfg, opens the data directory, reserves the first block
+// of tokens and the start-up horizon durably, and computes the start-up wait.
 func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -54,57 +87,119 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	alloc, err := tokens.Open(cfg.DataDir, cfg.TokenBlock)
+	st, state, err := store.Open(cfg.DataDir, store.Options{MinToken: cfg.MinToken})
 	if err != nil {
-		return nil, fmt.Errorf("token store in %s: %w", cfg.DataDir, err)
+		return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
 	}
 	s := &Server{
-		cfg:    cfg,
-		log:    log,
-		tokens: alloc,
-		epoch:  time.Now(),
-		conns:  make(map[locktable.Owner]*conn),
-		done:   make(chan struct{}),
+		cfg:         cfg,
+		log:         log,
+		store:       st,
+		boot0:       clock.Boottime(),
+		conns:       make(map[uint64]*conn),
+		persistKick: make(chan struct{}, 1),
+		done:        make(chan struct{}),
+	}
+	s.pending.init(cfg.MaxHandshakes)
+	s.failures.init()
+	s.SetTokens(cfg.Tokens)
+	if cfg.TLS != nil && len(cfg.TLS.Certificates) > 0 {
+		s.tlsCert.Store(&cfg.TLS.Certificates[0])
+	}
+	if _, err := rand.Read(s.stateID[:]); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("state id: %w", err)
+	}
+
+	// Start-up wait: nothing an earlier run could have granted may be granted twice.
+	var wait time.Duration
+	if cfg.StartupAuto {
+		wait = store.StartupWait(state, store.BootID(), s.boot0, clock.Wall())
+	}
+	wait = max(wait, cfg.StartupGrace)
+	lastToken := state.TokenLimit
+	// Durable before the first grant: the next token block, and a horizon covering the wait
+	// (a crash during the wait must not shorten the next start's wait).
+	if state, err = st.Persist(lastToken+cfg.TokenBlock, s.boot0+int64(wait), false); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
 	}
 	s.table = locktable.New(locktable.Config{
 		MaxWaitersPerKey: cfg.MaxWaitersPerKey,
 		MaxWaitersTotal:  cfg.MaxWaiters,
 		MaxLocks:         cfg.MaxLocks,
 		LockDelay:        int64(cfg.LockDelay),
-		AvailableFrom:    int64(cfg.StartupGrace), // the table's clock starts at 0 with the server
-	}, alloc)
+		AvailableFrom:    int64(wait),
+		LastToken:        lastToken,
+		Durable:          true,
+		MaxSessions:      cfg.MaxSessions,
+		MaxOutcomes:      cfg.MaxOutcomes,
+		MaxQueued:        cfg.MaxInflight,
+	})
+	s.table.Ceiling(0, state.TokenLimit, state.HorizonBoot-s.boot0)
+	s.table.ClearOuts()
+	if wait > 0 {
+		log.Warn("start-up wait: no grants until every lease from before this start has ended",
+			"wait", wait.Round(time.Millisecond), "why", "the data directory records leases that may still run (TICKETING_STARTUP_GRACE=0 turns this off)")
+	}
 	s.timer = time.NewTimer(time.Hour)
 	s.timer.Stop()
 	return s, nil
 }
 
-// now is the table's clock: nanoseconds since the server started, monotonic.
-func (s *Server) now() int64 { return int64(time.Since(s.epoch)) }
+// now is the table's clock: nanoseconds of CLOCK_BOOTTIME since the server started.
+func (s *Server) now() int64 { return clock.Boottime() - s.boot0 }
 
-// Listen opens the configured address (with TLS when configured).
-func (s *Server) Listen() (net.Listener, error) {
-	ln, err := net.Listen("tcp", s.cfg.Addr)
-	if err != nil {
-		return nil, err
+// StateID returns this run's state id (new at every start of a single node).
+func (s *Server) StateID() [wire.StateIDSize]byte { return s.stateID }
+
+// SetTokens replaces the accepted auth tokens (SIGHUP reload). Connections already past their
+// handshake are not affected.
+func (s *Server) SetTokens(tokens []string) {
+	k := &authKeys{}
+	for _, t := range tokens {
+		k.tokens = append(k.tokens, []byte(t))
 	}
-	return ln, nil
+	s.auth.Store(k)
+}
+
+// SetCertificate replaces the TLS certificate served to new connections (SIGHUP reload).
+func (s *Server) SetCertificate(c *tls.Certificate) { s.tlsCert.Store(c) }
+
+// tlsConfig is the TLS configuration with the current certificate.
+func (s *Server) tlsConfig() *tls.Config {
+	cfg := s.cfg.TLS.Clone()
+	cfg.Certificates = nil
+	cfg.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.tlsCert.Load(), nil }
+	return cfg
+}
+
+// Listen opens the configured address.
+func (s *Server) Listen() (net.Listener, error) {
+	return net.Listen("tcp", s.cfg.Addr)
 }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	s.lnMu.Lock()
-	s.ln = ln
-	s.lnMu.Unlock()
 	select {
 	case <-s.done:
+		s.lnMu.Unlock()
 		ln.Close()
 		return nil
 	default:
 	}
-	s.wg.Add(1)
+	s.ln = ln
+	s.wg.Add(2)
+	s.lnMu.Unlock()
 	go s.clock()
-	s.log.Info("listening", "addr", ln.Addr().String(), "tls", s.cfg.TLS != nil, "auth", s.cfg.Token != "",
-		"data_dir", s.cfg.DataDir, "next_token", s.tokens.Last()+1)
+	go s.persister()
+	var tlsCfg *tls.Config
+	if s.cfg.TLS != nil {
+		tlsCfg = s.tlsConfig()
+	}
+	s.log.Info("listening", "addr", ln.Addr().String(), "tls", s.cfg.TLS != nil, "auth", len(s.auth.Load().tokens) > 0,
+		"data_dir", s.cfg.DataDir, "next_token", s.table.LastToken()+1, "session_grace", s.cfg.SessionGrace)
 	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()
@@ -128,55 +223,56 @@ func (s *Server) Serve(ln net.Listener) error {
 			}
 		}
 		backoff = 0
-		s.nconns.Add(1)
-		s.wg.Add(1)
-		go s.serveConn(nc)
+		s.lnMu.Lock() // Shutdown's connWG.Wait never runs concurrently with this Add
+		select {
+		case <-s.done:
+			s.lnMu.Unlock()
+			nc.Close()
+			return nil
+		default:
+		}
+		s.connWG.Add(1)
+		s.lnMu.Unlock()
+		go s.serveConn(nc, tlsCfg)
 	}
 }
 
-// serveConn runs one connection: handshake, then the read loop, then cleanup.
-func (s *Server) serveConn(nc net.Conn) {
-	defer s.wg.Done()
-	defer s.nconns.Add(-1)
-	if tc, ok := nc.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
+// serveConn runs one connection: handshake (and session attach), then the read loop, then the
+// session's detach.
+func (s *Server) serveConn(nc net.Conn, tlsCfg *tls.Config) {
+	defer s.connWG.Done()
+	tcp, _ := nc.(*net.TCPConn)
+	if tcp != nil {
+		tcp.SetNoDelay(true)
+		setDeadPeer(tcp, s.cfg.DeadPeerTimeout)
 	}
-	if s.cfg.TLS != nil {
-		nc = tls.Server(nc, s.cfg.TLS)
+	p := s.pending.add(nc)
+	if tlsCfg != nil {
+		nc = tls.Server(nc, tlsCfg)
 	}
-	c := newConn(s, nc)
-	if !c.handshake() {
+	c, ok := s.handshake(nc, tcp)
+	s.pending.remove(p)
+	if !ok {
 		nc.Close()
 		return
 	}
-	s.mu.Lock()
-	if s.shutting {
-		s.mu.Unlock()
-		nc.Close()
-		return
-	}
-	s.nextID++
-	c.id = s.nextID
-	s.conns[c.id] = c
-	s.mu.Unlock()
-
 	c.readLoop()
+	s.closeConn(c)
+}
 
-	// The connection is gone: its waiters leave the queues; its held locks stay until their
-	// lease ends (the holder may reconnect and release).
+// closeConn detaches a connection whose reader has stopped and releases it.
+func (s *Server) closeConn(c *conn) {
 	s.mu.Lock()
-	now := s.now()
-	s.table.DropOwner(now, c.id)
-	delete(s.conns, c.id)
-	s.dispatch(now, nil)
-	s.rearm()
+	s.detach(c)
+	s.settle(nil)
 	touched := s.takeTouched(nil)
 	s.mu.Unlock()
 	deliver(touched)
-	c.close()
+	c.close(time.Now().Add(s.cfg.WriteTimeout))
 }
 
-// clock is the one goroutine that drives lease expiries, wait timeouts and lock-delay ends.
+// clock is the one goroutine that drives lease expiries, wait timeouts, lock-delay ends and
+// session grace ends.
 func (s *Server) clock() {
 	defer s.wg.Done()
 	var touched []*conn
@@ -188,10 +284,8 @@ func (s *Server) clock() {
 		}
 		s.mu.Lock()
 		s.armed = false
-		now := s.now()
-		s.table.Advance(now)
-		s.dispatch(now, nil)
-		s.rearm()
+		s.table.Tick(s.now())
+		s.settle(nil)
 		touched = s.takeTouched(touched)
 		s.mu.Unlock()
 		touched = deliver(touched)
@@ -211,44 +305,78 @@ func (s *Server) rearm() {
 }
 
 // Shutdown stops the server gracefully: no new connections; every queued acquire is answered
-// SHUTTING_DOWN; answers already queued are flushed; then connections close. Held locks keep their
-// tokens' meaning (the token counter is durable), but a single node's lock table is in memory and
-// does not survive the process. Shutdown waits for every goroutine or until ctx is done.
+// SHUTTING_DOWN and every holder told EXPIRED with reason STOPPING; RELEASE, CANCEL, PING,
+// INSPECT and ACK are served until the connections close (bounded by ctx); then the end of
+// every lease still held is recorded as the restart horizon, so that a restart without live
+// leases starts at once. Everything, final writes included, is bounded by ctx.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.shutOnce.Do(func() {
-		s.mu.Lock()
-		s.shutting = true
-		now := s.now()
-		s.table.Abort(now)
-		s.dispatch(now, nil)
-		s.takeTouched(nil) // every connection is flushed below
-		conns := make([]*conn, 0, len(s.conns))
-		for _, c := range s.conns {
-			conns = append(conns, c)
-		}
-		s.mu.Unlock()
-		close(s.done)
-		s.lnMu.Lock()
-		if s.ln != nil {
-			s.ln.Close()
-		}
-		s.lnMu.Unlock()
-		for _, c := range conns {
-			c.tryFlush() // never blocks on a client that does not read; the reader's close flushes the rest
-			c.shutdown()
-		}
-	})
+	s.shutOnce.Do(func() { s.shutErr = s.shutdown(ctx) })
+	return s.shutErr
+}
+
+func (s *Server) shutdown(ctx context.Context) error {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(s.cfg.ShutdownTimeout)
+	}
+	s.lnMu.Lock()
+	close(s.done)
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	s.lnMu.Unlock()
+	s.pending.closeAll()
+
+	s.mu.Lock()
+	s.stopping = true
+	s.table.Stop(s.now())
+	s.settle(nil)
+	conns := make([]*conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.takeTouched(nil) // every connection is flushed below
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.tryFlush()
+	}
+	// Give clients a moment to read the notices and release; then stop reading. The readers
+	// exit, detach their sessions and flush what is left, each bounded by the deadline.
+	drain := min(time.Until(deadline)/2, 500*time.Millisecond)
+	for _, c := range conns {
+		c.stopReading(time.Now().Add(max(drain, 0)), deadline)
+	}
+
+	var err error
 	waited := make(chan struct{})
-	go func() { s.wg.Wait(); close(waited) }()
+	go func() { s.connWG.Wait(); s.wg.Wait(); close(waited) }()
 	select {
 	case <-waited:
 	case <-ctx.Done():
-		// Some connection goroutines are still running and may still take tokens: leave the
-		// allocator open (every token it hands out is already durable).
-		return ctx.Err()
+		err = ctx.Err()
+		for _, c := range conns {
+			c.kill()
+		}
 	}
 	s.timer.Stop()
-	return s.tokens.Close()
+
+	// Record what really remains: the end of every lease still held (none: no wait at the
+	// next start).
+	s.mu.Lock()
+	horizon := s.table.MaxDeadline()
+	lastToken := s.table.LastToken()
+	s.mu.Unlock()
+	boot := clock.Boottime()
+	if horizon == 0 {
+		horizon = boot - s.boot0
+	}
+	if _, perr := s.store.Persist(lastToken, s.boot0+horizon, true); perr != nil {
+		s.log.Error("could not record the restart horizon; the next start waits for the one recorded before", "err", perr)
+	}
+	if cerr := s.store.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Stats reports the table's size: keys present, locks held, acquires queued, and connections.
@@ -259,3 +387,6 @@ func (s *Server) Stats() (keys, held, waiters, conns int) {
 	s.mu.Unlock()
 	return
 }
+
+// Store returns the durable store (for tests that simulate a failing disk).
+func (s *Server) Store() *store.Store { return s.store }

@@ -1,6 +1,6 @@
 //go:build !(linux || darwin || freebsd || netbsd || openbsd || dragonfly)
 
-package tokens
+package store
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 func lockDir(dir string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("tokens: %w", err)
+		return nil, fmt.Errorf("store: %w", err)
 	}
 	return f, nil
 }

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package clock
+
+func boottime() int64 { return monotonic() }

@@ -1,0 +1,136 @@
+package server
+
+import (
+	"github.com/ticketing/ticketing/internal/wire"
+)
+
+// undelivered is a grant whose answer was dropped unwritten (its connection was doomed).
+type undelivered struct {
+	c     *conn
+	reqID uint64
+}
+
+// apply is the apply step for one batch of connection c: the valid requests go to the lock
+// table under Server.mu, and the outputs are routed before it is released. A fatal batch (a
+// frame that cannot be trusted) dooms c in the same critical section: nothing decided after it
+// is handed to c.
+func (s *Server) apply(c *conn, reqs []wire.Request, fatal bool) {
+	s.mu.Lock()
+	if len(reqs) > 0 {
+		s.table.Requests(s.now(), c.owner, c.id, reqs)
+	}
+	if fatal {
+		s.doom(c)
+	}
+	s.settle(c)
+	c.touched = s.takeTouched(c.touched)
+	s.mu.Unlock()
+	c.touched = deliver(c.touched)
+}
+
+// settle routes the table's outputs, detaches doomed connections (which may produce more
+// outputs: hand-offs of revoked grants), rearms the timer and checks whether storage must
+// reserve more. cur is the connection whose batch is running (its answers go to its own
+// buffer and are committed here), or nil. Server.mu must be held.
+func (s *Server) settle(cur *conn) {
+	var lost []undelivered
+	for {
+		outs := s.table.Outs()
+		for k := range outs {
+			o := &outs[k]
+			if o.Conn == 0 {
+				continue
+			}
+			var d *conn
+			if cur != nil && o.Conn == cur.id {
+				d = cur
+			} else if d = s.conns[o.Conn]; d == nil {
+				continue
+			}
+			grant := o.Resp.Op == wire.OpAcquire && o.Resp.Status == wire.StatusOK
+			if d == cur {
+				cur.resp = wire.AppendResponse(cur.resp, &o.Resp)
+				if grant {
+					cur.grants = append(cur.grants, o.Resp.ID)
+				}
+				continue
+			}
+			if !d.push(cur, &o.Resp) && grant {
+				lost = append(lost, undelivered{d, o.Resp.ID})
+			}
+			if !d.marked {
+				d.marked = true
+				s.touched = append(s.touched, d)
+			}
+		}
+		s.table.ClearOuts()
+		if cur != nil {
+			if !cur.commit() {
+				for _, id := range cur.grants {
+					lost = append(lost, undelivered{cur, id})
+				}
+			}
+			cur.grants = cur.grants[:0]
+		}
+		if len(lost) == 0 && len(s.doomed) == 0 {
+			break
+		}
+		now := s.now()
+		for _, u := range lost {
+			s.table.Undelivered(now, u.c.owner, u.c.id, u.reqID)
+		}
+		lost = lost[:0]
+		for _, d := range s.doomed {
+			d.doomedAt = false
+			s.detach(d)
+		}
+		clear(s.doomed)
+		s.doomed = s.doomed[:0]
+	}
+	s.rearm()
+	s.checkStorage()
+}
+
+// doom marks c for detaching before Server.mu is released (see settle). Server.mu must be held.
+func (s *Server) doom(c *conn) {
+	if !c.doomedAt && !c.detached {
+		c.doomedAt = true
+		s.doomed = append(s.doomed, c)
+	}
+}
+
+// detach tells the table that c is gone (its session lives on for its grace) and forgets c.
+// Server.mu must be held; call settle afterwards.
+func (s *Server) detach(c *conn) {
+	if c.detached || c.id == 0 {
+		return
+	}
+	c.detached = true
+	if s.conns[c.id] == c {
+		delete(s.conns, c.id)
+		s.attached.Add(-1)
+	}
+	s.table.Detach(s.now(), c.owner, c.id)
+}
+
+// takeTouched moves the connections that settle gave output to (other than the current
+// reader's) into dst, for delivery once Server.mu is released. Server.mu must be held.
+func (s *Server) takeTouched(dst []*conn) []*conn {
+	for _, d := range s.touched {
+		d.marked = false
+	}
+	dst = append(dst, s.touched...)
+	clear(s.touched)
+	s.touched = s.touched[:0]
+	return dst
+}
+
+// deliver writes what settle queued for each connection in ds, without blocking the caller
+// (see conn.tryFlush), and clears ds. Server.mu must not be held.
+func deliver(ds []*conn) []*conn {
+	for _, d := range ds {
+		d.tryFlush()
+	}
+	clear(ds)
+	return ds[:0]
+}

@@ -4,10 +4,10 @@ package locktable
 type timerKind uint8
 
 const (
-	tLease timerKind = iota + 1 // idx is an entry: its holder's lease ends
-	tDelay                      // idx is an entry: its lock-delay ends
-	tWait                       // idx is a waiter: its wait timeout passes
-	tSession                    // idx is a session slot: its grace after a detach ends
+	tLease   timerKind = iota + 1 // idx is an entry: its holder's lease ends
+	tDelay                        // idx is an entry: its lock-delay ends
+	tWait                         // idx is a waiter: its wait timeout passes
+	tSession                      // idx is a session slot: its grace after a detach ends
 )
 
 // timer is one deadline in the heap. Timers are ordered by (at, seq); seq is taken from

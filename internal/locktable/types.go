@@ -66,9 +66,9 @@ type Config struct {
 	Durable bool
 
 	// Session layer (sessions.go). Zero values take the defaults.
-	MaxSessions    int // live sessions; default 20,000
-	MaxOutcomes    int // stored outcomes per session; default 4,096
-	MaxQueued      int // queued acquires per session; default 4,096
+	MaxSessions int // live sessions; default 20,000
+	MaxOutcomes int // stored outcomes per session; default 4,096
+	MaxQueued   int // queued acquires per session; default 4,096
 }
 
 // Status is the immediate answer of a core call.

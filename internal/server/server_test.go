@@ -155,7 +155,7 @@ func TestTokensGrowAcrossRestart(t *testing.T) {
 		cfg := Default()
 		cfg.Addr = "127.0.0.1:0"
 		cfg.DataDir = dir
-		cfg.TokenBlock = 8 // several durable reservations per round
+		cfg.TokenBlock = 8      // several durable reservations per round
 		cfg.StartupAuto = false // the locks of the round before are still within their lease
 		ts := startServerCfg(t, cfg)
 		c := connect(t, ts.addr, "")

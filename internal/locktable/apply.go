@@ -1,7 +1,9 @@
 package locktable
 
 import (
+	"cmp"
 	"encoding/binary"
+	"slices"
 
 	"github.com/ticketing/ticketing/internal/wire"
 )
@@ -72,11 +74,16 @@ func (t *Table) Stop(now int64) {
 	t.sess.stopping = true
 	t.Abort(now)
 	t.drain(now)
+	// Holders in token order (grant order), so the notices do not depend on memory layout.
+	var held []int32
 	for ei := int32(0); ei < t.entries.n; ei++ {
-		e := t.entries.at(ei)
-		if !e.live || !e.held {
-			continue
+		if e := t.entries.at(ei); e.live && e.held {
+			held = append(held, ei)
 		}
+	}
+	slices.SortFunc(held, func(a, b int32) int { return cmp.Compare(t.entries.at(a).token, t.entries.at(b).token) })
+	for _, ei := range held {
+		e := t.entries.at(ei)
 		if i := t.sess.slotOf(e.holder); i != noSession {
 			t.out(t.sess.slots[i].conn, wire.Response{Op: wire.OpExpired, Token: e.token, Detail: wire.ExpiredStopping, Data: t.keep(e.key)})
 		}

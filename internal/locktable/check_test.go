@@ -156,6 +156,39 @@ func (t *Table) check() error {
 	if prev != t.gtail || n != t.nwait {
 		return fmt.Errorf("global list: tail/count mismatch (%d vs %d)", n, t.nwait)
 	}
+	// Session grace timers, and the session index.
+	liveSessions := 0
+	for i := range t.sess.slots {
+		ss := &t.sess.slots[i]
+		if !ss.inUse {
+			if ss.tseq != 0 {
+				return fmt.Errorf("free session slot %d has a timer", i)
+			}
+			continue
+		}
+		liveSessions++
+		if j, ok := t.sess.byID[ss.id]; !ok || j != int32(i) {
+			return fmt.Errorf("session slot %d not indexed", i)
+		}
+		if (ss.tseq != 0) != (ss.conn == 0) {
+			return fmt.Errorf("session %d: attached %v but grace timer %d", ss.owner, ss.conn != 0, ss.tseq)
+		}
+		if ss.tseq != 0 {
+			it := bySeq[ss.tseq]
+			if it == nil || it.kind != tSession || it.idx != int32(i) || it.at != ss.expireAt {
+				return fmt.Errorf("session %d timer mismatch", ss.owner)
+			}
+			timers++
+		}
+		for k := 1; k < len(ss.records); k++ {
+			if ss.records[k-1].id >= ss.records[k].id {
+				return fmt.Errorf("session %d records out of order", ss.owner)
+			}
+		}
+	}
+	if liveSessions != t.sess.live || len(t.sess.byID) != liveSessions {
+		return fmt.Errorf("sessions: %d live slots, count %d, index %d", liveSessions, t.sess.live, len(t.sess.byID))
+	}
 	if timers != len(bySeq) {
 		return fmt.Errorf("%d timers owned, heap has %d live", timers, len(bySeq))
 	}

@@ -40,6 +40,8 @@ import (
 //	STORAGE   failing u8, reserved [7]
 //	STOP      empty (graceful stop of a single node)
 //	SEED      last_token u64 (a cluster bootstrapped from a single node's state: tokens continue above it)
+//	UNDELIVERED session_id[16] conn u64 request_id u64 (a grant's answer was dropped unwritten:
+//	          see Table.Undelivered)
 const (
 	CommandVersion = 1
 
@@ -51,6 +53,7 @@ const (
 	CmdStorage  byte = 0x06
 	CmdStop     byte = 0x07
 	CmdSeed     byte = 0x08
+	CmdUndeliv  byte = 0x09
 
 	CmdFlagIgnorable byte = 0x01
 
@@ -181,6 +184,15 @@ func (e *Encoder) Seed(lastToken uint64) {
 	e.finish(at)
 }
 
+// Undelivered adds an UNDELIVERED command.
+func (e *Encoder) Undelivered(sid *[wire.SessionIDSize]byte, conn, reqID uint64) {
+	at := e.open(CmdUndeliv)
+	e.buf = append(e.buf, sid[:]...)
+	e.buf = be.AppendUint64(e.buf, conn)
+	e.buf = be.AppendUint64(e.buf, reqID)
+	e.finish(at)
+}
+
 // EntryTime returns the time stamped in an entry.
 func EntryTime(entry []byte) (int64, error) {
 	if len(entry) < entryHeaderSize {
@@ -254,7 +266,11 @@ func (t *Table) applyCommand(now int64, typ, flags byte, body []byte, reqs []wir
 			return reqs, ErrCommandLayout
 		}
 		copy(sid[:], body)
-		t.Attach(now, sid, be.Uint64(body[16:]), int64(be.Uint32(body[24:]))*nsPerMs)
+		conn := be.Uint64(body[16:])
+		if conn == 0 || sid == ([wire.SessionIDSize]byte{}) {
+			return reqs, ErrCommandLayout
+		}
+		t.Attach(now, sid, conn, int64(be.Uint32(body[24:]))*nsPerMs)
 	case CmdDetach:
 		if len(body) != 24 {
 			return reqs, ErrCommandLayout
@@ -285,6 +301,17 @@ func (t *Table) applyCommand(now int64, typ, flags byte, body []byte, reqs []wir
 		}
 		t.Tick(now)
 		t.lastToken = max(t.lastToken, be.Uint64(body))
+	case CmdUndeliv:
+		if len(body) != 32 {
+			return reqs, ErrCommandLayout
+		}
+		copy(sid[:], body)
+		if i, ok := t.sess.byID[sid]; ok {
+			t.Undelivered(now, t.sess.slots[i].owner, be.Uint64(body[16:]), be.Uint64(body[24:]))
+			t.drain(t.sess.now)
+		} else {
+			t.Tick(now)
+		}
 	default:
 		if flags&CmdFlagIgnorable == 0 {
 			return reqs, fmt.Errorf("%w 0x%02x", ErrCommandType, typ)

@@ -46,6 +46,10 @@ func uintSetting(name, help string, p *uint64) setting {
 	return setting{name, help, func(v string) (err error) { *p, err = strconv.ParseUint(v, 10, 64); return }, strconv.FormatUint(*p, 10)}
 }
 
+func floatSetting(name, help string, p *float64) setting {
+	return setting{name, help, func(v string) (err error) { *p, err = strconv.ParseFloat(v, 64); return }, strconv.FormatFloat(*p, 'g', -1, 64)}
+}
+
 func stringSetting(name, help string, p *string) setting {
 	return setting{name, help, func(v string) error { *p = v; return nil }, *p}
 }
@@ -56,6 +60,11 @@ func envName(flagName string) string {
 
 type serverSettings struct {
 	cfg                    server.Config
+	cluster                server.ClusterConfig
+	peers, secretFile      string
+	raftCert, raftKey      string
+	raftCA                 string
+	minLeaseSet            bool
 	token, tokenFile       string
 	tlsCert, tlsKey, tlsCA string
 	startupGrace           string
@@ -92,6 +101,16 @@ func (o *serverSettings) list() []setting {
 		durationSetting("shutdown-timeout", "bound on graceful shutdown", &c.ShutdownTimeout),
 		uintSetting("token-block", "fencing tokens reserved per durable write", &c.TokenBlock),
 		uintSetting("min-token", "tokens start above this (recovery floor for a lost data directory)", &c.MinToken),
+		stringSetting("node-id", "cluster: this node's name (empty: a single node)", &o.cluster.NodeID),
+		stringSetting("peers", "cluster: every member as id=raft-host:port, comma-separated, this node included", &o.peers),
+		stringSetting("raft-addr", "cluster: where this node listens for its peers (default: its entry in --peers)", &o.cluster.RaftAddr),
+		stringSetting("advertise", "cluster: the client address other nodes give as leader hint (default: the listen address)", &o.cluster.Advertise),
+		stringSetting("cluster-secret-file", "cluster: file holding the node-to-node secret (or TICKETING_CLUSTER_SECRET)", &o.secretFile),
+		floatSetting("raft-timing", "cluster: multiplier over the base timing (heartbeat = election timeout = 500ms)", &o.cluster.Timing),
+		stringSetting("raft-store", "cluster: raft log store, wal or bolt", &o.cluster.LogStore),
+		stringSetting("raft-tls-cert", "cluster: PEM certificate for node-to-node TLS (with --raft-tls-key and --raft-tls-ca)", &o.raftCert),
+		stringSetting("raft-tls-key", "cluster: PEM key for --raft-tls-cert", &o.raftKey),
+		stringSetting("raft-tls-ca", "cluster: PEM CA that signs every node's certificate", &o.raftCA),
 		stringSetting("log-level", "debug, info, warn or error", &o.logLevel),
 		stringSetting("log-format", "text or json", &o.logFormat),
 	}
@@ -107,6 +126,10 @@ func parseServerSettings(args []string, getenv func(string) string) (*serverSett
 		fs.PrintDefaults()
 	}
 	for _, st := range o.list() {
+		if st.name == "min-lease" {
+			inner := st.set
+			st.set = func(v string) error { o.minLeaseSet = true; return inner(v) }
+		}
 		if v := getenv(envName(st.name)); v != "" {
 			if err := st.set(v); err != nil {
 				return nil, fmt.Errorf("%s=%q: %w", envName(st.name), v, err)
@@ -139,6 +162,9 @@ func parseServerSettings(args []string, getenv func(string) string) (*serverSett
 		}
 		o.cfg.StartupAuto, o.cfg.StartupGrace = true, d
 	}
+	if err := o.clusterSettings(getenv); err != nil {
+		return nil, err
+	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return nil, errors.New("TICKETING_TLS_CERT and TICKETING_TLS_KEY go together")
 	}
@@ -164,6 +190,68 @@ func parseServerSettings(args []string, getenv func(string) string) (*serverSett
 		return nil, errors.New("TICKETING_TLS_CLIENT_CA needs TICKETING_TLS_CERT and TICKETING_TLS_KEY")
 	}
 	return o, o.cfg.Validate()
+}
+
+// clusterSettings fills cfg.Cluster when TICKETING_NODE_ID is set.
+func (o *serverSettings) clusterSettings(getenv func(string) string) error {
+	cc := &o.cluster
+	if cc.NodeID == "" {
+		if o.peers != "" {
+			return errors.New("TICKETING_PEERS needs TICKETING_NODE_ID")
+		}
+		return nil
+	}
+	cc.Peers = map[string]string{}
+	for _, p := range strings.Split(o.peers, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(p, "=")
+		if !ok || id == "" || addr == "" {
+			return fmt.Errorf("TICKETING_PEERS entry %q: want id=host:port", p)
+		}
+		if _, dup := cc.Peers[id]; dup {
+			return fmt.Errorf("TICKETING_PEERS names %s twice", id)
+		}
+		cc.Peers[id] = addr
+	}
+	if cc.RaftAddr == "" {
+		cc.RaftAddr = cc.Peers[cc.NodeID]
+	}
+	secret := getenv("TICKETING_CLUSTER_SECRET")
+	if o.secretFile != "" {
+		b, err := os.ReadFile(o.secretFile)
+		if err != nil {
+			return fmt.Errorf("TICKETING_CLUSTER_SECRET_FILE: %w", err)
+		}
+		secret = strings.TrimRight(string(b), "\r\n")
+	}
+	cc.Secret = []byte(secret)
+	if o.raftCert != "" || o.raftKey != "" || o.raftCA != "" {
+		if o.raftCert == "" || o.raftKey == "" || o.raftCA == "" {
+			return errors.New("TICKETING_RAFT_TLS_CERT, _KEY and _CA go together")
+		}
+		cert, err := tls.LoadX509KeyPair(o.raftCert, o.raftKey)
+		if err != nil {
+			return fmt.Errorf("TICKETING_RAFT_TLS_CERT/KEY: %w", err)
+		}
+		pem, err := os.ReadFile(o.raftCA)
+		if err != nil {
+			return fmt.Errorf("TICKETING_RAFT_TLS_CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return errors.New("TICKETING_RAFT_TLS_CA: no certificate found")
+		}
+		cc.RaftServerTLS = &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
+		cc.RaftClientTLS = &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	if !o.minLeaseSet {
+		o.cfg.MinLease = max(o.cfg.MinLease, cc.FailoverBound())
+	}
+	o.cfg.Cluster = cc
+	return nil
 }
 
 // loadTokens sets cfg.Tokens from TICKETING_TOKEN, or from the token file: its first non-empty

@@ -42,18 +42,24 @@ import (
 //	SEED      last_token u64 (a cluster bootstrapped from a single node's state: tokens continue above it)
 //	UNDELIVERED session_id[16] conn u64 request_id u64 (a grant's answer was dropped unwritten:
 //	          see Table.Undelivered)
+//	INIT      state_id[16] (a cluster's state id, set once: later INITs are ignored)
+//	NODE      id_len u16 id, addr_len u16 addr (a cluster node's client address, for leader hints)
+//	DETACH_ALL empty (a new leader: no session has a connection any more)
 const (
 	CommandVersion = 1
 
-	CmdRequests byte = 0x01
-	CmdAttach   byte = 0x02
-	CmdDetach   byte = 0x03
-	CmdTick     byte = 0x04
-	CmdCeiling  byte = 0x05
-	CmdStorage  byte = 0x06
-	CmdStop     byte = 0x07
-	CmdSeed     byte = 0x08
-	CmdUndeliv  byte = 0x09
+	CmdRequests  byte = 0x01
+	CmdAttach    byte = 0x02
+	CmdDetach    byte = 0x03
+	CmdTick      byte = 0x04
+	CmdCeiling   byte = 0x05
+	CmdStorage   byte = 0x06
+	CmdStop      byte = 0x07
+	CmdSeed      byte = 0x08
+	CmdUndeliv   byte = 0x09
+	CmdInit      byte = 0x0a
+	CmdNode      byte = 0x0b
+	CmdDetachAll byte = 0x0c
 
 	CmdFlagIgnorable byte = 0x01
 
@@ -193,6 +199,29 @@ func (e *Encoder) Undelivered(sid *[wire.SessionIDSize]byte, conn, reqID uint64)
 	e.finish(at)
 }
 
+// Init adds an INIT command.
+func (e *Encoder) Init(stateID *[wire.StateIDSize]byte) {
+	at := e.open(CmdInit)
+	e.buf = append(e.buf, stateID[:]...)
+	e.finish(at)
+}
+
+// Node adds a NODE command.
+func (e *Encoder) Node(id, addr string) {
+	at := e.open(CmdNode)
+	e.buf = be.AppendUint16(e.buf, uint16(len(id)))
+	e.buf = append(e.buf, id...)
+	e.buf = be.AppendUint16(e.buf, uint16(len(addr)))
+	e.buf = append(e.buf, addr...)
+	e.finish(at)
+}
+
+// DetachAll adds a DETACH_ALL command.
+func (e *Encoder) DetachAll() { e.finish(e.open(CmdDetachAll)) }
+
+// SetTime overwrites the time stamped in a finished entry (a proposer stamps at submission).
+func SetTime(entry []byte, now int64) { be.PutUint64(entry[8:], uint64(now)) }
+
 // EntryTime returns the time stamped in an entry.
 func EntryTime(entry []byte) (int64, error) {
 	if len(entry) < entryHeaderSize {
@@ -312,6 +341,34 @@ func (t *Table) applyCommand(now int64, typ, flags byte, body []byte, reqs []wir
 		} else {
 			t.Tick(now)
 		}
+	case CmdInit:
+		if len(body) != wire.StateIDSize {
+			return reqs, ErrCommandLayout
+		}
+		t.Tick(now)
+		if t.stateID == ([wire.StateIDSize]byte{}) {
+			copy(t.stateID[:], body)
+		}
+	case CmdNode:
+		if len(body) < 2 {
+			return reqs, ErrCommandLayout
+		}
+		n := int(be.Uint16(body))
+		if len(body) < 2+n+2 {
+			return reqs, ErrCommandLayout
+		}
+		id := string(body[2 : 2+n])
+		m := int(be.Uint16(body[2+n:]))
+		if len(body) != 4+n+m {
+			return reqs, ErrCommandLayout
+		}
+		t.Tick(now)
+		if t.nodes == nil {
+			t.nodes = make(map[string]string)
+		}
+		t.nodes[id] = string(body[4+n:])
+	case CmdDetachAll:
+		t.DetachAll(now)
 	default:
 		if flags&CmdFlagIgnorable == 0 {
 			return reqs, fmt.Errorf("%w 0x%02x", ErrCommandType, typ)

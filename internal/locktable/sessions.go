@@ -205,6 +205,25 @@ func (t *Table) Undelivered(now int64, owner Owner, conn uint64, reqID uint64) {
 	}
 }
 
+// DetachAll detaches every session from its connection (a new leader: the connections to the
+// old one are gone). Each session then lives for its grace.
+func (t *Table) DetachAll(now int64) {
+	now = t.tick(now)
+	t.Advance(now)
+	for i := range t.sess.slots {
+		if s := &t.sess.slots[i]; s.inUse && s.conn != 0 {
+			t.Detach(now, s.owner, s.conn)
+		}
+	}
+	t.drain(now)
+}
+
+// StateID returns the cluster's state id (zero until an INIT command was applied).
+func (t *Table) StateID() [wire.StateIDSize]byte { return t.stateID }
+
+// NodeAddr returns the client address a NODE command recorded for node id.
+func (t *Table) NodeAddr(id string) string { return t.nodes[id] }
+
 // expireSession ends the session in slot i: its queued acquires leave their queues, its
 // revocable grants are revoked, its stored outcomes are dropped. Locks it holds otherwise run
 // their lease.

@@ -57,6 +57,20 @@ func (t *Table) Snapshot() []byte {
 	w.i64(t.sess.now)
 	w.u64(t.seq)
 	w.u64(t.sess.nextNum)
+	w.b = append(w.b, t.stateID[:]...)
+	ids := make([]string, 0, len(t.nodes))
+	for id := range t.nodes {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	w.u32(uint32(len(ids)))
+	for _, id := range ids {
+		w.u16(uint16(len(id)))
+		w.b = append(w.b, id...)
+		a := t.nodes[id]
+		w.u16(uint16(len(a)))
+		w.b = append(w.b, a...)
+	}
 
 	// Sessions: the slot array's length, the free list in order, then the live sessions by slot.
 	ss := &t.sess
@@ -231,6 +245,15 @@ func Restore(cfg Config, snap []byte) (*Table, error) {
 	t.sess.now = r.i64()
 	seq := r.u64()
 	t.sess.nextNum = r.u64()
+	copy(t.stateID[:], r.take(wire.StateIDSize))
+	for k, n := 0, r.count(4); k < n; k++ {
+		id := string(r.take(int(r.u16())))
+		addr := string(r.take(int(r.u16())))
+		if t.nodes == nil {
+			t.nodes = make(map[string]string)
+		}
+		t.nodes[id] = addr
+	}
 
 	ss := &t.sess
 	nslots := r.count(0)

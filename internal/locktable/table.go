@@ -4,6 +4,8 @@ import (
 	"hash/maphash"
 	"math"
 	"math/rand/v2"
+
+	"github.com/ticketing/ticketing/internal/wire"
 )
 
 // Table is the lock table. The zero value is not usable; call New. A Table is
@@ -66,6 +68,10 @@ type Table struct {
 	events []Event
 
 	sess sessions // the session layer's state (sessions.go)
+
+	// Cluster state: the state id (zero until INIT) and the nodes' client addresses.
+	stateID [wire.StateIDSize]byte
+	nodes   map[string]string
 }
 
 // deferredExtend is an EXTEND that needs a horizon beyond the durable one.

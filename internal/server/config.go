@@ -46,6 +46,9 @@ type Config struct {
 	ShutdownTimeout time.Duration // graceful shutdown bound; default 10s
 	TokenBlock      uint64        // tokens reserved per durable write; default 1<<20
 	MinToken        uint64        // tokens start above this (recovery floor for a lost store); default 0
+
+	// Cluster makes this node a member of a Raft cluster; nil = a single node.
+	Cluster *ClusterConfig
 }
 
 // Default returns the defaults: a working single node on loopback with no configuration.
@@ -145,6 +148,18 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("TICKETING_TOKEN_BLOCK %d below 2", c.TokenBlock)
 	case len(c.Tokens) > 2:
 		return fmt.Errorf("TICKETING_TOKEN_FILE holds %d tokens: at most two (the current one, then the previous one during a rotation)", len(c.Tokens))
+	}
+	if cc := c.Cluster; cc != nil {
+		switch {
+		case cc.NodeID == "":
+			return fmt.Errorf("TICKETING_NODE_ID is empty")
+		case len(cc.Peers) == 0 || cc.Peers[cc.NodeID] == "":
+			return fmt.Errorf("TICKETING_PEERS must list every member as id=raft-address, this node (%s) included", cc.NodeID)
+		case len(cc.Secret) == 0:
+			return fmt.Errorf("TICKETING_CLUSTER_SECRET (or _FILE) is required in a cluster: node-to-node traffic is authenticated with it")
+		case c.MinLease < cc.FailoverBound():
+			return fmt.Errorf("TICKETING_MIN_LEASE %v is shorter than what a failover can cost (%v at TICKETING_RAFT_TIMING %v): raise it", c.MinLease, cc.FailoverBound(), cc.timing())
+		}
 	}
 	for _, t := range c.Tokens {
 		if t == "" {

@@ -27,6 +27,7 @@ type conn struct {
 	id    uint64       // connection id, never 0
 	owner locktable.Owner
 	sid   [wire.SessionIDSize]byte
+	hs    *pendingWelcome // the handshake's state until WELCOME (Server.mu)
 
 	rbuf   []byte         // read buffer, owned by the reader goroutine
 	reqs   []wire.Request // the batch being built, owned by the reader

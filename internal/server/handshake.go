@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ticketing/ticketing/internal/locktable"
 	"github.com/ticketing/ticketing/internal/wire"
 )
 
@@ -40,6 +41,9 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 		ch.Status, ch.Detail, ch.Data = wire.StatusBusy, wire.LimitConnections, []byte(wire.MsgConnections)
 	case s.isStopping():
 		ch.Status, ch.Data = wire.StatusShuttingDown, []byte(wire.MsgShuttingDown)
+	case s.cluster != nil && !s.cluster.ready():
+		// The leader hint: a follower answers a new connection with the leader's address.
+		ch.Status, ch.Data = wire.StatusNotLeader, []byte(s.cluster.leaderHint())
 	}
 	keys := s.auth.Load()
 	if len(keys.tokens) > 0 {
@@ -83,32 +87,101 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 		}
 	}
 
+	// Attach the session: the connection is registered first (so that nothing routed to it is
+	// lost), the attach is applied (single node) or proposed and committed (cluster), and the
+	// route step writes WELCOME first into its output when the attach result comes out.
 	c := newConn(s, nc, tcp)
-	w := wire.Welcome{Status: wire.StatusOK, GraceMs: uint32(s.cfg.SessionGrace / time.Millisecond), StateID: s.stateID}
+	c.sid = hello.SessionID
+	c.hs = &pendingWelcome{cnonce: hello.Nonce, snonce: ch.Nonce, token: token, done: make(chan struct{})}
 	s.mu.Lock()
-	if s.stopping {
+	if s.stopping || (s.cluster != nil && !s.cluster.ready()) {
 		s.mu.Unlock()
-		s.refuseWelcome(nc, wire.Welcome{Status: wire.StatusShuttingDown})
+		st := wire.StatusShuttingDown
+		if !s.stopping {
+			st = wire.StatusNotLeader
+		}
+		s.refuseWelcome(nc, wire.Welcome{Status: st})
 		return nil, false
 	}
 	s.nextConn++
 	c.id = s.nextConn
-	s.table.Attach(s.now(), hello.SessionID, c.id, int64(s.cfg.SessionGrace))
-	outs := s.table.Outs()
-	res := outs[len(outs)-1]
-	outs[len(outs)-1].Conn = 0 // the attach result is not a frame to route
-	if res.Busy {
+	if s.cluster != nil {
+		c.id = s.cluster.nextConnID(s.nextConn)
+	}
+	s.conns[c.id] = c
+	s.attached.Add(1)
+	if s.cluster == nil {
+		s.table.Attach(s.now(), hello.SessionID, c.id, int64(s.cfg.SessionGrace))
 		s.settle(nil)
-		touched := s.takeTouched(nil)
-		s.mu.Unlock()
-		deliver(touched)
-		log.Warn("handshake refused: too many sessions", "max_sessions", s.cfg.MaxSessions)
-		s.refuseWelcome(nc, wire.Welcome{Status: wire.StatusBusy, Detail: wire.LimitSessions})
+	}
+	touched := s.takeTouched(nil)
+	s.mu.Unlock()
+	deliver(touched)
+	if s.cluster != nil {
+		s.cluster.proposeAttach(&c.sid, c.id)
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case <-c.hs.done:
+		case <-t.C:
+		case <-s.done:
+		}
+		t.Stop()
+	}
+	s.mu.Lock()
+	hs := c.hs
+	welcomed := hs.welcomed
+	if !welcomed {
+		s.detach(c) // not attached (yet): the attach, if it still applies, finds the connection gone
+		s.settle(nil)
+	}
+	s.mu.Unlock()
+	if !welcomed {
+		st := wire.StatusNotLeader
+		if hs.busy {
+			st = wire.StatusBusy
+		}
+		s.refuseWelcome(nc, wire.Welcome{Status: st, Detail: hs.detail})
 		return nil, false
 	}
-	c.owner, c.sid = res.Owner, hello.SessionID
-	if res.Prev != 0 {
-		if old := s.conns[res.Prev]; old != nil {
+	c.flush()
+	if c.isFailed() {
+		s.closeConn(c)
+		return nil, false
+	}
+	nc.SetDeadline(time.Time{})
+	log.Debug("session attached", "conn", c.id, "resumed", hs.resumed)
+	return c, true
+}
+
+// pendingWelcome is what a connection needs to write its WELCOME once its attach is applied.
+type pendingWelcome struct {
+	cnonce, snonce [wire.NonceSize]byte
+	token          []byte
+	done           chan struct{} // closed when the attach result came
+	welcomed       bool          // WELCOME OK is in the output
+	ended          bool          // done is closed
+	resumed, busy  bool
+	detail         uint32
+}
+
+// welcome handles an attach result for connection d: WELCOME (OK, resumed or not) goes first
+// into its output, or the handshake learns it was refused. A takeover closes the session's
+// previous connection. Server.mu must be held.
+func (s *Server) welcome(d *conn, o *locktable.Out) {
+	hs := d.hs
+	if hs == nil || hs.welcomed || hs.ended || d.detached {
+		return
+	}
+	hs.ended = true
+	defer close(hs.done)
+	if o.Busy {
+		hs.busy, hs.detail = true, wire.LimitSessions
+		s.log.Warn("handshake refused: too many sessions", "max_sessions", s.cfg.MaxSessions)
+		return
+	}
+	d.owner = o.Owner
+	if o.Prev != 0 {
+		if old := s.conns[o.Prev]; old != nil && old != d {
 			// Only the newest connection of a session is served: the old one (half-open, or
 			// simply older) is closed and its unread input dropped. Its session moved here.
 			old.detached = true
@@ -117,27 +190,20 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 			old.kill()
 		}
 	}
-	if res.Resumed {
+	w := wire.Welcome{Status: wire.StatusOK, GraceMs: uint32(s.cfg.SessionGrace / time.Millisecond), StateID: s.stateID}
+	if s.cluster != nil {
+		w.StateID = s.table.StateID()
+	}
+	if o.Resumed {
 		w.Flags = wire.WelcomeResumed
 	}
-	if token != nil {
-		w.Proof = wire.ServerProof(token, &hello.SessionID, &hello.Nonce, &ch.Nonce, &w)
+	if hs.token != nil {
+		w.Proof = wire.ServerProof(hs.token, &d.sid, &hs.cnonce, &hs.snonce, &w)
 	}
-	c.out = wire.AppendWelcome(c.out[:0], &w) // first, before anything can be queued for c
-	s.conns[c.id] = c
-	s.attached.Add(1)
-	s.settle(nil)
-	touched := s.takeTouched(nil)
-	s.mu.Unlock()
-	deliver(touched)
-	c.flush()
-	if c.isFailed() {
-		s.closeConn(c)
-		return nil, false
-	}
-	nc.SetDeadline(time.Time{})
-	log.Debug("session attached", "conn", c.id, "resumed", res.Resumed)
-	return c, true
+	d.mu.Lock()
+	d.out = wire.AppendWelcome(d.out[:0], &w) // first: nothing was queued for d before its attach
+	d.mu.Unlock()
+	hs.welcomed, hs.resumed = true, o.Resumed
 }
 
 // refuseWelcome sends a refusing WELCOME and closes after a short drain.

@@ -15,6 +15,10 @@ type undelivered struct {
 // frame that cannot be trusted) dooms c in the same critical section: nothing decided after it
 // is handed to c.
 func (s *Server) apply(c *conn, reqs []wire.Request, fatal bool) {
+	if s.cluster != nil {
+		s.propose(c, reqs, fatal)
+		return
+	}
 	s.mu.Lock()
 	if len(reqs) > 0 {
 		s.table.Requests(s.now(), c.owner, c.id, reqs)
@@ -38,6 +42,12 @@ func (s *Server) settle(cur *conn) {
 		outs := s.table.Outs()
 		for k := range outs {
 			o := &outs[k]
+			if o.Attached {
+				if d := s.conns[o.Conn]; d != nil {
+					s.welcome(d, o)
+				}
+				continue
+			}
 			if o.Conn == 0 {
 				continue
 			}
@@ -77,6 +87,12 @@ func (s *Server) settle(cur *conn) {
 		}
 		now := s.now()
 		for _, u := range lost {
+			if s.cluster != nil {
+				s.cluster.prop.begin()
+				s.cluster.prop.enc.Undelivered(&u.c.sid, u.c.id, u.reqID)
+				s.cluster.prop.end()
+				continue
+			}
 			s.table.Undelivered(now, u.c.owner, u.c.id, u.reqID)
 		}
 		lost = lost[:0]
@@ -88,7 +104,9 @@ func (s *Server) settle(cur *conn) {
 		s.doomed = s.doomed[:0]
 	}
 	s.rearm()
-	s.checkStorage()
+	if s.cluster == nil {
+		s.checkStorage()
+	}
 }
 
 // doom marks c for detaching before Server.mu is released (see settle). Server.mu must be held.
@@ -110,7 +128,39 @@ func (s *Server) detach(c *conn) {
 		delete(s.conns, c.id)
 		s.attached.Add(-1)
 	}
+	if s.cluster != nil {
+		s.cluster.prop.begin()
+		s.cluster.prop.enc.Detach(&c.sid, c.id)
+		s.cluster.prop.end()
+		return
+	}
 	s.table.Detach(s.now(), c.owner, c.id)
+}
+
+// propose is the apply step in a cluster: the batch becomes a REQUESTS command of the next
+// proposal (its answers come when the entry is applied); the connection's local answers
+// (invalid requests, PING) are committed at once.
+func (s *Server) propose(c *conn, reqs []wire.Request, fatal bool) {
+	if len(reqs) > 0 {
+		p := &s.cluster.prop
+		p.begin()
+		p.enc.Requests(&c.sid, c.id)
+		for k := range reqs {
+			p.enc.Request(&reqs[k])
+		}
+		p.end()
+	}
+	s.mu.Lock()
+	if !c.commit() {
+		s.doom(c)
+	}
+	if fatal {
+		s.doom(c)
+	}
+	if len(s.doomed) > 0 {
+		s.settle(nil)
+	}
+	s.mu.Unlock()
 }
 
 // takeTouched moves the connections that settle gave output to (other than the current

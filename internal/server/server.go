@@ -58,6 +58,9 @@ type Server struct {
 	touched  []*conn // connections route gave output to; see takeTouched
 	doomed   []*conn // connections to detach before Server.mu is released; see doom
 
+	reqs    []wire.Request // decode scratch of the cluster's apply
+	cluster *cluster       // nil on a single node
+
 	attached atomic.Int64 // len(conns), readable without Server.mu
 	pending  pendingSet   // connections still in their handshake
 	failures authFailures
@@ -65,8 +68,9 @@ type Server struct {
 	persistKick chan struct{}
 	leaseHint   atomic.Int64 // largest lease (ns) asked for recently; see persist.go
 
-	ln       net.Listener
-	lnMu     sync.Mutex
+	ln         net.Listener
+	listenAddr atomic.Pointer[string]
+	lnMu       sync.Mutex
 	done     chan struct{} // closed by Shutdown
 	wg       sync.WaitGroup
 	connWG   sync.WaitGroup
@@ -111,6 +115,23 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("state id: %w", err)
 	}
 
+	s.timer = time.NewTimer(time.Hour)
+	s.timer.Stop()
+	if cfg.Cluster != nil {
+		// The log is the cluster's durability: tokens are a replicated counter (seeded above
+		// this directory's high-water mark when this node first leads), there is no restart
+		// horizon (a cluster keeps its state across node restarts), and time comes from the log.
+		s.table = locktable.New(s.tableConfig())
+		if err := s.startCluster(); err != nil {
+			if s.cluster != nil {
+				s.cluster.close()
+			}
+			st.Close()
+			return nil, err
+		}
+		return s, nil
+	}
+
 	// Start-up wait: nothing an earlier run could have granted may be granted twice.
 	var wait time.Duration
 	if cfg.StartupAuto {
@@ -124,34 +145,61 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		st.Close()
 		return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
 	}
-	s.table = locktable.New(locktable.Config{
-		MaxWaitersPerKey: cfg.MaxWaitersPerKey,
-		MaxWaitersTotal:  cfg.MaxWaiters,
-		MaxLocks:         cfg.MaxLocks,
-		LockDelay:        int64(cfg.LockDelay),
-		AvailableFrom:    int64(wait),
-		LastToken:        lastToken,
-		Durable:          true,
-		MaxSessions:      cfg.MaxSessions,
-		MaxOutcomes:      cfg.MaxOutcomes,
-		MaxQueued:        cfg.MaxInflight,
-	})
+	tc := s.tableConfig()
+	tc.AvailableFrom = int64(wait)
+	tc.LastToken = lastToken
+	tc.Durable = true
+	s.table = locktable.New(tc)
 	s.table.Ceiling(0, state.TokenLimit, state.HorizonBoot-s.boot0)
 	s.table.ClearOuts()
 	if wait > 0 {
 		log.Warn("start-up wait: no grants until every lease from before this start has ended",
 			"wait", wait.Round(time.Millisecond), "why", "the data directory records leases that may still run (TICKETING_STARTUP_GRACE=0 turns this off)")
 	}
-	s.timer = time.NewTimer(time.Hour)
-	s.timer.Stop()
 	return s, nil
 }
 
-// now is the table's clock: nanoseconds of CLOCK_BOOTTIME since the server started.
-func (s *Server) now() int64 { return clock.Boottime() - s.boot0 }
+// tableConfig is the lock table's configuration from the server's.
+func (s *Server) tableConfig() locktable.Config {
+	return locktable.Config{
+		MaxWaitersPerKey: s.cfg.MaxWaitersPerKey,
+		MaxWaitersTotal:  s.cfg.MaxWaiters,
+		MaxLocks:         s.cfg.MaxLocks,
+		LockDelay:        int64(s.cfg.LockDelay),
+		MaxSessions:      s.cfg.MaxSessions,
+		MaxOutcomes:      s.cfg.MaxOutcomes,
+		MaxQueued:        s.cfg.MaxInflight,
+	}
+}
 
-// StateID returns this run's state id (new at every start of a single node).
-func (s *Server) StateID() [wire.StateIDSize]byte { return s.stateID }
+// now is the table's clock: on a single node, nanoseconds of CLOCK_BOOTTIME since the server
+// started; in a cluster, the leader's log time.
+func (s *Server) now() int64 {
+	if s.cluster != nil {
+		return s.cluster.stamp()
+	}
+	return clock.Boottime() - s.boot0
+}
+
+// kickClock makes the clock goroutine look at the table's deadlines now.
+func (s *Server) kickClock() {
+	s.mu.Lock()
+	s.armed = true
+	s.timerAt = 0
+	s.timer.Reset(0)
+	s.mu.Unlock()
+}
+
+// StateID returns the state id clients see: new at every start of a single node; the
+// replicated one in a cluster (zero until the first leader set it).
+func (s *Server) StateID() [wire.StateIDSize]byte {
+	if s.cluster != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.table.StateID()
+	}
+	return s.stateID
+}
 
 // SetTokens replaces the accepted auth tokens (SIGHUP reload). Connections already past their
 // handshake are not affected.
@@ -190,16 +238,26 @@ func (s *Server) Serve(ln net.Listener) error {
 	default:
 	}
 	s.ln = ln
-	s.wg.Add(2)
-	s.lnMu.Unlock()
+	addr := ln.Addr().String()
+	s.listenAddr.Store(&addr)
+	s.wg.Add(1)
 	go s.clock()
-	go s.persister()
+	if s.cluster != nil {
+		s.cluster.run()
+	} else {
+		s.wg.Add(1)
+		go s.persister()
+	}
+	s.lnMu.Unlock()
 	var tlsCfg *tls.Config
 	if s.cfg.TLS != nil {
 		tlsCfg = s.tlsConfig()
 	}
+	s.mu.Lock()
+	next := s.table.LastToken() + 1
+	s.mu.Unlock()
 	s.log.Info("listening", "addr", ln.Addr().String(), "tls", s.cfg.TLS != nil, "auth", len(s.auth.Load().tokens) > 0,
-		"data_dir", s.cfg.DataDir, "next_token", s.table.LastToken()+1, "session_grace", s.cfg.SessionGrace)
+		"data_dir", s.cfg.DataDir, "next_token", next, "session_grace", s.cfg.SessionGrace, "cluster", s.cluster != nil)
 	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()
@@ -282,6 +340,29 @@ func (s *Server) clock() {
 			return
 		case <-s.timer.C:
 		}
+		if c := s.cluster; c != nil {
+			s.mu.Lock()
+			s.armed = false
+			_, pending := s.table.NextDeadline()
+			s.mu.Unlock()
+			if c.ready() {
+				c.prop.begin()
+				c.prop.enc.Tick()
+				c.prop.end()
+				if pending {
+					// Expiries happen only through committed entries: while deadlines are
+					// pending, tick at least every tickEvery (the apply rearms earlier ones).
+					s.mu.Lock()
+					if !s.armed || s.timerAt > s.now()+int64(tickEvery) {
+						s.armed = true
+						s.timerAt = s.now() + int64(tickEvery)
+						s.timer.Reset(tickEvery)
+					}
+					s.mu.Unlock()
+				}
+			}
+			continue
+		}
 		s.mu.Lock()
 		s.armed = false
 		s.table.Tick(s.now())
@@ -295,6 +376,9 @@ func (s *Server) clock() {
 // rearm makes the timer fire at the table's next deadline if that is earlier than the timer's.
 // s.mu must be held.
 func (s *Server) rearm() {
+	if s.cluster != nil && !s.cluster.leader.Load() {
+		return // followers never expire anything on their own
+	}
 	next, ok := s.table.NextDeadline()
 	if !ok || (s.armed && next >= s.timerAt) {
 		return
@@ -327,6 +411,9 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.lnMu.Unlock()
 	s.pending.closeAll()
 
+	if c := s.cluster; c != nil {
+		return s.shutdownCluster(ctx, deadline)
+	}
 	s.mu.Lock()
 	s.stopping = true
 	s.table.Stop(s.now())
@@ -373,6 +460,31 @@ func (s *Server) shutdown(ctx context.Context) error {
 	if _, perr := s.store.Persist(lastToken, s.boot0+horizon, true); perr != nil {
 		s.log.Error("could not record the restart horizon; the next start waits for the one recorded before", "err", perr)
 	}
+	if cerr := s.store.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// shutdownCluster stops a cluster node: its clients get GOAWAY (reason STOPPING, with the
+// leader's address when another node leads) and resume elsewhere; the node keeps the state id
+// and records no restart horizon (those are single-node rules); then Raft stops.
+func (s *Server) shutdownCluster(ctx context.Context, deadline time.Time) error {
+	c := s.cluster
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
+	c.loseLeadership(wire.GoawayStopping)
+	var err error
+	waited := make(chan struct{})
+	go func() { s.connWG.Wait(); s.wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	s.timer.Stop()
+	c.close()
 	if cerr := s.store.Close(); err == nil {
 		err = cerr
 	}

@@ -1,10 +1,13 @@
 package testserver
 
 import (
+	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Proxy relays TCP connections from its own loopback address to a target. A test controls the
@@ -14,30 +17,51 @@ import (
 //   - Cut stops relaying in both directions and holds every socket open without answering (a
 //     partition: the client sees silence, and new connections are accepted but never reach the
 //     server);
+//   - Refuse resets every new connection at once (a server that is down) until Refuse(false);
+//   - per connection (Conns): HoldServerBytes keeps what the server sends from reaching the
+//     client, ReleaseServerBytes delivers it, and Reset cuts the connection with a TCP RST on
+//     both sides, dropping whatever was held;
 //   - Close closes everything, the listener included.
+//
+// The proxy also records the frames it relays (Conn.Frames), split by their 4-byte length
+// prefix, as long as the stream looks like the Ticketing protocol (not TLS), and the session id
+// of each connection's HELLO (Conn.SessionID).
 type Proxy struct {
 	Addr   string
 	target string
 	ln     net.Listener
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	cut   bool
-	wg    sync.WaitGroup
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{} // every open socket, both sides
+	relayed  []*ProxyConn          // every connection accepted, in accept order
+	cut      bool
+	refuse   bool
+	closed   bool
+	accepted int
+	wg       sync.WaitGroup
 }
 
 // NewProxy starts a proxy to target; with a *testing.T it is closed by t.Cleanup.
 func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
+	p, err := StartProxy(target)
+	if err != nil {
+		t.Fatalf("testserver: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// StartProxy is NewProxy without a testing.TB; the caller closes it.
+func StartProxy(target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("testserver: proxy listen: %v", err)
+		return nil, fmt.Errorf("proxy listen: %v", err)
 	}
 	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
-	t.Cleanup(p.Close)
-	return p
+	return p, nil
 }
 
 func (p *Proxy) accept() {
@@ -48,6 +72,19 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			c.Close()
+			return
+		}
+		p.accepted++
+		if p.refuse {
+			p.mu.Unlock()
+			resetConn(c)
+			continue
+		}
+		pc := &ProxyConn{p: p, ID: p.accepted, Accepted: time.Now(), client: c, done: make(chan struct{})}
+		p.relayed = append(p.relayed, pc)
 		p.conns[c] = struct{}{}
 		cut := p.cut
 		p.mu.Unlock()
@@ -55,34 +92,50 @@ func (p *Proxy) accept() {
 			continue // hold it open, never answer
 		}
 		p.wg.Add(1)
-		go p.relay(c)
+		go p.relay(pc)
 	}
 }
 
-func (p *Proxy) relay(c net.Conn) {
+func (p *Proxy) relay(pc *ProxyConn) {
 	defer p.wg.Done()
 	s, err := net.Dial("tcp", p.target)
 	if err != nil {
-		p.drop(c)
+		p.drop(pc.client)
+		pc.markDone()
 		return
 	}
 	p.mu.Lock()
-	if p.cut {
+	if p.cut || p.closed {
 		p.mu.Unlock()
 		s.Close()
+		if p.closed {
+			p.drop(pc.client)
+			pc.markDone()
+		}
 		return
 	}
 	p.conns[s] = struct{}{}
+	pc.mu.Lock()
+	pc.server = s
+	reset := pc.reset
+	pc.mu.Unlock()
 	p.mu.Unlock()
+	if reset { // Reset came before the server side existed
+		p.drop(s)
+		pc.markDone()
+		return
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pipe(s, c) }()
-	go func() { defer wg.Done(); p.pipe(c, s) }()
+	go func() { defer wg.Done(); p.pipe(pc, ClientToServer, s, pc.client) }()
+	go func() { defer wg.Done(); p.pipe(pc, ServerToClient, pc.client, s) }()
 	wg.Wait()
+	pc.markDone()
 }
 
 // pipe copies src to dst until either fails; after Cut it stops copying but leaves both open.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// Server bytes held back by HoldServerBytes are kept in pc instead of written.
+func (p *Proxy) pipe(pc *ProxyConn, dir Direction, dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -95,7 +148,14 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			return
 		}
 		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			pc.observe(dir, buf[:n])
+			var werr error
+			if dir == ServerToClient {
+				werr = pc.writeToClient(buf[:n])
+			} else {
+				_, werr = dst.Write(buf[:n])
+			}
+			if werr != nil {
 				p.drop(src)
 				p.drop(dst)
 				return
@@ -116,11 +176,27 @@ func (p *Proxy) drop(c net.Conn) {
 	c.Close()
 }
 
+// resetConn closes c with a TCP RST instead of a FIN (unsent data is dropped).
+func resetConn(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
+}
+
 // Cut partitions the network: nothing is relayed any more, in either direction, on existing or
 // new connections; sockets stay open and silent.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	p.cut = true
+	p.mu.Unlock()
+}
+
+// Refuse makes the proxy reset every new connection at once (on) or relay them again (off).
+// Connections already relayed are not affected.
+func (p *Proxy) Refuse(on bool) {
+	p.mu.Lock()
+	p.refuse = on
 	p.mu.Unlock()
 }
 
@@ -138,8 +214,37 @@ func (p *Proxy) DropConns() {
 	}
 }
 
+// Conns returns every connection the proxy accepted and relayed (open or closed), in accept
+// order; a connection reset because of Refuse is not among them.
+func (p *Proxy) Conns() []*ProxyConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*ProxyConn(nil), p.relayed...)
+}
+
+// Open returns the relayed connections that are still open, in accept order.
+func (p *Proxy) Open() []*ProxyConn {
+	var open []*ProxyConn
+	for _, c := range p.Conns() {
+		if !c.IsDone() {
+			open = append(open, c)
+		}
+	}
+	return open
+}
+
+// Accepted is the number of connections accepted so far (refused ones included).
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
+}
+
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
 	p.ln.Close()
 	p.mu.Lock()
 	cs := make([]net.Conn, 0, len(p.conns))
@@ -152,4 +257,193 @@ func (p *Proxy) Close() {
 		c.Close()
 	}
 	p.wg.Wait()
+	for _, pc := range p.Conns() {
+		pc.markDone()
+	}
+}
+
+// Direction says which way a frame went through the proxy.
+type Direction int
+
+const (
+	ClientToServer Direction = iota
+	ServerToClient
+)
+
+func (d Direction) String() string {
+	if d == ClientToServer {
+		return "c->s"
+	}
+	return "s->c"
+}
+
+// Frame is one frame the proxy saw: its bytes (4-byte length included), when it arrived at the
+// proxy, and whether it was held back at that moment (a held frame reaches the client only if
+// ReleaseServerBytes comes before Reset).
+type Frame struct {
+	At    time.Time
+	Dir   Direction
+	Held  bool
+	Bytes []byte
+}
+
+// Op is the frame's operation byte.
+func (f Frame) Op() byte { return f.Bytes[4] }
+
+// maxFrames bounds the frames a ProxyConn records.
+const maxFrames = 8192
+
+// tapLimit is the largest frame the recorder accepts; a larger length means the stream is not
+// (or no longer) the Ticketing protocol, e.g. TLS, and recording stops for that direction.
+const tapLimit = 4 + 28 + 0xFFFF
+
+// ProxyConn is one relayed connection. Its methods are safe for concurrent use.
+type ProxyConn struct {
+	p        *Proxy
+	ID       int       // accept order on its proxy, from 1
+	Accepted time.Time // when the proxy accepted it
+	client   net.Conn
+	done     chan struct{}
+	doneOnce sync.Once
+
+	wmu sync.Mutex // serialises writes to the client (relay and ReleaseServerBytes)
+
+	mu         sync.Mutex
+	server     net.Conn // nil until dialled
+	reset      bool
+	hold       bool
+	held       []byte
+	session    [16]byte
+	hasSession bool
+	tap        [2][]byte // partial frame per direction
+	tapOff     [2]bool
+	frames     []Frame
+}
+
+func (c *ProxyConn) markDone() { c.doneOnce.Do(func() { close(c.done) }) }
+
+// Done is closed when both sides of the connection are closed.
+func (c *ProxyConn) Done() <-chan struct{} { return c.done }
+
+// IsDone reports whether the connection has ended.
+func (c *ProxyConn) IsDone() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// SessionID returns the session id of the connection's HELLO, once the proxy has seen it (not
+// through TLS).
+func (c *ProxyConn) SessionID() ([16]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.session, c.hasSession
+}
+
+// HoldServerBytes stops delivering what the server sends on this connection; it is kept until
+// ReleaseServerBytes (delivered, in order) or Reset (dropped).
+func (c *ProxyConn) HoldServerBytes() {
+	c.mu.Lock()
+	c.hold = true
+	c.mu.Unlock()
+}
+
+// ReleaseServerBytes delivers the held bytes and relays normally again.
+func (c *ProxyConn) ReleaseServerBytes() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	held := c.held
+	c.held, c.hold = nil, false
+	c.mu.Unlock()
+	if len(held) == 0 {
+		return nil
+	}
+	_, err := c.client.Write(held)
+	return err
+}
+
+// HeldBytes is the number of server bytes held back now.
+func (c *ProxyConn) HeldBytes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.held)
+}
+
+// Reset cuts the connection with a TCP RST on both sides; held bytes are dropped.
+func (c *ProxyConn) Reset() {
+	c.mu.Lock()
+	c.reset = true
+	c.held, c.hold = nil, true // nothing more reaches the client
+	s := c.server
+	c.mu.Unlock()
+	c.p.mu.Lock()
+	delete(c.p.conns, c.client)
+	if s != nil {
+		delete(c.p.conns, s)
+	}
+	c.p.mu.Unlock()
+	resetConn(c.client)
+	if s != nil {
+		resetConn(s)
+	}
+}
+
+func (c *ProxyConn) writeToClient(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	if c.hold {
+		if !c.reset {
+			c.held = append(c.held, b...)
+		}
+		c.mu.Unlock()
+		return nil
+	}
+	c.mu.Unlock()
+	_, err := c.client.Write(b)
+	return err
+}
+
+// observe records the frames in b (and the session id of a HELLO).
+func (c *ProxyConn) observe(dir Direction, b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tapOff[dir] {
+		return
+	}
+	buf := append(c.tap[dir], b...)
+	now := time.Now()
+	for len(buf) >= 4 {
+		n := 4 + int(binary.BigEndian.Uint32(buf))
+		if n < 5 || n > tapLimit {
+			c.tapOff[dir] = true
+			buf = nil
+			break
+		}
+		if len(buf) < n {
+			break
+		}
+		f := append([]byte(nil), buf[:n]...)
+		buf = buf[n:]
+		if dir == ClientToServer && !c.hasSession && n == 56 && f[4] == 0x01 {
+			copy(c.session[:], f[8:24])
+			c.hasSession = true
+		}
+		if len(c.frames) < maxFrames {
+			c.frames = append(c.frames, Frame{At: now, Dir: dir, Held: dir == ServerToClient && c.hold, Bytes: f})
+		}
+	}
+	c.tap[dir] = append(c.tap[dir][:0], buf...)
+}
+
+// Frames returns the frames recorded so far on this connection, in the order the proxy saw
+// them (both directions).
+func (c *ProxyConn) Frames() []Frame {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Frame(nil), c.frames...)
 }

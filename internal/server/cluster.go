@@ -1,0 +1,491 @@
+package server
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	raftwal "github.com/hashicorp/raft-wal"
+
+	"github.com/ticketing/ticketing/internal/locktable"
+	"github.com/ticketing/ticketing/internal/raftnet"
+	"github.com/ticketing/ticketing/internal/wire"
+)
+
+// ClusterConfig turns a node into a member of a Raft cluster (docs/cluster.md). The lock table
+// is the replicated state machine: the leader proposes exactly the command entries a single
+// node applies directly (locktable command encoding), batched from all connections while an
+// earlier proposal is in flight (group commit), and every node applies them in log order.
+type ClusterConfig struct {
+	NodeID    string // unique, stable name of this node
+	RaftAddr  string // where this node listens for its peers
+	Advertise string // the client address other nodes hand out as leader hint (default: Addr)
+	// Peers: every member as id=raft-address, this node included. On a fresh data directory
+	// the nodes bootstrap the cluster with exactly this membership (all with the same list).
+	Peers  map[string]string
+	Secret []byte // node-to-node authentication secret (HMAC); required
+	// RaftTLS encrypts node-to-node traffic (both sides present certificates; nil = plain TCP
+	// with HMAC authentication only).
+	RaftServerTLS, RaftClientTLS *tls.Config
+	Timing                       float64 // multiplier over the base timing (heartbeat = election = 500 ms); default 1
+	LogStore                     string  // "wal" (default) or "bolt"
+}
+
+// Base timing: heartbeat = election timeout = 500 ms (a median ~1.2 s from a dead leader to
+// the next commit, measured); leader lease 250 ms. Scaled by ClusterConfig.Timing.
+const (
+	baseHeartbeat   = 500 * time.Millisecond
+	baseLeaderLease = 250 * time.Millisecond
+	tickEvery       = 500 * time.Millisecond // a TICK at least this often while deadlines are pending
+	maxEntry        = 1 << 20               // a proposal is submitted once it holds this many bytes
+	maxInflight     = 2                     // proposals in flight at once
+)
+
+// FailoverBound is the shortest lease a cluster accepts by default: a failover may cost up to
+// about this (election plus a commit), and a lease shorter than that expires during one.
+func (cc *ClusterConfig) FailoverBound() time.Duration {
+	return time.Duration(float64(2*baseHeartbeat) * cc.timing())
+}
+
+func (cc *ClusterConfig) timing() float64 {
+	if cc.Timing <= 0 {
+		return 1
+	}
+	return cc.Timing
+}
+
+// cluster is the Raft side of a Server.
+type cluster struct {
+	s      *Server
+	cfg    *ClusterConfig
+	raft   *raft.Raft
+	layer  *raftnet.Layer
+	trans  *raft.NetworkTransport
+	closer []io.Closer
+
+	leader   atomic.Bool  // this node is the leader and has committed its first entry
+	stamp0   atomic.Int64 // leader: table time at the barrier
+	mono0    time.Time    // leader: local monotonic time at the barrier
+	monoMu   sync.Mutex
+	connBase uint64 // connection ids: a random base per process
+
+	prop proposer
+}
+
+// proposer accumulates commands from all connections into one entry while proposals are in
+// flight, then proposes it (group commit).
+type proposer struct {
+	mu    sync.Mutex
+	enc   locktable.Encoder
+	n     int
+	kick  chan struct{}
+	slots chan struct{} // in-flight proposals
+}
+
+func (p *proposer) begin() {
+	p.mu.Lock()
+	if p.n == 0 {
+		p.enc.Reset(0) // stamped at submission
+	}
+	p.n++
+}
+
+func (p *proposer) end() {
+	full := p.enc.Len() >= maxEntry
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+	_ = full
+}
+
+// startCluster opens the Raft node. Called by New when cfg.Cluster is set.
+func (s *Server) startCluster() error {
+	cc := s.cfg.Cluster
+	c := &cluster{s: s, cfg: cc}
+	c.prop.kick = make(chan struct{}, 1)
+	c.prop.slots = make(chan struct{}, maxInflight)
+	var b [8]byte
+	rand.Read(b[:])
+	c.connBase = uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32
+	s.cluster = c
+
+	dir := filepath.Join(s.cfg.DataDir, "raft")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	var logs raft.LogStore
+	var stable raft.StableStore
+	switch cc.LogStore {
+	case "", "wal":
+		if err := os.MkdirAll(filepath.Join(dir, "wal"), 0o700); err != nil {
+			return err
+		}
+		w, err := raftwal.Open(filepath.Join(dir, "wal"))
+		if err != nil {
+			return fmt.Errorf("raft log (wal): %w", err)
+		}
+		logs, stable = w, w
+		c.closer = append(c.closer, w)
+	case "bolt":
+		bs, err := raftboltdb.NewBoltStore(filepath.Join(dir, "raft.db"))
+		if err != nil {
+			return fmt.Errorf("raft log (bolt): %w", err)
+		}
+		logs, stable = bs, bs
+		c.closer = append(c.closer, bs)
+	default:
+		return fmt.Errorf("TICKETING_RAFT_STORE %q: want wal or bolt", cc.LogStore)
+	}
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{s.log}})
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hl)
+	if err != nil {
+		return fmt.Errorf("raft snapshots: %w", err)
+	}
+	adv, err := net.ResolveTCPAddr("tcp", cc.Peers[cc.NodeID])
+	if err != nil || cc.Peers[cc.NodeID] == "" {
+		return fmt.Errorf("TICKETING_PEERS must name this node (%s) with its raft address", cc.NodeID)
+	}
+	layer, err := raftnet.Listen(cc.RaftAddr, raftnet.Options{Secret: cc.Secret, ServerTLS: cc.RaftServerTLS,
+		ClientTLS: cc.RaftClientTLS, Advertise: adv, Logger: s.log})
+	if err != nil {
+		return fmt.Errorf("raft listen %s: %w", cc.RaftAddr, err)
+	}
+	c.layer = layer
+	c.trans = raft.NewNetworkTransportWithLogger(layer, 3, 10*time.Second, hl)
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cc.NodeID)
+	m := cc.timing()
+	rc.HeartbeatTimeout = time.Duration(float64(baseHeartbeat) * m)
+	rc.ElectionTimeout = time.Duration(float64(baseHeartbeat) * m)
+	rc.LeaderLeaseTimeout = time.Duration(float64(baseLeaderLease) * m)
+	rc.CommitTimeout = 5 * time.Millisecond
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 256
+	rc.SnapshotThreshold = 16384
+	rc.SnapshotInterval = 30 * time.Second
+	rc.Logger = hl
+	if err := raft.ValidateConfig(rc); err != nil {
+		return err
+	}
+	has, err := raft.HasExistingState(logs, stable, snaps)
+	if err != nil {
+		return err
+	}
+	r, err := raft.NewRaft(rc, (*fsm)(c), logs, stable, snaps, c.trans)
+	if err != nil {
+		return fmt.Errorf("raft: %w", err)
+	}
+	c.raft = r
+	if !has {
+		var servers []raft.Server
+		for id, addr := range cc.Peers {
+			servers = append(servers, raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(addr)})
+		}
+		f := r.BootstrapCluster(raft.Configuration{Servers: servers})
+		if err := f.Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			return fmt.Errorf("raft bootstrap: %w", err)
+		}
+	}
+	return nil
+}
+
+// slogWriter routes hashicorp/raft's log lines to the server's logger.
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.l.Warn(string(bytes.TrimSpace(p)))
+	return len(p), nil
+}
+
+// runCluster runs the leadership watcher, the proposer and the leader's clock until Shutdown.
+func (c *cluster) run() {
+	s := c.s
+	s.wg.Add(2)
+	go c.watchLeadership()
+	go c.propose()
+}
+
+// nextConnID returns a connection id unique across the cluster's nodes and restarts.
+func (c *cluster) nextConnID(n uint64) uint64 { return c.connBase | n }
+
+// stamp is the leader's log time now: the last applied stamp at its barrier plus its own
+// monotonic time since (never a raw clock reading: each node's clock has its own origin).
+func (c *cluster) stamp() int64 {
+	c.monoMu.Lock()
+	defer c.monoMu.Unlock()
+	return c.stamp0.Load() + int64(time.Since(c.mono0))
+}
+
+// watchLeadership reacts to this node gaining or losing leadership.
+func (c *cluster) watchLeadership() {
+	defer c.s.wg.Done()
+	obs := make(chan raft.Observation, 16)
+	o := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	c.raft.RegisterObserver(o)
+	defer c.raft.DeregisterObserver(o)
+	check := time.NewTicker(100 * time.Millisecond)
+	defer check.Stop()
+	isLeader := false
+	for {
+		select {
+		case <-c.s.done:
+			return
+		case <-obs:
+		case <-check.C:
+		}
+		now := c.raft.State() == raft.Leader
+		switch {
+		case now && !isLeader:
+			isLeader = true
+			if err := c.becomeLeader(); err != nil {
+				c.s.log.Warn("cluster: leadership not established", "err", err)
+				isLeader = false
+			}
+		case !now && isLeader:
+			isLeader = false
+			c.loseLeadership(wire.GoawayLeadership)
+		}
+	}
+}
+
+// becomeLeader: a Barrier (every earlier entry applied), then the time base, then the first
+// entry: this node's client address, the state id if the cluster has none, the token floor of
+// this node's data directory, and DETACH_ALL — no session has a connection to this node yet.
+// Only after that entry commits does the node accept clients.
+func (c *cluster) becomeLeader() error {
+	s := c.s
+	if err := c.raft.Barrier(10 * time.Second).Error(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	base := s.table.Now()
+	state := s.table.StateID()
+	s.mu.Unlock()
+	c.monoMu.Lock()
+	c.stamp0.Store(base)
+	c.mono0 = time.Now()
+	c.monoMu.Unlock()
+	var e locktable.Encoder
+	e.Reset(c.stamp())
+	e.Node(c.cfg.NodeID, c.advertise())
+	if state == ([wire.StateIDSize]byte{}) {
+		rand.Read(state[:])
+		e.Init(&state)
+	}
+	e.Seed(s.store.State().TokenLimit)
+	e.DetachAll()
+	if err := c.raft.Apply(bytes.Clone(e.Bytes()), 10*time.Second).Error(); err != nil {
+		return err
+	}
+	c.leader.Store(true)
+	s.log.Info("cluster: leader", "node", c.cfg.NodeID, "term_time", time.Duration(base))
+	s.kickClock()
+	return nil
+}
+
+func (c *cluster) advertise() string {
+	if c.cfg.Advertise != "" {
+		return c.cfg.Advertise
+	}
+	if a := c.s.listenAddr.Load(); a != nil {
+		return *a
+	}
+	return c.s.cfg.Addr
+}
+
+// loseLeadership: every client connection gets GOAWAY with the new leader's address (when
+// known) and is closed; clients resume their sessions on the new leader.
+func (c *cluster) loseLeadership(reason uint32) {
+	s := c.s
+	c.leader.Store(false)
+	hint := c.leaderHint()
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for _, cn := range s.conns {
+		if cn.hs != nil && !cn.hs.welcomed {
+			if !cn.hs.ended {
+				cn.hs.ended = true
+				close(cn.hs.done) // its handshake answers WELCOME NOT_LEADER
+			}
+			continue
+		}
+		conns = append(conns, cn)
+		cn.push(nil, &wire.Response{Op: wire.OpGoaway, Detail: reason, Data: []byte(hint)})
+		cn.detached = true
+		delete(s.conns, cn.id)
+		s.attached.Add(-1)
+	}
+	s.mu.Unlock()
+	for _, cn := range conns {
+		cn.tryFlush()
+		cn.stopReading(time.Now(), time.Now().Add(time.Second))
+	}
+	s.log.Info("cluster: not the leader any more", "leader", hint)
+}
+
+// leaderHint is the current leader's client address, or "" when unknown.
+func (c *cluster) leaderHint() string {
+	_, id := c.raft.LeaderWithID()
+	if id == "" || string(id) == c.cfg.NodeID && !c.leader.Load() {
+		return ""
+	}
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	return c.s.table.NodeAddr(string(id))
+}
+
+// ready reports whether this node serves clients (it is the leader and has committed its
+// first entry).
+func (c *cluster) ready() bool { return c.leader.Load() && c.raft.State() == raft.Leader }
+
+// propose submits the accumulated entry whenever there is one and a slot is free.
+func (c *cluster) propose() {
+	defer c.s.wg.Done()
+	p := &c.prop
+	for {
+		select {
+		case <-p.kick:
+		case <-c.s.done:
+			return
+		}
+		select {
+		case p.slots <- struct{}{}:
+		case <-c.s.done:
+			return
+		}
+		p.mu.Lock()
+		if p.n == 0 {
+			p.mu.Unlock()
+			<-p.slots
+			continue
+		}
+		entry := bytes.Clone(p.enc.Bytes())
+		p.n = 0
+		p.mu.Unlock()
+		if !c.leader.Load() {
+			<-p.slots
+			continue // commands of connections the node no longer serves: dropped (their clients resume elsewhere)
+		}
+		locktable.SetTime(entry, c.stamp())
+		f := c.raft.Apply(entry, 10*time.Second)
+		go func() {
+			if err := f.Error(); err != nil {
+				c.s.log.Debug("cluster: proposal failed", "err", err)
+			}
+			<-p.slots
+			select { // more may have accumulated meanwhile
+			case p.kick <- struct{}{}:
+			default:
+			}
+		}()
+	}
+}
+
+// proposeAttach proposes ATTACH for connection cid of session sid; the route step writes WELCOME
+// when it is applied.
+func (c *cluster) proposeAttach(sid *[wire.SessionIDSize]byte, cid uint64) {
+	c.prop.begin()
+	c.prop.enc.Attach(sid, cid, uint32(c.s.cfg.SessionGrace/time.Millisecond))
+	c.prop.end()
+}
+
+func (c *cluster) close() {
+	if c.raft != nil {
+		c.raft.Shutdown().Error()
+	}
+	if c.trans != nil {
+		c.trans.Close()
+	}
+	if c.layer != nil {
+		c.layer.Close()
+	}
+	for _, x := range c.closer {
+		x.Close()
+	}
+}
+
+// fsm is the lock table as hashicorp/raft's (batching) state machine.
+type fsm cluster
+
+var _ raft.BatchingFSM = (*fsm)(nil)
+
+// ApplyBatch applies committed entries in order under Server.mu and routes their outputs to this
+// node's connections (only the leader has any).
+func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
+	s := f.s
+	var touched []*conn
+	s.mu.Lock()
+	for _, l := range logs {
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		var err error
+		s.reqs, err = s.table.Apply(l.Data, s.reqs)
+		if err != nil {
+			s.log.Error("cluster: entry not applied", "index", l.Index, "err", err)
+		}
+		s.settle(nil)
+	}
+	touched = s.takeTouched(touched)
+	s.mu.Unlock()
+	deliver(touched)
+	return make([]interface{}, len(logs))
+}
+
+// Apply is ApplyBatch for one entry.
+func (f *fsm) Apply(l *raft.Log) interface{} { return f.ApplyBatch([]*raft.Log{l})[0] }
+
+// Snapshot captures the table (the bytes are produced here; Persist only writes them).
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.s.mu.Lock()
+	defer f.s.mu.Unlock()
+	return fsmSnapshot(f.s.table.Snapshot()), nil
+}
+
+// Restore replaces the table with a snapshot's.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return err
+	}
+	t, err := locktable.Restore(f.s.tableConfig(), b)
+	if err != nil {
+		return err
+	}
+	f.s.mu.Lock()
+	f.s.table = t
+	f.s.mu.Unlock()
+	return nil
+}
+
+type fsmSnapshot []byte
+
+func (b fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(b); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (fsmSnapshot) Release() {}

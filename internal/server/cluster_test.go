@@ -1,0 +1,223 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/ticketing/ticketing/internal/wire"
+)
+
+// testCluster is n in-process nodes on 127.0.0.1 with real sockets (client and Raft ports).
+type testCluster struct {
+	t     *testing.T
+	nodes []*testServer
+	peers map[string]string
+	dirs  []string
+	lns   []net.Listener
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func startCluster(t *testing.T, n int, mutate func(*Config)) *testCluster {
+	t.Helper()
+	tc := &testCluster{t: t, peers: map[string]string{}}
+	for i := 0; i < n; i++ {
+		tc.peers[fmt.Sprintf("n%d", i+1)] = freeAddr(t)
+		tc.dirs = append(tc.dirs, t.TempDir())
+	}
+	for i := 0; i < n; i++ {
+		tc.nodes = append(tc.nodes, tc.start(i, mutate))
+	}
+	return tc
+}
+
+func (tc *testCluster) config(i int, mutate func(*Config)) Config {
+	cfg := Default()
+	cfg.Addr = "127.0.0.1:0"
+	cfg.DataDir = tc.dirs[i]
+	cfg.SessionGrace = 5 * time.Second
+	id := fmt.Sprintf("n%d", i+1)
+	cfg.Cluster = &ClusterConfig{NodeID: id, RaftAddr: tc.peers[id], Peers: tc.peers, Secret: []byte("cluster secret"), Timing: 0.3}
+	cfg.MinLease = cfg.Cluster.FailoverBound()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	return cfg
+}
+
+func (tc *testCluster) start(i int, mutate func(*Config)) *testServer {
+	return startServerCfg(tc.t, tc.config(i, mutate))
+}
+
+// leader waits for a node that serves clients and returns its index.
+func (tc *testCluster) leader() int {
+	tc.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, n := range tc.nodes {
+			if n != nil && n.cluster.ready() {
+				return i
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tc.t.Fatal("no leader")
+	return -1
+}
+
+// converge waits until every running node has applied the same index and has the same state.
+func (tc *testCluster) converge() {
+	tc.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var idx uint64
+		var hash [32]byte
+		same := true
+		first := true
+		for _, n := range tc.nodes {
+			if n == nil {
+				continue
+			}
+			n.mu.Lock()
+			h := n.table.StateHash()
+			n.mu.Unlock()
+			i := n.cluster.raft.AppliedIndex()
+			if first {
+				idx, hash, first = i, h, false
+			} else if i != idx || h != hash {
+				same = false
+			}
+		}
+		if same {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tc.t.Fatal("nodes did not converge to the same state hash at the same applied index")
+}
+
+func TestClusterReplicatesAndRedirects(t *testing.T) {
+	tc := startCluster(t, 3, nil)
+	li := tc.leader()
+	l := tc.nodes[li]
+	c := connect(t, l.addr, "")
+	state := c.welcome.StateID
+	if state == ([wire.StateIDSize]byte{}) {
+		t.Fatal("no state id")
+	}
+	var last uint64
+	for i := 0; i < 20; i++ {
+		key := fmt.Sprintf("k%d", i%5)
+		r := c.roundTrip(acquire(uint64(2*i+1), key, 2000, 5000))
+		if r.Status != wire.StatusOK || r.Token <= last {
+			t.Fatalf("acquire %d: %+v", i, r)
+		}
+		last = r.Token
+		if rr := c.roundTrip(release(uint64(2*i+2), key, r.Token)); rr.Status != wire.StatusOK {
+			t.Fatalf("release: %v", rr.Status)
+		}
+	}
+	tc.converge()
+	// Followers answer a new connection with the leader hint.
+	for i, n := range tc.nodes {
+		if i == li {
+			continue
+		}
+		f := dialRaw(t, n.addr)
+		f.write(wire.AppendHello(nil, &wire.Hello{Version: wire.Version, SessionID: f.sid}))
+		ch := f.readChallenge()
+		if ch.Status != wire.StatusNotLeader || string(ch.Data) != l.addr {
+			t.Fatalf("follower %d: %+v (leader at %s)", i, ch, l.addr)
+		}
+		if n.StateID() != state {
+			t.Fatalf("follower %d has another state id", i)
+		}
+	}
+}
+
+func TestClusterFailoverResumesSession(t *testing.T) {
+	tc := startCluster(t, 3, nil)
+	li := tc.leader()
+	c := connect(t, tc.nodes[li].addr, "")
+	g := c.roundTrip(acquire(1, "k", 30000, 0))
+	if g.Status != wire.StatusOK {
+		t.Fatal(g.Status)
+	}
+	w := connect(t, tc.nodes[li].addr, "")
+	w.send(acquire(1, "k", 30000, wire.WaitForever))
+	time.Sleep(100 * time.Millisecond)
+	// The leader stops: its clients get GOAWAY with no leader known yet, or the new one.
+	start := time.Now()
+	go tc.nodes[li].stop(t)
+	r := c.recv()
+	if r.Op != wire.OpGoaway || r.Detail != wire.GoawayStopping {
+		t.Fatalf("goaway: %+v", r)
+	}
+	tc.nodes[li] = nil
+	ni := tc.leader()
+	t.Logf("new leader after %v", time.Since(start))
+	// The holder resumes on the new leader and releases; the waiter resumes and is granted.
+	c2 := c.reconnect(t, tc.nodes[ni].addr, "")
+	if !c2.resumed() || c2.welcome.StateID != c.welcome.StateID {
+		t.Fatalf("resume on the new leader: %+v", c2.welcome)
+	}
+	w2 := w.reconnect(t, tc.nodes[ni].addr, "")
+	w2.send(acquire(1, "k", 30000, wire.WaitForever)) // the unanswered acquire, retried
+	if rr := c2.roundTrip(release(2, "k", g.Token)); rr.Status != wire.StatusOK {
+		t.Fatalf("release after failover: %v", rr.Status)
+	}
+	if gw := w2.recv(); gw.Status != wire.StatusOK || gw.ID != 1 || gw.Token <= g.Token {
+		t.Fatalf("waiter after failover: %+v", gw)
+	}
+	tc.converge()
+}
+
+// An outsider on the Raft port (no secret, garbage) is closed and the commit index does not move.
+func TestRaftPortRejectsOutsiders(t *testing.T) {
+	tc := startCluster(t, 3, nil)
+	li := tc.leader()
+	tc.converge()
+	before := tc.nodes[li].cluster.raft.LastIndex()
+	for _, payload := range [][]byte{[]byte("GET / HTTP/1.1\r\n\r\n"), append([]byte("TKRN\x01\x00\x00\x00"), make([]byte, 32+32)...)} {
+		nc, err := net.Dial("tcp", tc.peers[fmt.Sprintf("n%d", li+1)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.Write(payload)
+		nc.SetReadDeadline(time.Now().Add(3 * time.Second))
+		buf := make([]byte, 1024)
+		for {
+			if _, err := nc.Read(buf); err != nil {
+				break
+			}
+		}
+		nc.Close()
+	}
+	// A raft client with the wrong secret.
+	trans, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, time.Second, nil)
+	if err == nil {
+		trans.AppendEntries(raft.ServerID("n1"), raft.ServerAddress(tc.peers[fmt.Sprintf("n%d", li+1)]),
+			&raft.AppendEntriesRequest{Term: 1 << 40, Entries: []*raft.Log{{Index: 1 << 40, Term: 1 << 40, Type: raft.LogCommand, Data: []byte("x")}}},
+			&raft.AppendEntriesResponse{})
+		trans.Close()
+	}
+	time.Sleep(200 * time.Millisecond)
+	if after := tc.nodes[li].cluster.raft.LastIndex(); after != before {
+		t.Fatalf("outsiders moved the log from %d to %d", before, after)
+	}
+	if !tc.nodes[li].cluster.ready() {
+		t.Fatal("the leader was disturbed")
+	}
+}

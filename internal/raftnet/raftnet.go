@@ -61,10 +61,10 @@ type Layer struct {
 
 // Options configure a Layer.
 type Options struct {
-	Secret    []byte       // the cluster secret; required
-	ServerTLS *tls.Config  // TLS for accepted connections (with ClientCAs + RequireAndVerifyClientCert for mutual TLS); nil = plain TCP
-	ClientTLS *tls.Config  // TLS for dialled connections; must be set exactly when ServerTLS is
-	Advertise net.Addr     // the address peers dial (default: the listener's)
+	Secret    []byte        // the cluster secret; required
+	ServerTLS *tls.Config   // TLS for accepted connections (with ClientCAs + RequireAndVerifyClientCert for mutual TLS); nil = plain TCP
+	ClientTLS *tls.Config   // TLS for dialled connections; must be set exactly when ServerTLS is
+	Advertise net.Addr      // the address peers dial (default: the listener's)
 	Timeout   time.Duration // handshake bound; default 5s
 	Logger    *slog.Logger
 }

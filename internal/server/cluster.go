@@ -50,8 +50,8 @@ const (
 	baseHeartbeat   = 500 * time.Millisecond
 	baseLeaderLease = 250 * time.Millisecond
 	tickEvery       = 500 * time.Millisecond // a TICK at least this often while deadlines are pending
-	maxEntry        = 1 << 20               // a proposal is submitted once it holds this many bytes
-	maxInflight     = 2                     // proposals in flight at once
+	maxEntry        = 1 << 20                // a proposal is submitted once it holds this many bytes
+	maxInflight     = 2                      // proposals in flight at once
 )
 
 // FailoverBound is the shortest lease a cluster accepts by default: a failover may cost up to

@@ -71,11 +71,11 @@ type Server struct {
 	ln         net.Listener
 	listenAddr atomic.Pointer[string]
 	lnMu       sync.Mutex
-	done     chan struct{} // closed by Shutdown
-	wg       sync.WaitGroup
-	connWG   sync.WaitGroup
-	shutOnce sync.Once
-	shutErr  error
+	done       chan struct{} // closed by Shutdown
+	wg         sync.WaitGroup
+	connWG     sync.WaitGroup
+	shutOnce   sync.Once
+	shutErr    error
 }
 
 // authKeys is the set of accepted tokens (the first is current; a second is accepted during a

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -229,8 +230,22 @@ func (c *cluster) nextConnID(n uint64) uint64 { return c.connBase | n }
 func (c *cluster) stamp() int64 {
 	c.monoMu.Lock()
 	defer c.monoMu.Unlock()
-	return c.stamp0.Load() + int64(time.Since(c.mono0))
+	el := time.Since(c.mono0)
+	if testClockRate != 1 {
+		el = time.Duration(float64(el) * testClockRate)
+	}
+	return c.stamp0.Load() + int64(el)
 }
+
+// testClockRate (TICKETING_TEST_CLOCK_RATE, tests only) makes this node's clock run fast (> 1)
+// or slow (< 1). PROTOCOL.md bounds each clock's rate error by CLOCK_RATE_BOUND_PPM; within that
+// bound a lease never ends before its holder's local deadline.
+var testClockRate = func() float64 {
+	if v, err := strconv.ParseFloat(os.Getenv("TICKETING_TEST_CLOCK_RATE"), 64); err == nil && v > 0 {
+		return v
+	}
+	return 1
+}()
 
 // watchLeadership reacts to this node gaining or losing leadership.
 func (c *cluster) watchLeadership() {
@@ -262,7 +277,11 @@ func (c *cluster) watchLeadership() {
 			}
 		case !now && isLeader:
 			isLeader = false
-			c.loseLeadership(wire.GoawayLeadership)
+			reason := wire.GoawayLeadership
+			if c.s.isStopping() {
+				reason = wire.GoawayStopping
+			}
+			c.loseLeadership(reason)
 		}
 	}
 }

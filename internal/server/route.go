@@ -1,8 +1,24 @@
 package server
 
 import (
+	"os"
+	"syscall"
+
 	"github.com/ticketing/ticketing/internal/wire"
 )
+
+// failCrashBeforeGrantReply is a failpoint for crash tests: with TICKETING_FAILPOINT_FILE set,
+// the first node that is about to write a grant's answer (committed and applied) while that file
+// exists removes it and kills itself with SIGKILL — one crash per file, across a cluster.
+var failpointFile = os.Getenv("TICKETING_FAILPOINT_FILE")
+
+var failCrashBeforeGrantReply = failpointFile != ""
+
+func crashNow() {
+	if os.Remove(failpointFile) == nil {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+}
 
 // undelivered is a grant whose answer was dropped unwritten (its connection was doomed).
 type undelivered struct {
@@ -58,6 +74,9 @@ func (s *Server) settle(cur *conn) {
 				continue
 			}
 			grant := o.Resp.Op == wire.OpAcquire && o.Resp.Status == wire.StatusOK
+			if grant && failCrashBeforeGrantReply {
+				crashNow() // tests: the grant is committed (and applied here), its answer never written
+			}
 			if d == cur {
 				cur.resp = wire.AppendResponse(cur.resp, &o.Resp)
 				if grant {

@@ -31,6 +31,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/ticketing/ticketing/internal/clock"
 	"github.com/ticketing/ticketing/internal/locktable"
 	"github.com/ticketing/ticketing/internal/store"
@@ -472,8 +474,29 @@ func (s *Server) shutdown(ctx context.Context) error {
 func (s *Server) shutdownCluster(ctx context.Context, deadline time.Time) error {
 	c := s.cluster
 	s.mu.Lock()
-	s.stopping = true
+	s.stopping = true // new handshakes are refused; GOAWAY says STOPPING
 	s.mu.Unlock()
+	// A stopping leader hands leadership over first, so its clients' GOAWAY names the new
+	// leader and the cluster does not wait for an election timeout.
+	if c.raft.State() == raft.Leader {
+		f := c.raft.LeadershipTransfer()
+		done := make(chan error, 1)
+		go func() { done <- f.Error() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				s.log.Warn("cluster: leadership transfer failed; stopping anyway", "err", err)
+			}
+		case <-time.After(time.Until(deadline) / 2):
+			s.log.Warn("cluster: leadership transfer did not finish in time; stopping anyway")
+		}
+		// Wait (briefly) until the new leader is known, for the hint.
+		for t := time.Now(); time.Since(t) < time.Second; time.Sleep(10 * time.Millisecond) {
+			if _, id := c.raft.LeaderWithID(); id != "" && string(id) != c.cfg.NodeID {
+				break
+			}
+		}
+	}
 	c.loseLeadership(wire.GoawayStopping)
 	var err error
 	waited := make(chan struct{})

@@ -17,6 +17,8 @@ func main() {
 	switch cmd := os.Args[1]; cmd {
 	case "server", "serve":
 		os.Exit(runServer(os.Args[2:]))
+	case "cluster":
+		os.Exit(runClusterCmd(os.Args[2:]))
 	case "help", "-h", "--help":
 		usage()
 	default:
@@ -29,6 +31,7 @@ func usage() {
 
 Server:
   server        run the lock server (see docs/operations.md; every flag is also a TICKETING_* variable)
+  cluster status|add|remove|transfer-leader   cluster membership and maintenance (docs/cluster.md)
 
 Client (server address from --addr or TICKETING_ADDR, token from TICKETING_TOKEN):
   acquire KEY   take a lock and print its token

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -46,6 +47,10 @@ func uintSetting(name, help string, p *uint64) setting {
 	return setting{name, help, func(v string) (err error) { *p, err = strconv.ParseUint(v, 10, 64); return }, strconv.FormatUint(*p, 10)}
 }
 
+func boolSetting(name, help string, p *bool) setting {
+	return setting{name, help, func(v string) (err error) { *p, err = strconv.ParseBool(v); return }, strconv.FormatBool(*p)}
+}
+
 func floatSetting(name, help string, p *float64) setting {
 	return setting{name, help, func(v string) (err error) { *p, err = strconv.ParseFloat(v, 64); return }, strconv.FormatFloat(*p, 'g', -1, 64)}
 }
@@ -65,6 +70,8 @@ type serverSettings struct {
 	raftCert, raftKey      string
 	raftCA                 string
 	minLeaseSet            bool
+	adminCert, adminKey    string
+	adminTokenFile         string
 	token, tokenFile       string
 	tlsCert, tlsKey, tlsCA string
 	startupGrace           string
@@ -108,9 +115,14 @@ func (o *serverSettings) list() []setting {
 		stringSetting("cluster-secret-file", "cluster: file holding the node-to-node secret (or TICKETING_CLUSTER_SECRET)", &o.secretFile),
 		floatSetting("raft-timing", "cluster: multiplier over the base timing (heartbeat = election timeout = 500ms)", &o.cluster.Timing),
 		stringSetting("raft-store", "cluster: raft log store, wal or bolt", &o.cluster.LogStore),
+		boolSetting("join", "cluster: join an existing cluster (added with `ticketing cluster add`) instead of bootstrapping one", &o.cluster.Join),
 		stringSetting("raft-tls-cert", "cluster: PEM certificate for node-to-node TLS (with --raft-tls-key and --raft-tls-ca)", &o.raftCert),
 		stringSetting("raft-tls-key", "cluster: PEM key for --raft-tls-cert", &o.raftKey),
 		stringSetting("raft-tls-ca", "cluster: PEM CA that signs every node's certificate", &o.raftCA),
+		stringSetting("admin-addr", "admin listener (health, readiness, cluster membership, metrics): host:port, empty for the client port + 1, or off", &c.AdminAddr),
+		stringSetting("admin-token-file", "file holding the admin bearer credential (or TICKETING_ADMIN_TOKEN); required off loopback", &o.adminTokenFile),
+		stringSetting("admin-tls-cert", "PEM certificate for the admin listener (required off loopback)", &o.adminCert),
+		stringSetting("admin-tls-key", "PEM key for --admin-tls-cert", &o.adminKey),
 		stringSetting("log-level", "debug, info, warn or error", &o.logLevel),
 		stringSetting("log-format", "text or json", &o.logFormat),
 	}
@@ -164,6 +176,24 @@ func parseServerSettings(args []string, getenv func(string) string) (*serverSett
 	}
 	if err := o.clusterSettings(getenv); err != nil {
 		return nil, err
+	}
+	o.cfg.AdminToken = getenv("TICKETING_ADMIN_TOKEN")
+	if o.adminTokenFile != "" {
+		b, err := os.ReadFile(o.adminTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("TICKETING_ADMIN_TOKEN_FILE: %w", err)
+		}
+		o.cfg.AdminToken = strings.TrimRight(string(b), "\r\n")
+	}
+	if (o.adminCert == "") != (o.adminKey == "") {
+		return nil, errors.New("TICKETING_ADMIN_TLS_CERT and TICKETING_ADMIN_TLS_KEY go together")
+	}
+	if o.adminCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.adminCert, o.adminKey)
+		if err != nil {
+			return nil, fmt.Errorf("TICKETING_ADMIN_TLS_CERT/KEY: %w", err)
+		}
+		o.cfg.AdminTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return nil, errors.New("TICKETING_TLS_CERT and TICKETING_TLS_KEY go together")
@@ -346,6 +376,18 @@ func runServer(args []string) int {
 	if err != nil {
 		log.Error("cannot listen", "addr", o.cfg.Addr, "err", err)
 		return 1
+	}
+	if a := o.cfg.AdminListenAddr(); a != "" {
+		if aln, err := net.Listen("tcp", a); err != nil {
+			log.Error("admin listener not started", "addr", a, "err", err)
+		} else {
+			log.Info("admin listening", "addr", aln.Addr().String())
+			go func() {
+				if err := srv.ServeAdmin(aln); err != nil {
+					log.Error("admin listener stopped", "err", err)
+				}
+			}()
+		}
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)

@@ -43,6 +43,9 @@ type ClusterConfig struct {
 	RaftServerTLS, RaftClientTLS *tls.Config
 	Timing                       float64 // multiplier over the base timing (heartbeat = election = 500 ms); default 1
 	LogStore                     string  // "wal" (default) or "bolt"
+	// Join: this node joins an existing cluster (an operator adds it with `ticketing cluster
+	// add`); it never bootstraps, even on a fresh data directory.
+	Join bool
 }
 
 // Base timing: heartbeat = election timeout = 500 ms (a median ~1.2 s from a dead leader to
@@ -193,7 +196,7 @@ func (s *Server) startCluster() error {
 		return fmt.Errorf("raft: %w", err)
 	}
 	c.raft = r
-	if !has {
+	if !has && !cc.Join {
 		var servers []raft.Server
 		for id, addr := range cc.Peers {
 			servers = append(servers, raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(addr)})

@@ -3,7 +3,9 @@ package server
 import (
 	"crypto/tls"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"path/filepath"
 	"time"
 
@@ -49,6 +51,34 @@ type Config struct {
 
 	// Cluster makes this node a member of a Raft cluster; nil = a single node.
 	Cluster *ClusterConfig
+
+	// Admin listener (admin.go): health, readiness, cluster membership, metrics, inspection.
+	// AdminAddr "" = the client address's host with the next port (port 0 stays 0); "off" = none.
+	AdminAddr  string
+	AdminToken string      // bearer credential, required off loopback
+	AdminTLS   *tls.Config // required off loopback
+}
+
+// AdminListenAddr resolves AdminAddr ("" derives it from Addr); "" when off.
+func (c *Config) AdminListenAddr() string {
+	switch c.AdminAddr {
+	case "off":
+		return ""
+	case "":
+		host, port, err := net.SplitHostPort(c.Addr)
+		if err != nil {
+			return ""
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return ""
+		}
+		if p != 0 {
+			p++
+		}
+		return net.JoinHostPort(host, strconv.Itoa(p))
+	}
+	return c.AdminAddr
 }
 
 // Default returns the defaults: a working single node on loopback with no configuration.

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,7 +61,9 @@ type Server struct {
 	touched  []*conn // connections route gave output to; see takeTouched
 	doomed   []*conn // connections to detach before Server.mu is released; see doom
 
-	reqs    []wire.Request // decode scratch of the cluster's apply
+	reqs      []wire.Request // decode scratch of the cluster's apply
+	adminMux  *http.ServeMux
+	startWait int64 // single node: the table time before which nothing is granted
 	cluster *cluster       // nil on a single node
 
 	attached atomic.Int64 // len(conns), readable without Server.mu
@@ -107,6 +110,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		done:        make(chan struct{}),
 	}
 	s.pending.init(cfg.MaxHandshakes)
+	s.initAdmin()
 	s.failures.init()
 	s.SetTokens(cfg.Tokens)
 	if cfg.TLS != nil && len(cfg.TLS.Certificates) > 0 {
@@ -149,6 +153,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	tc := s.tableConfig()
 	tc.AvailableFrom = int64(wait)
+	s.startWait = int64(wait)
 	tc.LastToken = lastToken
 	tc.Durable = true
 	s.table = locktable.New(tc)

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/ticketing/ticketing/internal/wire"

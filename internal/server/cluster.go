@@ -87,6 +87,7 @@ type cluster struct {
 	connBase uint64 // connection ids: a random base per process
 
 	prop proposer
+	logs *timedLogStore
 }
 
 // proposer accumulates commands from all connections into one entry while proposals are in
@@ -155,6 +156,9 @@ func (s *Server) startCluster() error {
 	default:
 		return fmt.Errorf("TICKETING_RAFT_STORE %q: want wal or bolt", cc.LogStore)
 	}
+	timed := &timedLogStore{LogStore: logs, stall: os.Getenv("TICKETING_FAILPOINT_STALL_FILE")}
+	logs = timed
+	c.logs = timed
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{s.log}})
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hl)
 	if err != nil {
@@ -220,9 +224,10 @@ func (w slogWriter) Write(p []byte) (int, error) {
 // runCluster runs the leadership watcher, the proposer and the leader's clock until Shutdown.
 func (c *cluster) run() {
 	s := c.s
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go c.watchLeadership()
 	go c.propose()
+	go c.watchDisk(c.logs)
 }
 
 // nextConnID returns a connection id unique across the cluster's nodes and restarts.

@@ -1,0 +1,89 @@
+package server
+
+import (
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// A leader whose disk stalls keeps sending heartbeats (they do not touch the disk), so its
+// followers never elect another leader while nothing commits (hashicorp/raft#503). The log
+// store is wrapped to time every write; a watchdog on the leader hands leadership over when a
+// write has been in progress longer than the stall bound, and, if that cannot finish, stops the
+// process (a supervisor restarts it) rather than hold the cluster hostage.
+
+// timedLogStore times the writes of a raft.LogStore.
+type timedLogStore struct {
+	raft.LogStore
+	since atomic.Int64 // UnixNano when the write in progress started; 0 when none
+	mu    sync.Mutex   // one write at a time is what raft does; the mutex keeps since exact
+	stall string       // failpoint: while this file exists, writes block (tests)
+}
+
+func (s *timedLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+
+func (s *timedLogStore) StoreLogs(logs []*raft.Log) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.since.Store(time.Now().UnixNano())
+	defer s.since.Store(0)
+	for s.stall != "" {
+		if _, err := os.Stat(s.stall); err != nil {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return s.LogStore.StoreLogs(logs)
+}
+
+// stalledFor is how long the write in progress has been running (0 when none).
+func (s *timedLogStore) stalledFor() time.Duration {
+	if t := s.since.Load(); t != 0 {
+		return time.Since(time.Unix(0, t))
+	}
+	return 0
+}
+
+// stallBound is how long a leader's log write may take before it steps down.
+func (c *cluster) stallBound() time.Duration {
+	return max(time.Second, time.Duration(float64(4*baseHeartbeat)*c.cfg.timing()))
+}
+
+// watchDisk steps a leader down when its log store stalls past the bound.
+func (c *cluster) watchDisk(logs *timedLogStore) {
+	defer c.s.wg.Done()
+	tick := time.NewTicker(c.stallBound() / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.s.done:
+			return
+		case <-tick.C:
+		}
+		d := logs.stalledFor()
+		if d < c.stallBound() || c.raft.State() != raft.Leader {
+			continue
+		}
+		c.s.log.Error("cluster: the log store has stalled; handing leadership over", "stalled_for", d.Round(time.Millisecond))
+		f := c.raft.LeadershipTransfer()
+		done := make(chan error, 1)
+		go func() { done <- f.Error() }()
+		select {
+		case err := <-done:
+			if err == nil {
+				continue
+			}
+			c.s.log.Error("cluster: leadership transfer failed", "err", err)
+		case <-time.After(2 * c.stallBound()):
+		case <-c.s.done:
+			return
+		}
+		if c.raft.State() == raft.Leader && logs.stalledFor() >= c.stallBound() {
+			c.s.log.Error("cluster: still leading on a stalled disk; stopping the process so the cluster can elect another leader")
+			os.Exit(70)
+		}
+	}
+}

@@ -108,15 +108,15 @@ func Default() Config {
 	}
 }
 
-// DefaultDataDir is the absolute default data directory: /var/lib/ticketing for root,
-// $XDG_STATE_HOME/ticketing (else ~/.local/state/ticketing) for other users. Never relative:
-// starting from another working directory must not start from an empty store.
+// DefaultDataDir is the absolute default data directory: $XDG_STATE_HOME/ticketing when that
+// is set, else /var/lib/ticketing for root and ~/.local/state/ticketing for other users. Never
+// relative: starting from another working directory must not start from an empty store.
 func DefaultDataDir() string {
-	if os.Geteuid() == 0 {
-		return "/var/lib/ticketing"
-	}
 	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
 		return filepath.Join(d, "ticketing")
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/ticketing"
 	}
 	if h, err := os.UserHomeDir(); err == nil && filepath.IsAbs(h) {
 		return filepath.Join(h, ".local", "state", "ticketing")

@@ -128,6 +128,46 @@ func (c *rawClient) handshake(token string) wire.Status {
 	return w.Status
 }
 
+// handshakeQuiet runs a client handshake on nc with token and returns WELCOME's status (or
+// CHALLENGE's), or an error; it never fails a test (for goroutines that expect refusals).
+func handshakeQuiet(nc net.Conn, token string) (wire.Status, error) {
+	var sid [wire.SessionIDSize]byte
+	rand.Read(sid[:])
+	h := wire.Hello{Version: wire.Version, SessionID: sid}
+	rand.Read(h.Nonce[:])
+	if _, err := nc.Write(wire.AppendHello(nil, &h)); err != nil {
+		return 0, err
+	}
+	head := make([]byte, 4)
+	if _, err := io.ReadFull(nc, head); err != nil {
+		return 0, err
+	}
+	n, err := wire.ChallengeLen(head)
+	if err != nil {
+		return 0, err
+	}
+	b := append(head, make([]byte, n-4)...)
+	if _, err := io.ReadFull(nc, b[4:]); err != nil {
+		return 0, err
+	}
+	var ch wire.Challenge
+	if err := wire.DecodeChallenge(b, &ch); err != nil || ch.Status != wire.StatusOK {
+		return ch.Status, err
+	}
+	var a wire.Auth
+	a.Proof = wire.ClientProof([]byte(token), &sid, &h.Nonce, &ch.Nonce)
+	if _, err := nc.Write(wire.AppendAuth(nil, &a)); err != nil {
+		return 0, err
+	}
+	wb := make([]byte, wire.WelcomeSize)
+	if _, err := io.ReadFull(nc, wb); err != nil {
+		return 0, err
+	}
+	var w wire.Welcome
+	err = wire.DecodeWelcome(wb, &w)
+	return w.Status, err
+}
+
 // readChallenge reads one CHALLENGE frame.
 func (c *rawClient) readChallenge() wire.Challenge {
 	c.t.Helper()

@@ -1,0 +1,853 @@
+package io.ticketing;
+
+import io.ticketing.protocol.Bytes;
+import io.ticketing.protocol.ExpiredReason;
+import io.ticketing.protocol.Op;
+import io.ticketing.protocol.Protocol;
+import io.ticketing.protocol.ResponseFrame;
+import io.ticketing.protocol.Status;
+import java.net.Socket;
+import java.security.SecureRandom;
+import java.time.Duration;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Executor;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.SynchronousQueue;
+import java.util.concurrent.ThreadPoolExecutor;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import javax.net.ssl.SSLContext;
+
+/**
+ * The session engine behind {@link TicketingClient}: request ids, the in-flight table, the
+ * connection and its replacement (reconnect, resume, leader hints), ACK, heartbeat, timeouts and
+ * the registry of held locks.
+ *
+ * <p>Locking: one monitor, {@code mu}, guards the engine's state. No I/O and no user code runs under
+ * it: socket writes are queued to the connection's writer, and completions (futures, lost
+ * signals) are collected in an "after" list and run once {@code mu} is released. A {@link Lock}'s
+ * own monitor is never held while taking {@code mu}, nor the reverse.
+ */
+final class Engine implements Connection.Listener {
+    private static final System.Logger LOG = System.getLogger("io.ticketing");
+    private static final AtomicInteger CLIENTS = new AtomicInteger();
+
+    final ClientOptions opts;
+    final ScheduledThreadPoolExecutor timer;
+    private final ThreadPoolExecutor callbacks;
+    private final List<Endpoint> endpoints;
+    private final SSLContext ssl;
+    private final SecureRandom random = new SecureRandom();
+    private final String name;
+    private final Object mu = new Object();
+
+    // Everything below is guarded by mu.
+    private byte[] sessionId;
+    private byte[] stateId; // null until the first WELCOME
+    private long generation; // bumped when the state id changes
+    private long graceMs;
+    private long nextId = 1;
+    private final TreeMap<Long, Req> inflight = new TreeMap<>(Long::compareUnsigned);
+    private final ArrayDeque<Req> unsent = new ArrayDeque<>();
+    private final Map<Long, Lock> held = new HashMap<>();
+    private Connection conn;
+    private Thread connector;
+    private Socket dialing;
+    private long droppedAt;
+    private ScheduledFuture<?> graceTimer;
+    private ScheduledFuture<?> heartbeatTask;
+    private Req heartbeat;
+    private String leaderHint;
+    private int endpointIndex;
+    private int answersSinceAck;
+    private boolean ackInFlight;
+    private boolean closing;
+    private boolean closed;
+
+    Engine(ClientOptions opts) {
+        this.opts = opts;
+        this.name = Integer.toString(CLIENTS.incrementAndGet());
+        List<Endpoint> eps = new ArrayList<>();
+        for (String e : opts.endpoints()) {
+            eps.add(Endpoint.parse(e));
+        }
+        this.endpoints = List.copyOf(eps);
+        this.ssl = opts.tls() == null ? null : Pem.context(opts.tls());
+        this.timer = new ScheduledThreadPoolExecutor(1, daemon("ticketing-timer-" + name));
+        this.timer.setRemoveOnCancelPolicy(true);
+        this.callbacks = new ThreadPoolExecutor(0, Integer.MAX_VALUE, 30, TimeUnit.SECONDS, new SynchronousQueue<>(),
+                daemon("ticketing-callback-" + name));
+        this.sessionId = newSessionId();
+    }
+
+    private static java.util.concurrent.ThreadFactory daemon(String prefix) {
+        AtomicInteger n = new AtomicInteger();
+        return r -> {
+            Thread t = new Thread(r, prefix + "-" + n.incrementAndGet());
+            t.setDaemon(true);
+            return t;
+        };
+    }
+
+    private byte[] newSessionId() {
+        byte[] id = new byte[Protocol.SESSION_ID];
+        do {
+            random.nextBytes(id);
+        } while (Arrays.equals(id, new byte[Protocol.SESSION_ID]));
+        return id;
+    }
+
+    /** Runs user-facing completions off the I/O threads. */
+    Executor callbackExecutor() {
+        return r -> {
+            try {
+                callbacks.execute(r);
+            } catch (RejectedExecutionException e) {
+                r.run();
+            }
+        };
+    }
+
+    String sessionIdHex() {
+        synchronized (mu) {
+            return HexFormat.of().formatHex(sessionId);
+        }
+    }
+
+    // ---- connecting ----
+
+    /** Connects for the first time, in the caller's thread; throws when no endpoint answers. */
+    void start() {
+        Dialer.Dialed d = dialRound();
+        List<Runnable> after = new ArrayList<>();
+        boolean again;
+        synchronized (mu) {
+            again = install(d, after);
+        }
+        after.forEach(Runnable::run);
+        if (again) {
+            // Cannot happen on a first connect (no state id yet); keep the invariant anyway.
+            synchronized (mu) {
+                ensureConnecting();
+            }
+        }
+    }
+
+    /** One round: the leader hint first, then every endpoint once. */
+    private Dialer.Dialed dialRound() {
+        List<String> order = new ArrayList<>();
+        byte[] session;
+        int start;
+        synchronized (mu) {
+            if (leaderHint != null) {
+                order.add(leaderHint);
+                leaderHint = null;
+            }
+            session = sessionId.clone();
+            start = endpointIndex;
+        }
+        for (int i = 0; i < endpoints.size(); i++) {
+            order.add(endpoints.get((start + i) % endpoints.size()).toString());
+        }
+        List<TicketingException> failures = new ArrayList<>();
+        TicketingException definitive = null;
+        int redirects = 0;
+        for (int i = 0; i < order.size(); i++) {
+            Endpoint ep;
+            try {
+                ep = Endpoint.parse(order.get(i));
+            } catch (InvalidArgumentException e) {
+                failures.add(new UnavailableException("bad leader address \"" + order.get(i) + "\""));
+                continue;
+            }
+            synchronized (mu) {
+                if (closing && closed) {
+                    throw new ClosedException("client closed while connecting");
+                }
+            }
+            try {
+                Dialer.Dialed d = Dialer.dial(ep, opts, ssl, session, random, opts.connectTimeout(), s -> {
+                    synchronized (mu) {
+                        dialing = s;
+                        if (closed) {
+                            closeQuietly(s);
+                        }
+                    }
+                });
+                synchronized (mu) {
+                    dialing = null;
+                    int idx = endpoints.indexOf(ep);
+                    if (idx >= 0) {
+                        endpointIndex = idx;
+                    }
+                }
+                return d;
+            } catch (Dialer.NotLeader e) {
+                failures.add(e);
+                if (e.leader != null && redirects++ < endpoints.size() + 2) {
+                    order.add(i + 1, e.leader);
+                }
+            } catch (UnavailableException | ProtocolException | ShuttingDownException | BusyException e) {
+                failures.add(e);
+            } catch (TicketingException e) {
+                // auth, version, TLS: the same on every endpoint of one deployment
+                failures.add(e);
+                if (definitive == null) {
+                    definitive = e;
+                }
+            } finally {
+                synchronized (mu) {
+                    dialing = null;
+                }
+            }
+        }
+        synchronized (mu) {
+            if (closed) {
+                throw new ClosedException("client closed while connecting");
+            }
+        }
+        if (definitive != null) {
+            throw definitive;
+        }
+        if (failures.size() == 1 && !(failures.get(0) instanceof Dialer.NotLeader)) {
+            throw failures.get(0);
+        }
+        StringBuilder msg = new StringBuilder("no endpoint could be connected to");
+        for (TicketingException f : failures) {
+            msg.append("; ").append(f.getMessage());
+        }
+        UnavailableException u = new UnavailableException(msg.toString());
+        failures.forEach(u::addSuppressed);
+        throw u;
+    }
+
+    private static void closeQuietly(Socket s) {
+        try {
+            s.close();
+        } catch (java.io.IOException ignored) {
+            // closing anyway
+        }
+    }
+
+    /** mu must be held. Starts the reconnect loop unless it runs or the client is closed. */
+    private void ensureConnecting() {
+        if (connector != null || closed || conn != null) {
+            return;
+        }
+        Thread t = new Thread(this::reconnectLoop, "ticketing-connect-" + name);
+        t.setDaemon(true);
+        connector = t;
+        t.start();
+    }
+
+    private void reconnectLoop() {
+        int round = 0;
+        while (true) {
+            synchronized (mu) {
+                if (closed || conn != null) {
+                    connector = null;
+                    return;
+                }
+                if (inflight.isEmpty() && unsent.isEmpty() && held.isEmpty()
+                        && System.nanoTime() - droppedAt > TimeUnit.MILLISECONDS.toNanos(graceMs)) {
+                    connector = null; // idle: the next request starts a new loop
+                    return;
+                }
+            }
+            List<Runnable> after = new ArrayList<>();
+            boolean again = false;
+            try {
+                Dialer.Dialed d = dialRound();
+                synchronized (mu) {
+                    again = install(d, after);
+                    if (!again) {
+                        connector = null;
+                    }
+                }
+                after.forEach(Runnable::run);
+                if (!again) {
+                    return;
+                }
+                round = 0;
+                continue;
+            } catch (ClosedException e) {
+                synchronized (mu) {
+                    connector = null;
+                }
+                return;
+            } catch (UnavailableException | Dialer.NotLeader e) {
+                LOG.log(System.Logger.Level.DEBUG, "reconnect round failed: {0}", e.getMessage());
+            } catch (TicketingException e) {
+                // A definitive refusal (auth, version, TLS, busy...): fail what waits, keep trying.
+                LOG.log(System.Logger.Level.WARNING, "reconnect refused: {0}", e.getMessage());
+                synchronized (mu) {
+                    for (Req r : new ArrayList<>(unsent)) {
+                        failLocked(r, e, after);
+                    }
+                    for (Req r : new ArrayList<>(inflight.values())) {
+                        if (!r.abandoned) {
+                            failLocked(r, e, after);
+                        }
+                    }
+                }
+                after.forEach(Runnable::run);
+            }
+            long min = opts.reconnectBackoffMin().toMillis();
+            long max = opts.reconnectBackoffMax().toMillis();
+            long base = Math.min(max, min << Math.min(round, 20));
+            long pause = base / 2 + (long) (random.nextDouble() * (base / 2.0 + 1));
+            round++;
+            synchronized (mu) {
+                long until = System.currentTimeMillis() + pause;
+                while (!closed) {
+                    long left = until - System.currentTimeMillis();
+                    if (left <= 0) {
+                        break;
+                    }
+                    try {
+                        mu.wait(left);
+                    } catch (InterruptedException e) {
+                        connector = null;
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /**
+     * mu must be held. Adopts a new connection per the WELCOME: first state, resume, session ended,
+     * or a different state id (then every lock is lost and it returns true: dial again at once,
+     * with a new session id).
+     */
+    private boolean install(Dialer.Dialed d, List<Runnable> after) {
+        if (closed) {
+            d.close();
+            return false;
+        }
+        long now = System.nanoTime();
+        var w = d.welcome();
+        if (stateId != null && !Arrays.equals(stateId, w.stateId())) {
+            LOG.log(System.Logger.Level.INFO, "server at {0} has a new state id: every lock is lost", d.endpoint());
+            generation++;
+            stateId = w.stateId();
+            ServerRestartedException e = new ServerRestartedException("the server at " + d.endpoint()
+                    + " restarted (its state id changed): every lock of this client is lost");
+            for (Req r : new ArrayList<>(unsent)) {
+                failLocked(r, e, after);
+            }
+            for (Req r : new ArrayList<>(inflight.values())) {
+                failLocked(r, e, after);
+            }
+            inflight.clear();
+            for (Lock l : held.values()) {
+                after.add(() -> l.markLost(LostReason.SERVER_RESTARTED));
+            }
+            held.clear();
+            sessionId = newSessionId();
+            nextId = 1;
+            ackInFlight = false;
+            answersSinceAck = 0;
+            d.close();
+            return true;
+        }
+        stateId = w.stateId();
+        graceMs = w.sessionGraceMs();
+        if (graceTimer != null) {
+            graceTimer.cancel(false);
+            graceTimer = null;
+        }
+        conn = new Connection(d, this, name);
+        conn.start();
+        if (w.resumed()) {
+            for (Req r : inflight.values()) {
+                r.notRun = false;
+                r.lastSent = now;
+                conn.enqueue(r.encode());
+            }
+            for (Req r : new ArrayList<>(inflight.values())) {
+                if (r.abandoned && !r.cancelSent && r.op == Op.ACQUIRE) {
+                    sendCancelLocked(r);
+                }
+            }
+        } else {
+            ConnectionLostException e = new ConnectionLostException("the connection to the server dropped and the session"
+                    + " could not be resumed; the outcome of the request is unknown");
+            for (Req r : new ArrayList<>(inflight.values())) {
+                if (r.notRun) {
+                    r.notRun = false;
+                    r.lastSent = now;
+                    conn.enqueue(r.encode());
+                } else {
+                    inflight.remove(r.id);
+                    if (r.abandoned) {
+                        after.add(() -> r.settled.complete(null));
+                    } else {
+                        failLocked(r, e, after);
+                    }
+                }
+            }
+            ackInFlight = false;
+            answersSinceAck = 0;
+        }
+        while (!unsent.isEmpty()) {
+            sendLocked(unsent.poll());
+        }
+        startHeartbeatLocked(conn);
+        return false;
+    }
+
+    // ---- requests ----
+
+    /** Sends (or queues until connected) a request; returns its answer. */
+    CompletableFuture<ResponseFrame> submit(Req r) {
+        List<Runnable> after = new ArrayList<>();
+        synchronized (mu) {
+            if (closed || (closing && !r.internal)) {
+                r.done = true;
+                after.add(() -> r.answer.completeExceptionally(new ClosedException("the client is closed")));
+                after.add(() -> r.settled.complete(null));
+            } else {
+                if (r.op != Op.ACQUIRE || conn == null) {
+                    r.timer = timer.schedule(() -> onTimeout(r), opts.requestTimeout().toNanos(), TimeUnit.NANOSECONDS);
+                }
+                if (conn != null) {
+                    sendLocked(r);
+                } else {
+                    unsent.add(r);
+                    ensureConnecting();
+                }
+            }
+        }
+        after.forEach(Runnable::run);
+        return r.answer;
+    }
+
+    /** mu must be held and conn set. Takes the next id (unless it has one) and queues the frame. */
+    private void sendLocked(Req r) {
+        long now = System.nanoTime();
+        if (r.id == 0) {
+            r.id = nextId++;
+            r.firstSent = now;
+            r.generation = generation;
+            if (r.op == Op.ACQUIRE) {
+                r.cancelTimer();
+                if (r.waitMs != AcquireOptions.WAIT_FOREVER_MS) {
+                    long ns = TimeUnit.MILLISECONDS.toNanos(r.waitMs) + opts.requestTimeout().toNanos();
+                    r.timer = timer.schedule(() -> onTimeout(r), ns, TimeUnit.NANOSECONDS);
+                }
+            }
+        }
+        r.lastSent = now;
+        inflight.put(r.id, r);
+        conn.enqueue(r.encode());
+    }
+
+    private void onTimeout(Req r) {
+        List<Runnable> after = new ArrayList<>();
+        Connection failed = null;
+        synchronized (mu) {
+            if (r.done) {
+                return;
+            }
+            String what = r.op == Op.PING && r == heartbeat ? "heartbeat PING" : r.op.name();
+            long ms = r.op == Op.ACQUIRE && r.id != 0 && r.waitMs != AcquireOptions.WAIT_FOREVER_MS
+                    ? r.waitMs + opts.requestTimeout().toMillis()
+                    : opts.requestTimeout().toMillis();
+            RequestTimeoutException e = new RequestTimeoutException(what
+                    + (r.key.length > 0 ? " of " + Bytes.printable(r.key) : "") + " got no answer within " + ms
+                    + " ms (request timeout " + opts.requestTimeout().toMillis() + " ms)");
+            if (r == heartbeat) {
+                heartbeat = null;
+                failed = conn;
+                inflight.remove(r.id);
+                r.done = true;
+            } else if (r.op == Op.ACQUIRE) {
+                abandonLocked(r, e, after);
+            } else {
+                failLocked(r, e, after);
+            }
+        }
+        after.forEach(Runnable::run);
+        if (failed != null) {
+            onFailure(failed, new RequestTimeoutException("the server did not answer a heartbeat within "
+                    + opts.requestTimeout().toMillis() + " ms"));
+        }
+    }
+
+    /** mu must be held. Ends a request with an error (it is no longer awaited). */
+    private void failLocked(Req r, TicketingException e, List<Runnable> after) {
+        if (r.id != 0) {
+            inflight.remove(r.id);
+        }
+        unsent.remove(r);
+        r.cancelTimer();
+        if (r.op == Op.ACK) {
+            ackInFlight = false;
+        }
+        if (r == heartbeat) {
+            heartbeat = null;
+        }
+        if (!r.done) {
+            r.done = true;
+            after.add(() -> r.answer.completeExceptionally(e));
+        }
+        after.add(() -> r.settled.complete(null));
+    }
+
+    /**
+     * Gives up on an ACQUIRE for its caller: it fails with {@code cause}, and the engine withdraws
+     * it (CANCEL now, or on the session's next connection) and releases any grant that still comes.
+     */
+    void abandon(Req r, TicketingException cause) {
+        List<Runnable> after = new ArrayList<>();
+        synchronized (mu) {
+            abandonLocked(r, cause, after);
+        }
+        after.forEach(Runnable::run);
+    }
+
+    private void abandonLocked(Req r, TicketingException cause, List<Runnable> after) {
+        if (r.done) {
+            return;
+        }
+        r.done = true;
+        r.abandoned = true;
+        r.cancelTimer();
+        after.add(() -> r.answer.completeExceptionally(cause));
+        if (unsent.remove(r) || r.id == 0 || !inflight.containsKey(r.id)) {
+            after.add(() -> r.settled.complete(null));
+            return;
+        }
+        if (conn != null) {
+            sendCancelLocked(r);
+        }
+    }
+
+    private void sendCancelLocked(Req acquire) {
+        acquire.cancelSent = true;
+        Req c = new Req(Op.CANCEL, null, acquire.id, 0, 0, true);
+        c.timer = timer.schedule(() -> onTimeout(c), opts.requestTimeout().toNanos(), TimeUnit.NANOSECONDS);
+        sendLocked(c);
+    }
+
+    /** mu must be held. Releases a grant nobody will use (a cancelled acquire's). */
+    private void releaseGrantLocked(byte[] key, long token, Req acquire) {
+        Req rel = new Req(Op.RELEASE, key, token, 0, 0, true);
+        rel.answer.whenComplete((f, e) -> acquire.settled.complete(null));
+        rel.timer = timer.schedule(() -> onTimeout(rel), opts.requestTimeout().toNanos(), TimeUnit.NANOSECONDS);
+        if (conn != null) {
+            sendLocked(rel);
+        } else {
+            unsent.add(rel);
+            ensureConnecting();
+        }
+    }
+
+    // ---- reading ----
+
+    @Override
+    public void onFrame(Connection c, ResponseFrame f) {
+        List<Runnable> after = new ArrayList<>();
+        String failWhy = null;
+        synchronized (mu) {
+            if (c != conn) {
+                return;
+            }
+            if (f.requestId() == 0) {
+                failWhy = pushLocked(c, f, after);
+            } else {
+                Req r = inflight.get(f.requestId());
+                if (r == null) {
+                    LOG.log(System.Logger.Level.DEBUG, "answer for request {0} nobody awaits",
+                            Long.toUnsignedString(f.requestId()));
+                } else if (f.status() == Status.NOT_LEADER.code()) {
+                    r.notRun = true;
+                    leaderHint = f.data().length == 0 ? null : Bytes.utf8(f.data());
+                    failWhy = c.endpoint + " is not the leader" + (leaderHint == null ? "" : "; the leader is " + leaderHint);
+                } else {
+                    answeredLocked(r, f, after);
+                }
+            }
+        }
+        after.forEach(Runnable::run);
+        if (failWhy != null) {
+            onFailure(c, new ConnectionLostException(failWhy));
+        }
+    }
+
+    private void answeredLocked(Req r, ResponseFrame f, List<Runnable> after) {
+        inflight.remove(r.id);
+        r.cancelTimer();
+        if (r.op == Op.ACK) {
+            ackInFlight = false;
+        } else {
+            answersSinceAck++;
+        }
+        if (r == heartbeat) {
+            heartbeat = null;
+        }
+        if (r.abandoned) {
+            if (r.op == Op.ACQUIRE && f.status() == Status.OK.code()) {
+                releaseGrantLocked(r.key, f.token(), r);
+            } else {
+                after.add(() -> r.settled.complete(null));
+            }
+        } else if (!r.done) {
+            r.done = true;
+            after.add(() -> {
+                r.answer.complete(f);
+                r.settled.complete(null);
+            });
+        }
+        maybeAckLocked();
+    }
+
+    /** mu must be held. Handles EXPIRED and GOAWAY; returns why to drop the connection, or null. */
+    private String pushLocked(Connection c, ResponseFrame f, List<Runnable> after) {
+        if (f.op() == Op.EXPIRED.code()) {
+            Lock l = held.get(f.token());
+            if (l != null && Arrays.equals(l.keyBytesUnsafe(), f.data())) {
+                ExpiredReason reason = ExpiredReason.fromCode(f.detail());
+                LostReason lost = reason == ExpiredReason.STOPPING ? LostReason.SERVER_STOPPING : LostReason.EXPIRED;
+                after.add(() -> l.markLost(lost));
+            }
+            return null;
+        }
+        if (f.op() == Op.GOAWAY.code()) {
+            leaderHint = f.data().length == 0 ? null : Bytes.utf8(f.data());
+            if (leaderHint == null && endpoints.size() > 1) {
+                endpointIndex = (endpointIndex + 1) % endpoints.size();
+            }
+            return c.endpoint + " sent GOAWAY (reason " + f.detail() + ")";
+        }
+        LOG.log(System.Logger.Level.DEBUG, "ignoring unknown push op 0x{0}", Integer.toHexString(f.op()));
+        return null;
+    }
+
+    /** mu must be held. Sends ACK when due and none is unanswered. */
+    private void maybeAckLocked() {
+        if (answersSinceAck < Protocol.ACK_EVERY / 2 || ackInFlight || conn == null || closed) {
+            return;
+        }
+        long x = nextId;
+        for (Req r : inflight.values()) {
+            if (r.op != Op.ACQUIRE) {
+                x = r.id;
+                break;
+            }
+        }
+        Req ack = new Req(Op.ACK, null, x, 0, 0, true);
+        ack.timer = timer.schedule(() -> onTimeout(ack), opts.requestTimeout().toNanos(), TimeUnit.NANOSECONDS);
+        ackInFlight = true;
+        answersSinceAck = 0;
+        sendLocked(ack);
+    }
+
+    @Override
+    public void onFailure(Connection c, Throwable cause) {
+        synchronized (mu) {
+            if (c != conn) {
+                c.close();
+                return;
+            }
+            LOG.log(System.Logger.Level.DEBUG, "connection lost: {0}", cause.getMessage());
+            conn = null;
+            droppedAt = System.nanoTime();
+            c.close();
+            if (heartbeat != null) {
+                inflight.remove(heartbeat.id);
+                heartbeat.cancelTimer();
+                heartbeat.done = true;
+                heartbeat = null;
+            }
+            if (heartbeatTask != null) {
+                heartbeatTask.cancel(false);
+                heartbeatTask = null;
+            }
+            if (closed) {
+                return;
+            }
+            graceTimer = timer.schedule(this::onGraceOver, graceMs, TimeUnit.MILLISECONDS);
+            ensureConnecting();
+        }
+    }
+
+    /** The session grace passed without a reconnect: the answers still awaited are lost. */
+    private void onGraceOver() {
+        List<Runnable> after = new ArrayList<>();
+        synchronized (mu) {
+            if (conn != null || closed) {
+                return;
+            }
+            ConnectionLostException e = new ConnectionLostException("the connection dropped and was not back within the"
+                    + " session grace (" + graceMs + " ms); the outcome of the request is unknown");
+            for (Req r : new ArrayList<>(inflight.values())) {
+                if (r.abandoned) {
+                    continue;
+                }
+                if (r.op == Op.ACQUIRE) {
+                    abandonLocked(r, e, after); // withdrawn on the next connection if the session lives on
+                } else {
+                    failLocked(r, e, after);
+                }
+            }
+        }
+        after.forEach(Runnable::run);
+    }
+
+    private void startHeartbeatLocked(Connection c) {
+        long interval = opts.heartbeatInterval().toNanos();
+        if (interval == 0) {
+            return;
+        }
+        long period = Math.max(TimeUnit.MILLISECONDS.toNanos(5), interval / 4);
+        heartbeatTask = timer.scheduleAtFixedRate(() -> heartbeatCheck(c, interval), period, period,
+                TimeUnit.NANOSECONDS);
+    }
+
+    private void heartbeatCheck(Connection c, long interval) {
+        synchronized (mu) {
+            if (c != conn || heartbeat != null || closed) {
+                return;
+            }
+            if (System.nanoTime() - c.lastReceive() < interval) {
+                return;
+            }
+            Req ping = new Req(Op.PING, null, 0, 0, 0, true);
+            ping.timer = timer.schedule(() -> onTimeout(ping), opts.requestTimeout().toNanos(), TimeUnit.NANOSECONDS);
+            heartbeat = ping;
+            sendLocked(ping);
+        }
+    }
+
+    // ---- locks ----
+
+    /**
+     * Registers a granted lock; returns false when it belongs to a lock state that is gone (the
+     * server restarted while the grant was being handled).
+     */
+    boolean register(Lock l, long requestGeneration) {
+        synchronized (mu) {
+            if (closed || requestGeneration != generation) {
+                return false;
+            }
+            held.put(l.token(), l);
+            return true;
+        }
+    }
+
+    void unregister(Lock l) {
+        synchronized (mu) {
+            held.remove(l.token(), l);
+        }
+    }
+
+    /** Tells whether this client holds a lock on the key that is not lost. */
+    boolean holds(byte[] key) {
+        synchronized (mu) {
+            for (Lock l : held.values()) {
+                if (Arrays.equals(l.keyBytesUnsafe(), key) && !l.isLost()) {
+                    return true;
+                }
+            }
+            return false;
+        }
+    }
+
+    // ---- closing ----
+
+    void close() {
+        List<Runnable> after = new ArrayList<>();
+        List<CompletableFuture<?>> waits = new ArrayList<>();
+        List<Lock> toRelease = new ArrayList<>();
+        boolean connected;
+        synchronized (mu) {
+            if (closing) {
+                return;
+            }
+            closing = true;
+            ClosedException e = new ClosedException("the client was closed");
+            for (Req r : new ArrayList<>(unsent)) {
+                if (!r.internal) {
+                    failLocked(r, e, after);
+                }
+            }
+            for (Req r : new ArrayList<>(inflight.values())) {
+                if (r.op == Op.ACQUIRE && !r.done) {
+                    abandonLocked(r, e, after);
+                    waits.add(r.settled);
+                } else if (r.abandoned) {
+                    waits.add(r.settled);
+                }
+            }
+            if (opts.releaseOnClose()) {
+                toRelease.addAll(held.values());
+            }
+            connected = conn != null;
+        }
+        after.forEach(Runnable::run);
+        after.clear();
+        for (Lock l : toRelease) {
+            waits.add(l.releaseAsync(true).handle((v, x) -> null));
+        }
+        if (connected && !waits.isEmpty()) {
+            Duration bound = opts.cleanupTimeout().compareTo(opts.requestTimeout()) < 0
+                    ? opts.cleanupTimeout() : opts.requestTimeout();
+            try {
+                CompletableFuture.allOf(waits.toArray(new CompletableFuture<?>[0]))
+                        .get(bound.toNanos(), TimeUnit.NANOSECONDS);
+            } catch (InterruptedException ie) {
+                Thread.currentThread().interrupt();
+            } catch (Exception ignored) {
+                // bounded clean-up; the server's session grace finishes the rest
+            }
+        }
+        List<Lock> locks;
+        synchronized (mu) {
+            closed = true;
+            ClosedException e = new ClosedException("the client was closed");
+            for (Req r : new ArrayList<>(unsent)) {
+                failLocked(r, e, after);
+            }
+            for (Req r : new ArrayList<>(inflight.values())) {
+                failLocked(r, e, after);
+            }
+            locks = new ArrayList<>(held.values());
+            held.clear();
+            if (conn != null) {
+                conn.close();
+                conn = null;
+            }
+            if (dialing != null) {
+                closeQuietly(dialing);
+            }
+            if (connector != null) {
+                connector.interrupt();
+            }
+            mu.notifyAll();
+        }
+        after.forEach(Runnable::run);
+        for (Lock l : locks) {
+            l.detach();
+        }
+        timer.shutdownNow();
+        callbacks.shutdown();
+    }
+
+    boolean isClosed() {
+        synchronized (mu) {
+            return closing;
+        }
+    }
+}

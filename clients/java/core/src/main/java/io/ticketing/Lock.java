@@ -1,0 +1,463 @@
+package io.ticketing;
+
+import io.ticketing.protocol.Bytes;
+import io.ticketing.protocol.InspectFlag;
+import io.ticketing.protocol.Op;
+import io.ticketing.protocol.Protocol;
+import io.ticketing.protocol.Status;
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.Optional;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionStage;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Consumer;
+
+/**
+ * A held lock: its key, its fencing token, its lease, a local deadline and a lost signal.
+ *
+ * <p>Pass {@link #token()} to the resource you protect and have it reject any token lower than the
+ * highest it has seen (fencing). Release with {@link #release()} or, best, try-with-resources:
+ *
+ * <pre>{@code
+ * try (Lock lock = client.acquire("order-1234", Duration.ofSeconds(30))) {
+ *     db.update(order, lock.token());
+ * } // released here; raises LockLostException if the lock was lost meanwhile
+ * }</pre>
+ *
+ * <p><b>Lost.</b> The lock is lost at the first of: its local deadline (the lease measured from
+ * when the acquire was sent, slowed by the clock-rate bound, minus a few milliseconds: never later
+ * than the server's), the server's {@code EXPIRED} notice, a {@code NOT_HELD} answer to an extend or
+ * release, or a reconnect to a restarted server. Then {@link #lost()} completes and every
+ * {@link #onLost listener} runs, once, with the {@link LostReason}; never after a successful
+ * release. Stop the work that needed the lock.
+ *
+ * <p>The owner is the token, not a thread: any thread may release or extend. Methods are safe for
+ * concurrent use. Listeners and the {@link #lost()} stage run on the client's callback threads.
+ */
+public final class Lock implements AutoCloseable {
+    private static final long RATE_NUM = 1_000_000L - 2L * Protocol.CLOCK_RATE_BOUND_PPM; // (1 - 2ρ) in ppm
+
+    private final Engine engine;
+    private final byte[] key;
+    private final String keyText;
+    private final long token;
+    private final AcquireOptions options;
+    private final long grantedAt;
+    private final CompletableFuture<LostReason> lostFuture = new CompletableFuture<>();
+
+    // guarded by this
+    private long leaseMs;
+    private long deadline; // nanoTime
+    private LostReason lostReason;
+    private boolean released;
+    private boolean detached;
+    private CompletableFuture<Void> releasing;
+    private ScheduledFuture<?> deadlineTimer;
+    private ScheduledFuture<?> keepAliveTimer;
+
+    Lock(Engine engine, byte[] key, String keyText, long token, long leaseMs, long queuedMs, long sentAt,
+            AcquireOptions options) {
+        this.engine = engine;
+        this.key = key;
+        this.keyText = keyText;
+        this.token = token;
+        this.leaseMs = leaseMs;
+        this.options = options;
+        this.grantedAt = System.nanoTime();
+        this.deadline = sentAt + localNanos(queuedMs + leaseMs);
+    }
+
+    /** (ms) · (1 − 2ρ), in nanoseconds. */
+    private static long localNanos(long ms) {
+        return ms * RATE_NUM;
+    }
+
+    private static long marginNanos(long leaseMs) {
+        return Math.min(TimeUnit.MILLISECONDS.toNanos(Protocol.LOST_MARGIN_MS), leaseMs * 100_000L);
+    }
+
+    /** Arms the deadline timer and the keep-alive; called once the lock is registered. */
+    void start() {
+        synchronized (this) {
+            armDeadlineLocked();
+            if (options.keepAlive()) {
+                scheduleKeepAliveLocked();
+            }
+        }
+    }
+
+    private void armDeadlineLocked() {
+        if (deadlineTimer != null) {
+            deadlineTimer.cancel(false);
+        }
+        long fireIn = deadline - marginNanos(leaseMs) - System.nanoTime();
+        try {
+            deadlineTimer = engine.timer.schedule(() -> markLost(LostReason.EXPIRED), Math.max(0, fireIn),
+                    TimeUnit.NANOSECONDS);
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            deadlineTimer = null; // the client is closing
+        }
+    }
+
+    // ---- accessors ----
+
+    /** Returns the key as text (the string given to acquire, or the bytes decoded leniently). */
+    public String key() {
+        return keyText;
+    }
+
+    /** Returns a copy of the key's bytes. */
+    public byte[] keyBytes() {
+        return key.clone();
+    }
+
+    byte[] keyBytesUnsafe() {
+        return key;
+    }
+
+    /**
+     * Returns the fencing token: larger than every token granted before it, on any key. It is an
+     * unsigned 64-bit value; compare tokens with {@link Long#compareUnsigned(long, long)} (in
+     * practice they stay below 2^63, where plain comparison agrees).
+     */
+    public long token() {
+        return token;
+    }
+
+    /** Returns the lease last granted (by the acquire or the last successful extend). */
+    public synchronized Duration lease() {
+        return Duration.ofMillis(leaseMs);
+    }
+
+    /** Returns the time left until the local deadline (zero or negative once it passed). */
+    public synchronized Duration timeLeft() {
+        return Duration.ofNanos(deadline - System.nanoTime());
+    }
+
+    /** Tells whether the lock is lost. */
+    public synchronized boolean isLost() {
+        return lostReason != null;
+    }
+
+    /** Tells whether the lock was released by this handle (or found gone by a release). */
+    public synchronized boolean isReleased() {
+        return released;
+    }
+
+    /** Returns why the lock was lost, or empty while it is not. */
+    public synchronized Optional<LostReason> lostReason() {
+        return Optional.ofNullable(lostReason);
+    }
+
+    /**
+     * Returns a stage that completes with the reason when the lock is lost; it never completes for
+     * a lock released first.
+     */
+    public CompletionStage<LostReason> lost() {
+        return lostFuture.minimalCompletionStage();
+    }
+
+    /**
+     * Runs the listener once when the lock is lost (at once, on a callback thread, if it already
+     * is). Never after a successful release.
+     *
+     * @param listener receives the reason
+     * @return this lock
+     */
+    public Lock onLost(Consumer<LostReason> listener) {
+        lostFuture.thenAcceptAsync(listener, engine.callbackExecutor());
+        return this;
+    }
+
+    // ---- operations ----
+
+    /**
+     * Releases the lock and waits for the answer; the next waiter gets it at once. Releasing again
+     * does nothing.
+     *
+     * @throws LockLostException when the lock was lost (earlier, or the server answers NOT_HELD);
+     *     the server is told anyway
+     * @throws TicketingException for a timeout, a closed client, a lost connection...
+     */
+    public void release() {
+        TicketingClient.await(releaseAsync(), "release of " + keyText);
+    }
+
+    /**
+     * Releases the lock asynchronously; see {@link #release()}.
+     *
+     * @return a future that completes when the server answered
+     */
+    public CompletableFuture<Void> releaseAsync() {
+        return releaseAsync(false);
+    }
+
+    /** Releases; {@code internal} lets the client's own clean-up run while it closes. */
+    CompletableFuture<Void> releaseAsync(boolean internal) {
+        LostReason lostBefore;
+        CompletableFuture<Void> result;
+        synchronized (this) {
+            if (released) {
+                return CompletableFuture.completedFuture(null);
+            }
+            if (releasing != null) {
+                return releasing;
+            }
+            lostBefore = lostReason;
+            stopKeepAliveLocked();
+            result = new CompletableFuture<>();
+            releasing = result;
+        }
+        engine.submit(new Req(Op.RELEASE, key, token, 0, 0, internal)).whenComplete((f, ex) -> {
+            TicketingException error = null;
+            if (ex != null) {
+                TicketingException t = TicketingClient.unwrap(ex);
+                error = lostBefore != null ? lost(lostBefore) : t;
+                synchronized (this) {
+                    releasing = null; // may be retried
+                }
+            } else if (f.status() == Status.OK.code()) {
+                finishRelease();
+                if (lostBefore != null) {
+                    error = lost(lostBefore);
+                }
+            } else if (f.status() == Status.NOT_HELD.code()) {
+                markLost(LostReason.NOT_HELD);
+                finishRelease();
+                error = lost(lostBefore != null ? lostBefore : LostReason.NOT_HELD);
+            } else {
+                synchronized (this) {
+                    releasing = null;
+                }
+                error = TicketingClient.statusError(f, "release of " + describe(), key);
+            }
+            TicketingException e = error;
+            engine.callbackExecutor().execute(() -> {
+                if (e == null) {
+                    result.complete(null);
+                } else {
+                    result.completeExceptionally(e);
+                }
+            });
+        });
+        return result;
+    }
+
+    private void finishRelease() {
+        synchronized (this) {
+            released = true;
+            cancelTimersLocked();
+        }
+        engine.unregister(this);
+    }
+
+    /**
+     * Sets the lease to {@code lease} from now (it may shorten it) and moves the local deadline.
+     *
+     * @param lease the new lease, at least 1 ms
+     * @return the lease the server granted
+     * @throws LockLostException when the lock is lost, or the server answers NOT_HELD
+     * @throws InvalidArgumentException for a lease out of range
+     */
+    public Duration extend(Duration lease) {
+        return TicketingClient.await(extendAsync(lease), "extend of " + keyText);
+    }
+
+    /**
+     * Extends the lease asynchronously; see {@link #extend(Duration)}.
+     *
+     * @param lease the new lease
+     * @return a future with the lease the server granted
+     */
+    public CompletableFuture<Duration> extendAsync(Duration lease) {
+        long ms;
+        try {
+            ms = AcquireOptions.leaseMillis(lease);
+        } catch (InvalidArgumentException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+        CompletableFuture<Duration> result = new CompletableFuture<>();
+        extendInternal(ms).whenComplete((d, ex) -> engine.callbackExecutor().execute(() -> {
+            if (ex != null) {
+                result.completeExceptionally(TicketingClient.unwrap(ex));
+            } else {
+                result.complete(d);
+            }
+        }));
+        return result;
+    }
+
+    private CompletableFuture<Duration> extendInternal(long ms) {
+        synchronized (this) {
+            if (lostReason != null) {
+                return CompletableFuture.failedFuture(lost(lostReason));
+            }
+            if (released || releasing != null) {
+                return CompletableFuture.failedFuture(new NotHeldException(describe() + " was released"));
+            }
+        }
+        Req r = new Req(Op.EXTEND, key, token, ms, 0, false);
+        return engine.submit(r).thenApply(f -> {
+            if (f.status() == Status.OK.code()) {
+                synchronized (this) {
+                    if (lostReason != null) {
+                        throw lost(lostReason);
+                    }
+                    leaseMs = f.leaseMs();
+                    deadline = r.lastSent + localNanos(f.leaseMs());
+                    armDeadlineLocked();
+                }
+                return Duration.ofMillis(f.leaseMs());
+            }
+            if (f.status() == Status.NOT_HELD.code()) {
+                markLost(LostReason.NOT_HELD);
+                throw lost(lostReasonOr(LostReason.NOT_HELD));
+            }
+            throw TicketingClient.statusError(f, "extend of " + describe(), key);
+        });
+    }
+
+    private synchronized LostReason lostReasonOr(LostReason r) {
+        return lostReason != null ? lostReason : r;
+    }
+
+    /**
+     * Asks the server whether this token still holds the key ({@code INSPECT} with the token).
+     *
+     * @return true when the server says this lock holds the key
+     */
+    public boolean verify() {
+        return TicketingClient.await(verifyAsync(), "verify of " + keyText);
+    }
+
+    /**
+     * Asks the server asynchronously; see {@link #verify()}.
+     *
+     * @return a future with the answer
+     */
+    public CompletableFuture<Boolean> verifyAsync() {
+        CompletableFuture<Boolean> result = new CompletableFuture<>();
+        engine.submit(new Req(Op.INSPECT, key, token, 0, 0, false)).whenComplete((f, ex) ->
+                engine.callbackExecutor().execute(() -> {
+                    if (ex != null) {
+                        result.completeExceptionally(TicketingClient.unwrap(ex));
+                    } else if (f.status() != Status.OK.code()) {
+                        result.completeExceptionally(TicketingClient.statusError(f, "verify of " + describe(), key));
+                    } else {
+                        long flags = f.data().length >= 12 ? ByteBuffer.wrap(f.data()).getInt(8) & 0xFFFF_FFFFL : 0;
+                        result.complete(InspectFlag.TOKEN_MATCH.isSet(flags) && f.token() == token);
+                    }
+                }));
+        return result;
+    }
+
+    /**
+     * Releases the lock (try-with-resources). When the lock was lost while held it still tells the
+     * server, then raises {@link LockLostException} naming the reason, unless the acquire set
+     * {@link AcquireOptions.Builder#throwOnLost(boolean) throwOnLost(false)}. Closing a released
+     * lock does nothing.
+     */
+    @Override
+    public void close() {
+        try {
+            release();
+        } catch (LockLostException e) {
+            if (options.throwOnLost()) {
+                throw e;
+            }
+        }
+    }
+
+    // ---- lost ----
+
+    /** Marks the lock lost (once; never after a release) and fires the signal. */
+    void markLost(LostReason reason) {
+        synchronized (this) {
+            if (lostReason != null || released || detached) {
+                return;
+            }
+            lostReason = reason;
+            cancelTimersLocked();
+        }
+        engine.unregister(this);
+        engine.callbackExecutor().execute(() -> lostFuture.complete(reason));
+    }
+
+    /** The client closed: no timer fires any more. */
+    void detach() {
+        synchronized (this) {
+            detached = true;
+            cancelTimersLocked();
+        }
+    }
+
+    private void cancelTimersLocked() {
+        if (deadlineTimer != null) {
+            deadlineTimer.cancel(false);
+            deadlineTimer = null;
+        }
+        stopKeepAliveLocked();
+    }
+
+    private void stopKeepAliveLocked() {
+        if (keepAliveTimer != null) {
+            keepAliveTimer.cancel(false);
+            keepAliveTimer = null;
+        }
+    }
+
+    private LockLostException lost(LostReason reason) {
+        return new LockLostException(describe() + " was lost: " + reason, reason);
+    }
+
+    String describe() {
+        return "lock on " + Bytes.printable(key) + " (token " + Long.toUnsignedString(token) + ")";
+    }
+
+    // ---- keep-alive ----
+
+    private void scheduleKeepAliveLocked() {
+        long every = Math.max(1, leaseMs / 3);
+        try {
+            keepAliveTimer = engine.timer.schedule(this::keepAliveTick, every, TimeUnit.MILLISECONDS);
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            keepAliveTimer = null;
+        }
+    }
+
+    private void keepAliveTick() {
+        long ms;
+        synchronized (this) {
+            keepAliveTimer = null;
+            if (lostReason != null || released || releasing != null || detached) {
+                return;
+            }
+            Duration maxHold = options.maxHold();
+            if (maxHold != null && System.nanoTime() - grantedAt >= maxHold.toNanos()) {
+                return; // the cap: the lock now runs out its lease
+            }
+            ms = leaseMs;
+        }
+        extendInternal(ms).whenComplete((d, ex) -> {
+            if (ex != null && TicketingClient.unwrap(ex) instanceof LockLostException) {
+                return;
+            }
+            synchronized (this) {
+                if (lostReason == null && !released && releasing == null && !detached && keepAliveTimer == null) {
+                    scheduleKeepAliveLocked();
+                }
+            }
+        });
+    }
+
+    @Override
+    public String toString() {
+        synchronized (this) {
+            return "Lock{key=" + Bytes.printable(key) + ", token=" + Long.toUnsignedString(token) + ", lease="
+                    + leaseMs + "ms" + (lostReason != null ? ", lost=" + lostReason : "")
+                    + (released ? ", released" : "") + "}";
+        }
+    }
+}

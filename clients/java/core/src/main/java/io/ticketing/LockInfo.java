@@ -1,0 +1,36 @@
+package io.ticketing;
+
+import io.ticketing.protocol.InspectFlag;
+import java.time.Duration;
+
+/**
+ * What the server says about a key ({@link TicketingClient#inspect(String)}): who holds it, for how
+ * long, and how many wait. It changes nothing on the server.
+ *
+ * @param held somebody holds the key
+ * @param token the holder's token, shown only to the holding session or to a request that carried
+ *     that token; 0 otherwise
+ * @param leaseLeft time left on the holder's lease
+ * @param waiters acquires queued on the key
+ * @param heldFor time since the lock was granted
+ * @param lockDelayLeft time left of the lock-delay after an expiry (the key is unavailable until then)
+ * @param flags the raw flags word ({@link InspectFlag})
+ */
+public record LockInfo(boolean held, long token, Duration leaseLeft, long waiters, Duration heldFor,
+        Duration lockDelayLeft, long flags) {
+
+    /** Tells whether the token asked about is the holder's. */
+    public boolean tokenMatches() {
+        return InspectFlag.TOKEN_MATCH.isSet(flags);
+    }
+
+    /** Tells whether this client's session holds the key. */
+    public boolean heldByThisSession() {
+        return InspectFlag.SESSION.isSet(flags);
+    }
+
+    /** Tells whether the key waits for the server's storage before its next grant. */
+    public boolean stalled() {
+        return InspectFlag.STALLED.isSet(flags);
+    }
+}

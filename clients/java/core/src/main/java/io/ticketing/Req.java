@@ -1,0 +1,54 @@
+package io.ticketing;
+
+import io.ticketing.protocol.Op;
+import io.ticketing.protocol.RequestFrame;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ScheduledFuture;
+
+/**
+ * One request and its life in the engine. Every mutable field is guarded by the engine's lock
+ * ({@code Engine.mu}); {@link #answer} and {@link #settled} are completed outside it.
+ */
+final class Req {
+    final Op op;
+    final byte[] key;
+    final long token;
+    final long leaseMs;
+    final long waitMs;
+    final boolean internal;
+
+    /** Completes once: with the answer, or exceptionally when the request failed or was abandoned. */
+    final CompletableFuture<io.ticketing.protocol.ResponseFrame> answer = new CompletableFuture<>();
+    /** Completes when the server holds nothing more for this request (after any clean-up). */
+    final CompletableFuture<Void> settled = new CompletableFuture<>();
+
+    long id; // 0 until the frame is queued for the wire
+    long firstSent; // nanoTime of the first send
+    long lastSent; // nanoTime of the latest send (a retry after a reconnect)
+    long generation; // the engine's state generation when first sent
+    ScheduledFuture<?> timer;
+    boolean done; // answer completed (or about to be)
+    boolean abandoned; // an ACQUIRE whose caller gave up: withdraw it, release any grant
+    boolean cancelSent; // the CANCEL for an abandoned ACQUIRE is on its way
+    boolean notRun; // answered NOT_LEADER: never run; send again after the reconnect
+
+    Req(Op op, byte[] key, long token, long leaseMs, long waitMs, boolean internal) {
+        this.op = op;
+        this.key = key == null ? new byte[0] : key;
+        this.token = token;
+        this.leaseMs = leaseMs;
+        this.waitMs = waitMs;
+        this.internal = internal;
+    }
+
+    byte[] encode() {
+        return new RequestFrame(op.code(), 0, id, token, leaseMs, waitMs, key).encode();
+    }
+
+    void cancelTimer() {
+        if (timer != null) {
+            timer.cancel(false);
+            timer = null;
+        }
+    }
+}

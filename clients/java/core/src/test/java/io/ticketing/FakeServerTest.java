@@ -1,0 +1,710 @@
+package io.ticketing;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.ticketing.protocol.ExpiredReason;
+import io.ticketing.protocol.GoawayReason;
+import io.ticketing.protocol.Op;
+import io.ticketing.protocol.ResponseFrame;
+import io.ticketing.protocol.Status;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Consumer;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+/** The client's protocol behaviour against a scripted server (PROTOCOL.md, docs/clients.md). */
+@Timeout(30)
+class FakeServerTest {
+    private FakeServer server;
+    private final List<AutoCloseable> closeables = new ArrayList<>();
+
+    @BeforeEach
+    void setUp() throws Exception {
+        server = new FakeServer();
+        closeables.add(server);
+    }
+
+    @AfterEach
+    void tearDown() throws Exception {
+        for (int i = closeables.size() - 1; i >= 0; i--) {
+            closeables.get(i).close();
+        }
+    }
+
+    private TicketingClient connect(Consumer<ClientOptions.Builder> tweak) {
+        ClientOptions.Builder b = ClientOptions.builder().endpoints(server.endpoint())
+                .reconnectBackoff(Duration.ofMillis(10), Duration.ofMillis(100)).cleanupTimeout(Duration.ofMillis(300));
+        tweak.accept(b);
+        TicketingClient c = TicketingClient.connect(b.build());
+        closeables.add(c);
+        return c;
+    }
+
+    private TicketingClient connect() {
+        return connect(b -> { });
+    }
+
+    private static byte[] key(String k) {
+        return k.getBytes(StandardCharsets.UTF_8);
+    }
+
+    private static <T extends Throwable> T failure(Class<T> type, CompletableFuture<?> f) throws Exception {
+        ExecutionException e = assertThrows(ExecutionException.class, () -> f.get(10, TimeUnit.SECONDS));
+        assertTrue(type.isInstance(e.getCause()), "expected " + type.getSimpleName() + ", got " + e.getCause());
+        return type.cast(e.getCause());
+    }
+
+    private static void grant(FakeServer.Received r, long token) {
+        r.conn().reply(r.frame(), Status.OK, token, r.frame().leaseMs(), 0);
+    }
+
+    // ---- handshake ----
+
+    @Test
+    void sessionIdIsRandomNonZeroAndTheSameOnEveryConnection() throws Exception {
+        TicketingClient c = connect();
+        String sid = c.sessionId();
+        assertEquals(32, sid.length());
+        assertNotEquals("0".repeat(32), sid);
+        assertNotEquals(sid, connect().sessionId());
+        server.killAll();
+        Poll.until(Duration.ofSeconds(5), () -> server.hellos.size() >= 3, "reconnect");
+        Poll.until(Duration.ofSeconds(5), () -> server.hellos.stream().filter(sid::equals).count() == 2,
+                "the same session id on the reconnect");
+    }
+
+    @Test
+    void tokenAuthVerifiesBothProofs() throws Exception {
+        server.token = key("s3cret");
+        TicketingClient c = connect(b -> b.token("s3cret"));
+        CompletableFuture<Duration> ping = c.pingAsync();
+        assertTrue(ping.get(5, TimeUnit.SECONDS).compareTo(Duration.ZERO) >= 0);
+
+        AuthFailedException wrong = assertThrows(AuthFailedException.class, () -> connect(b -> b.token("nope")));
+        assertTrue(wrong.getMessage().contains("rejected the token"), wrong.getMessage());
+        AuthFailedException none = assertThrows(AuthFailedException.class, () -> connect());
+        assertTrue(none.getMessage().contains("requires a token"), none.getMessage());
+
+        server.forgeServerProof = true;
+        AuthFailedException forged = assertThrows(AuthFailedException.class, () -> connect(b -> b.token("s3cret")));
+        assertTrue(forged.getMessage().contains("could not prove"), forged.getMessage());
+    }
+
+    @Test
+    void clientWithTokenRefusesServerWithoutAuth() {
+        AuthFailedException e = assertThrows(AuthFailedException.class, () -> connect(b -> b.token("t")));
+        assertTrue(e.getMessage().contains("does not require a token"), e.getMessage());
+    }
+
+    @Test
+    void challengeNotLeaderFollowsTheHint() throws Exception {
+        FakeServer leader = new FakeServer();
+        closeables.add(leader);
+        server.notLeaderHint = leader.endpoint();
+        TicketingClient c = connect();
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(5));
+        FakeServer.Received r = leader.expect(Op.ACQUIRE);
+        grant(r, 3);
+        assertEquals(3, f.get(5, TimeUnit.SECONDS).token());
+    }
+
+    @Test
+    void unreachableEndpointIsUnavailable() throws Exception {
+        int port = server.port();
+        server.close();
+        long t0 = System.nanoTime();
+        UnavailableException e = assertThrows(UnavailableException.class, () -> TicketingClient.connect(
+                ClientOptions.builder().endpoints("127.0.0.1:" + port).connectTimeout(Duration.ofSeconds(1)).build()));
+        assertTrue(e.getMessage().contains("127.0.0.1:" + port), e.getMessage());
+        assertTrue(System.nanoTime() - t0 < TimeUnit.SECONDS.toNanos(3));
+    }
+
+    @Test
+    void silentServerTimesOutTheHandshake() {
+        server.frozen = true;
+        long t0 = System.nanoTime();
+        assertThrows(UnavailableException.class, () -> connect(b -> b.connectTimeout(Duration.ofMillis(300))));
+        long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+        assertTrue(ms >= 250 && ms < 3000, "took " + ms + " ms");
+    }
+
+    // ---- requests ----
+
+    @Test
+    void requestIdsStartAtOneAndFollowSendOrder() throws Exception {
+        server.autoPing = false;
+        TicketingClient c = connect(b -> b.heartbeatInterval(Duration.ZERO));
+        List<CompletableFuture<Duration>> pings = new ArrayList<>();
+        for (int i = 0; i < 5; i++) {
+            pings.add(c.pingAsync());
+        }
+        List<FakeServer.Received> got = new ArrayList<>();
+        for (int i = 0; i < 5; i++) {
+            got.add(server.expect(Op.PING));
+            assertEquals(i + 1, got.get(i).id());
+        }
+        // answers in reverse order are matched by id
+        for (int i = 4; i >= 0; i--) {
+            got.get(i).conn().ok(got.get(i).frame());
+        }
+        for (CompletableFuture<Duration> p : pings) {
+            p.get(5, TimeUnit.SECONDS);
+        }
+    }
+
+    @Test
+    void acquireFieldsAndLocalDeadline() throws Exception {
+        TicketingClient c = connect();
+        long t0 = System.nanoTime();
+        CompletableFuture<Lock> f = c.acquireAsync("order-1234", Duration.ofMillis(300), Duration.ofSeconds(5));
+        FakeServer.Received r = server.expect(Op.ACQUIRE);
+        assertArrayEquals(key("order-1234"), r.frame().key());
+        assertEquals(300, r.frame().leaseMs());
+        assertEquals(5000, r.frame().waitMs());
+        assertEquals(0, r.frame().flags());
+        r.conn().reply(r.frame(), Status.OK, 7, 300, 100); // granted after 100 ms in the queue
+        Lock lock = f.get(5, TimeUnit.SECONDS);
+        assertEquals(7, lock.token());
+        assertEquals("order-1234", lock.key());
+        CompletableFuture<LostReason> lost = lock.lost().toCompletableFuture();
+        assertEquals(LostReason.EXPIRED, lost.get(5, TimeUnit.SECONDS));
+        long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+        // deadline = t_send + (100 + 300) * 0.998 ms, fired 5 ms early
+        assertTrue(ms >= 390, "lost after " + ms + " ms");
+        assertTrue(ms < 2000, "lost after " + ms + " ms");
+        CompletableFuture<Void> rel = lock.releaseAsync();
+        FakeServer.Received told = server.expect(Op.RELEASE); // the server is told anyway
+        told.conn().reply(told.frame(), Status.NOT_HELD, 0, 0, 0);
+        assertEquals(LostReason.EXPIRED, failure(LockLostException.class, rel).reason());
+    }
+
+    @Test
+    void waitForeverAndTryOnceOnTheWire() throws Exception {
+        TicketingClient c = connect();
+        c.acquireAsync("a", Duration.ofSeconds(1));
+        assertEquals(0xFFFF_FFFFL, server.expect(Op.ACQUIRE).frame().waitMs());
+        CompletableFuture<java.util.Optional<Lock>> t = c.tryAcquireAsync("b", Duration.ofSeconds(1));
+        FakeServer.Received r = server.expect(Op.ACQUIRE);
+        assertEquals(0, r.frame().waitMs());
+        r.conn().reply(r.frame(), Status.TIMED_OUT, 0, 0, 0);
+        assertTrue(t.get(5, TimeUnit.SECONDS).isEmpty());
+    }
+
+    @Test
+    void statusesMapToExceptions() throws Exception {
+        TicketingClient c = connect();
+        Object[][] cases = {
+            {Status.TIMED_OUT, 0L, NotAcquiredException.class},
+            {Status.INVALID, 5L, InvalidArgumentException.class},
+            {Status.BUSY, 2L, BusyException.class},
+            {Status.SHUTTING_DOWN, 0L, ShuttingDownException.class},
+        };
+        for (Object[] k : cases) {
+            CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(1), Duration.ofSeconds(1));
+            FakeServer.Received r = server.expect(Op.ACQUIRE);
+            r.conn().send(new ResponseFrame(r.frame().op(), ((Status) k[0]).code(), r.id(), 0, 0, (Long) k[1],
+                    "why".getBytes(StandardCharsets.UTF_8)));
+            @SuppressWarnings("unchecked")
+            Class<? extends Throwable> type = (Class<? extends Throwable>) k[2];
+            Throwable t = failure(type, f);
+            assertTrue(t.getMessage().contains("k"), t.getMessage());
+        }
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(1), Duration.ofSeconds(1));
+        FakeServer.Received r = server.expect(Op.ACQUIRE);
+        r.conn().send(new ResponseFrame(r.frame().op(), 77, r.id(), 0, 0, 0, new byte[0]));
+        assertTrue(failure(ProtocolException.class, f).getMessage().contains("77"));
+        BusyException busy = assertThrows(BusyException.class, () -> {
+            CompletableFuture<Void> rel = c.releaseAsync("k", 9);
+            FakeServer.Received rr = server.expect(Op.RELEASE);
+            rr.conn().reply(rr.frame(), Status.BUSY, 0, 0, 5);
+            TicketingClient.await(rel, "release");
+        });
+        assertEquals(io.ticketing.protocol.BusyLimit.INFLIGHT, busy.limit().orElseThrow());
+    }
+
+    @Test
+    void badArgumentsAreRejectedBeforeAnythingIsSent() throws Exception {
+        TicketingClient c = connect();
+        assertThrows(InvalidArgumentException.class, () -> c.acquire("", Duration.ofSeconds(1)));
+        assertThrows(InvalidArgumentException.class, () -> c.acquire((String) null, AcquireOptions.of(Duration.ofSeconds(1), null)));
+        assertThrows(InvalidArgumentException.class, () -> c.acquire(new byte[65536], AcquireOptions.of(Duration.ofSeconds(1), null)));
+        InvalidArgumentException lease = assertThrows(InvalidArgumentException.class, () -> c.acquire("k", Duration.ZERO));
+        assertTrue(lease.getMessage().contains("1 ms"), lease.getMessage());
+        assertThrows(InvalidArgumentException.class, () -> c.acquire("k", Duration.ofMillis(-5)));
+        assertThrows(InvalidArgumentException.class, () -> c.acquire("k", Duration.ofNanos(999_999)));
+        assertThrows(InvalidArgumentException.class, () -> c.acquire("k", Duration.ofMillis(1L << 32)));
+        assertThrows(InvalidArgumentException.class, () -> c.acquire("k", Duration.ofSeconds(1), Duration.ofMillis(-5)));
+        assertThrows(InvalidArgumentException.class, () -> c.release("k", 0));
+        assertThrows(InvalidArgumentException.class, () -> c.extend("k", 5, Duration.ZERO));
+        assertThrows(InvalidArgumentException.class, () -> ClientOptions.builder().endpoints("nohost"));
+        assertThrows(InvalidArgumentException.class, () -> ClientOptions.builder().endpoints("h:70000"));
+        assertNull(server.poll(Duration.ofMillis(200)), "nothing reaches the server");
+    }
+
+    @Test
+    void pushesExpiredAndUnknownOps() throws Exception {
+        TicketingClient c = connect();
+        CompletableFuture<Lock> f1 = c.acquireAsync("a", Duration.ofSeconds(30));
+        FakeServer.Received r1 = server.expect(Op.ACQUIRE);
+        grant(r1, 11);
+        Lock a = f1.get(5, TimeUnit.SECONDS);
+        CompletableFuture<Lock> f2 = c.acquireAsync("b", Duration.ofSeconds(30));
+        FakeServer.Received r2 = server.expect(Op.ACQUIRE);
+        grant(r2, 12);
+        Lock b = f2.get(5, TimeUnit.SECONDS);
+        AtomicInteger calls = new AtomicInteger();
+        a.onLost(r -> calls.incrementAndGet());
+
+        r1.conn().send(new ResponseFrame(0x2f, 0, 0, 0, 0, 0, new byte[0])); // unknown push: ignored
+        // EXPIRED for the right token but another key changes nothing
+        r1.conn().send(new ResponseFrame(Op.EXPIRED.code(), 0, 0, 11, 0, ExpiredReason.LEASE.code(), key("zzz")));
+        r1.conn().send(new ResponseFrame(Op.EXPIRED.code(), 0, 0, 11, 0, ExpiredReason.LEASE.code(), key("a")));
+        r1.conn().send(new ResponseFrame(Op.EXPIRED.code(), 0, 0, 11, 0, ExpiredReason.LEASE.code(), key("a")));
+        r1.conn().send(new ResponseFrame(Op.EXPIRED.code(), 0, 0, 12, 0, ExpiredReason.STOPPING.code(), key("b")));
+        assertEquals(LostReason.EXPIRED, a.lost().toCompletableFuture().get(5, TimeUnit.SECONDS));
+        assertEquals(LostReason.SERVER_STOPPING, b.lost().toCompletableFuture().get(5, TimeUnit.SECONDS));
+        Poll.until(Duration.ofSeconds(2), () -> calls.get() == 1, "listener once");
+        assertEquals(1, calls.get());
+        c.ping(); // the connection survived the unknown push
+    }
+
+    // ---- cancellation ----
+
+    @Test
+    void cancelledAcquireIsWithdrawn() throws Exception {
+        TicketingClient c = connect();
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(5));
+        FakeServer.Received acq = server.expect(Op.ACQUIRE);
+        assertTrue(f.cancel(true));
+        FakeServer.Received cancel = server.expect(Op.CANCEL);
+        assertEquals(acq.id(), cancel.frame().token());
+        acq.conn().reply(acq.frame(), Status.CANCELLED, 0, 0, 0);
+        cancel.conn().reply(cancel.frame(), Status.OK, 0, 0, 1);
+        assertNull(server.poll(Duration.ofMillis(300)), "no release for a withdrawn wait");
+    }
+
+    @Test
+    void grantRacingACancelIsReleased() throws Exception {
+        TicketingClient c = connect();
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(5));
+        FakeServer.Received acq = server.expect(Op.ACQUIRE);
+        f.cancel(true);
+        FakeServer.Received cancel = server.expect(Op.CANCEL);
+        grant(acq, 41); // the grant crossed the CANCEL
+        cancel.conn().reply(cancel.frame(), Status.OK, 0, 0, 0);
+        FakeServer.Received rel = server.expect(Op.RELEASE);
+        assertEquals(41, rel.frame().token());
+        assertArrayEquals(key("k"), rel.frame().key());
+    }
+
+    @Test
+    void interruptedBlockingAcquireWithdrawsAndWaitsForTheCleanUp() throws Exception {
+        TicketingClient c = connect();
+        CompletableFuture<Throwable> outcome = new CompletableFuture<>();
+        Thread t = new Thread(() -> {
+            try {
+                c.acquire("k", Duration.ofSeconds(5));
+                outcome.complete(null);
+            } catch (Throwable e) {
+                outcome.complete(e);
+            }
+        });
+        t.start();
+        FakeServer.Received acq = server.expect(Op.ACQUIRE);
+        t.interrupt();
+        FakeServer.Received cancel = server.expect(Op.CANCEL);
+        Thread.sleep(100); // the cleanup is still pending: the thread must still be waiting for it
+        assertFalse(outcome.isDone());
+        acq.conn().reply(acq.frame(), Status.CANCELLED, 0, 0, 0);
+        cancel.conn().reply(cancel.frame(), Status.OK, 0, 0, 1);
+        assertTrue(outcome.get(5, TimeUnit.SECONDS) instanceof CancelledException);
+        t.join(5000);
+    }
+
+    // ---- timeouts and heartbeat ----
+
+    @Test
+    void requestTimeoutAndAcquireQueueTimeIsExcluded() throws Exception {
+        TicketingClient quiet = connect(b -> b.requestTimeout(Duration.ofMillis(300)).heartbeatInterval(Duration.ZERO));
+        server.autoPing = false;
+        long t0 = System.nanoTime();
+        CompletableFuture<Duration> ping = quiet.pingAsync();
+        server.expect(Op.PING); // never answered
+        RequestTimeoutException e = failure(RequestTimeoutException.class, ping);
+        assertTrue(e.getMessage().contains("300"), e.getMessage());
+        assertTrue(System.nanoTime() - t0 >= TimeUnit.MILLISECONDS.toNanos(290));
+        server.autoPing = true;
+        TicketingClient c = connect(b -> b.requestTimeout(Duration.ofMillis(300)).heartbeatInterval(Duration.ofMillis(100)));
+
+        // an acquire queued for 3 request timeouts is not timed out (the heartbeat keeps the link checked)
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(5));
+        FakeServer.Received acq = server.expect(Op.ACQUIRE);
+        Thread.sleep(900);
+        assertFalse(f.isDone());
+        grant(acq, 5);
+        assertEquals(5, f.get(5, TimeUnit.SECONDS).token());
+    }
+
+    @Test
+    void heartbeatDetectsAFrozenServerAndTheClientReconnects() throws Exception {
+        TicketingClient c = connect(b -> b.requestTimeout(Duration.ofMillis(300)).heartbeatInterval(Duration.ofMillis(100)));
+        server.autoPing = false;
+        FakeServer.Received ping = server.expect(Op.PING); // the heartbeat
+        assertEquals(1, ping.id());
+        server.autoPing = true;
+        // unanswered: after the request timeout the connection is replaced, the session resumed
+        FakeServer.Conn second = server.connections.poll(5, TimeUnit.SECONDS);
+        second = server.connections.poll(5, TimeUnit.SECONDS);
+        assertTrue(second != null && second.resumed);
+        c.ping();
+    }
+
+    @Test
+    void closeReturnsPromptlyWhenTheServerIsFrozen() throws Exception {
+        TicketingClient c = connect(b -> b.requestTimeout(Duration.ofMillis(500)).heartbeatInterval(Duration.ofMillis(200)));
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(5));
+        server.expect(Op.ACQUIRE);
+        server.frozen = true;
+        long t0 = System.nanoTime();
+        c.close();
+        assertTrue(System.nanoTime() - t0 < TimeUnit.SECONDS.toNanos(3));
+        failure(ClosedException.class, f);
+        assertThrows(ClosedException.class, c::ping);
+    }
+
+    // ---- sessions ----
+
+    @Test
+    void resumedSessionResendsUnansweredRequestsWithTheirIdsBeforeNewOnes() throws Exception {
+        TicketingClient c = connect();
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(5));
+        FakeServer.Received first = server.expect(Op.ACQUIRE);
+        CompletableFuture<LockInfo> insp = c.inspectAsync("other", 0);
+        FakeServer.Received second = server.expect(Op.INSPECT);
+        first.conn().kill();
+        FakeServer.Received retry1 = server.expect(Op.ACQUIRE);
+        FakeServer.Received retry2 = server.expect(Op.INSPECT);
+        assertTrue(retry1.conn().resumed);
+        assertEquals(first.id(), retry1.id());
+        assertEquals(second.id(), retry2.id());
+        assertArrayEquals(first.frame().key(), retry1.frame().key());
+        assertEquals(first.frame().leaseMs(), retry1.frame().leaseMs());
+        CompletableFuture<Duration> later = c.pingAsync();
+        server.autoPing = true;
+        later.get(5, TimeUnit.SECONDS);
+        grant(retry1, 9);
+        retry2.conn().send(new ResponseFrame(Op.INSPECT.code(), 0, retry2.id(), 0, 0, 0, new byte[12]));
+        assertEquals(9, f.get(5, TimeUnit.SECONDS).token());
+        assertFalse(insp.get(5, TimeUnit.SECONDS).held());
+    }
+
+    @Test
+    void endedSessionFailsUnansweredRequestsAndKeepsLocks() throws Exception {
+        TicketingClient c = connect();
+        CompletableFuture<Lock> f1 = c.acquireAsync("held", Duration.ofSeconds(30));
+        grant(server.expect(Op.ACQUIRE), 3);
+        Lock held = f1.get(5, TimeUnit.SECONDS);
+        CompletableFuture<Lock> f2 = c.acquireAsync("waiting", Duration.ofSeconds(30));
+        FakeServer.Received w = server.expect(Op.ACQUIRE);
+        server.resume = false;
+        w.conn().kill();
+        failure(ConnectionLostException.class, f2);
+        assertFalse(held.isLost());
+        c.ping();
+    }
+
+    @Test
+    void differentStateIdLosesEveryLockAndStartsANewSession() throws Exception {
+        TicketingClient c = connect();
+        String oldSession = c.sessionId();
+        CompletableFuture<Lock> f1 = c.acquireAsync("held", Duration.ofSeconds(30));
+        grant(server.expect(Op.ACQUIRE), 3);
+        Lock held = f1.get(5, TimeUnit.SECONDS);
+        CompletableFuture<Lock> f2 = c.acquireAsync("waiting", Duration.ofSeconds(30));
+        FakeServer.Received w = server.expect(Op.ACQUIRE);
+        server.newStateId();
+        w.conn().kill();
+        assertEquals(LostReason.SERVER_RESTARTED, held.lost().toCompletableFuture().get(5, TimeUnit.SECONDS));
+        failure(ServerRestartedException.class, f2);
+        assertNull(server.poll(Duration.ofMillis(300)), "the waiter is not re-queued");
+        c.ping();
+        assertNotEquals(oldSession, c.sessionId());
+        assertEquals(c.sessionId(), server.hellos.get(server.hellos.size() - 1));
+        CompletableFuture<Void> rel = held.releaseAsync();
+        FakeServer.Received told = server.expect(Op.RELEASE);
+        told.conn().reply(told.frame(), Status.NOT_HELD, 0, 0, 0);
+        assertEquals(LostReason.SERVER_RESTARTED, failure(LockLostException.class, rel).reason());
+    }
+
+    @Test
+    void graceOverFailsAwaitedRequests() throws Exception {
+        server.graceMs = 300;
+        TicketingClient c = connect(b -> b.requestTimeout(Duration.ofSeconds(20)));
+        CompletableFuture<Void> rel = c.releaseAsync("k", 5);
+        FakeServer.Received r = server.expect(Op.RELEASE);
+        int port = server.port();
+        server.close(); // nobody to reconnect to
+        long t0 = System.nanoTime();
+        failure(ConnectionLostException.class, rel);
+        long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+        assertTrue(ms < 5000, "failed after " + ms + " ms");
+        assertEquals(port, server.port());
+        assertEquals(Op.RELEASE, r.op());
+    }
+
+    @Test
+    void goawayMovesToTheLeaderAndResumes() throws Exception {
+        FakeServer leader = new FakeServer();
+        closeables.add(leader);
+        leader.stateId = server.stateId;
+        TicketingClient c = connect();
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(5));
+        FakeServer.Received r = server.expect(Op.ACQUIRE);
+        byte[] hint = leader.endpoint().getBytes(StandardCharsets.UTF_8);
+        leader.sessions = server.sessions; // a cluster replicates its sessions
+        r.conn().send(new ResponseFrame(Op.GOAWAY.code(), 0, 0, 0, 0, GoawayReason.LEADERSHIP.code(), hint));
+        FakeServer.Received retry = leader.expect(Op.ACQUIRE);
+        assertEquals(r.id(), retry.id());
+        grant(retry, 77);
+        assertEquals(77, f.get(5, TimeUnit.SECONDS).token());
+    }
+
+    @Test
+    void notLeaderAnswerIsResentToTheLeaderWithTheSameId() throws Exception {
+        FakeServer leader = new FakeServer();
+        closeables.add(leader);
+        leader.stateId = server.stateId;
+        TicketingClient c = connect();
+        CompletableFuture<Void> rel = c.releaseAsync("k", 5);
+        FakeServer.Received r = server.expect(Op.RELEASE);
+        r.conn().send(new ResponseFrame(Op.RELEASE.code(), Status.NOT_LEADER.code(), r.id(), 0, 0, 0,
+                leader.endpoint().getBytes(StandardCharsets.UTF_8)));
+        FakeServer.Received again = leader.expect(Op.RELEASE);
+        assertEquals(r.id(), again.id());
+        assertFalse(again.conn().resumed); // a new session there: the not-run request is still sent
+        again.conn().ok(again.frame());
+        rel.get(5, TimeUnit.SECONDS);
+    }
+
+    @Test
+    void malformedFrameFromTheServerReplacesTheConnection() throws Exception {
+        TicketingClient c = connect();
+        CompletableFuture<Duration> p = c.pingAsync();
+        FakeServer.Conn first = server.connections.poll(5, TimeUnit.SECONDS);
+        first.sendRaw(new byte[] {0, 0, 0, 5, 1, 2, 3, 4, 5}); // length below the header
+        FakeServer.Conn second = server.connections.poll(5, TimeUnit.SECONDS);
+        assertTrue(second != null && second.resumed);
+        p.get(5, TimeUnit.SECONDS); // re-sent and answered on the new connection
+    }
+
+    @Test
+    void randomFramesFromTheServerNeverBreakTheClient() throws Exception {
+        TicketingClient c = connect(b -> b.heartbeatInterval(Duration.ZERO));
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(30));
+        FakeServer.Received acq = server.expect(Op.ACQUIRE);
+        grant(acq, 5);
+        Lock lock = f.get(5, TimeUnit.SECONDS);
+        java.util.Random rnd = new java.util.Random(42);
+        int[] ops = {0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x20, 0x21, 0x7f, 0};
+        for (int i = 0; i < 500; i++) {
+            byte[] data = new byte[rnd.nextInt(20)];
+            rnd.nextBytes(data);
+            int op = ops[rnd.nextInt(ops.length)];
+            if (op == Op.GOAWAY.code()) {
+                continue; // a valid GOAWAY only moves the connection: tested above
+            }
+            long id = rnd.nextInt(4) == 0 ? 0 : 1000 + rnd.nextInt(1000); // pushes and unknown ids
+            acq.conn().send(new ResponseFrame(op, rnd.nextInt(12), id, rnd.nextLong(), rnd.nextInt() & 0xFFFFL,
+                    rnd.nextInt() & 0xFFFFL, data));
+        }
+        c.ping(); // still served on the same connection
+        assertEquals(1, server.all.size(), "no reconnect was needed");
+        assertFalse(lock.isLost(), "no EXPIRED matched the lock's token and key");
+    }
+
+    // ---- ACK ----
+
+    @Test
+    void ackIsSentOncePerBatchOfAnswersAndNeverTwiceAtOnce() throws Exception {
+        server.autoPing = false;
+        TicketingClient c = connect(b -> b.heartbeatInterval(Duration.ZERO));
+        Thread answerer = new Thread(() -> {
+            try {
+                while (true) {
+                    FakeServer.Received r = server.next(Duration.ofSeconds(20));
+                    if (r.op() == Op.PING) {
+                        r.conn().ok(r.frame());
+                    } else {
+                        acks.add(r);
+                    }
+                }
+            } catch (InterruptedException | AssertionError e) {
+                // done
+            }
+        });
+        answerer.setDaemon(true);
+        answerer.start();
+        for (int i = 0; i < 1500; i++) {
+            c.pingAsync().get(5, TimeUnit.SECONDS);
+        }
+        Poll.until(Duration.ofSeconds(5), () -> !acks.isEmpty(), "an ACK");
+        FakeServer.Received ack = acks.get(0);
+        assertEquals(Op.ACK, ack.op());
+        assertEquals(ack.id(), ack.frame().token(), "nothing awaited: x is the next id (the ACK's own)");
+        Thread.sleep(100);
+        assertEquals(1, acks.size(), "no second ACK while the first is unanswered");
+        ack.conn().ok(ack.frame());
+        for (int i = 0; i < 600; i++) {
+            c.pingAsync().get(5, TimeUnit.SECONDS);
+        }
+        Poll.until(Duration.ofSeconds(5), () -> acks.size() == 2, "the next ACK");
+        answerer.interrupt();
+    }
+
+    private final List<FakeServer.Received> acks = new java.util.concurrent.CopyOnWriteArrayList<>();
+
+    // ---- locks ----
+
+    @Test
+    void releaseNotHeldFiresLostOnceAndRaises() throws Exception {
+        TicketingClient c = connect();
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(30));
+        grant(server.expect(Op.ACQUIRE), 8);
+        Lock lock = f.get(5, TimeUnit.SECONDS);
+        AtomicInteger lostCalls = new AtomicInteger();
+        lock.onLost(r -> lostCalls.incrementAndGet());
+        CompletableFuture<Void> rel = lock.releaseAsync();
+        FakeServer.Received r = server.expect(Op.RELEASE);
+        r.conn().reply(r.frame(), Status.NOT_HELD, 0, 0, 0);
+        assertEquals(LostReason.NOT_HELD, failure(LockLostException.class, rel).reason());
+        Poll.until(Duration.ofSeconds(2), () -> lostCalls.get() == 1, "lost listener");
+        lock.release(); // released (found gone): nothing more is sent
+        assertNull(server.poll(Duration.ofMillis(200)));
+        assertEquals(1, lostCalls.get());
+    }
+
+    @Test
+    void tryWithResourcesReleasesAndReportsALostLock() throws Exception {
+        TicketingClient c = connect();
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(30));
+        FakeServer.Received a = server.expect(Op.ACQUIRE);
+        grant(a, 8);
+        Lock lock = f.get(5, TimeUnit.SECONDS);
+        CompletableFuture<Void> body = CompletableFuture.runAsync(() -> {
+            try (Lock l = lock) {
+                a.conn().send(new ResponseFrame(Op.EXPIRED.code(), 0, 0, 8, 0, 1, key("k")));
+                l.lost().toCompletableFuture().join();
+            }
+        });
+        FakeServer.Received rel = server.expect(Op.RELEASE);
+        rel.conn().reply(rel.frame(), Status.NOT_HELD, 0, 0, 0);
+        LockLostException e = failure(LockLostException.class, body);
+        assertEquals(LostReason.EXPIRED, e.reason());
+    }
+
+    @Test
+    void closeDoesNotReleaseUnlessAsked() throws Exception {
+        TicketingClient c = connect();
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(30));
+        grant(server.expect(Op.ACQUIRE), 8);
+        f.get(5, TimeUnit.SECONDS);
+        c.close();
+        assertNull(server.poll(Duration.ofMillis(300)), "close sends no RELEASE");
+
+        TicketingClient c2 = connect(b -> b.releaseOnClose(true));
+        CompletableFuture<Lock> f2 = c2.acquireAsync("k2", Duration.ofSeconds(30));
+        grant(server.expect(Op.ACQUIRE), 9);
+        f2.get(5, TimeUnit.SECONDS);
+        CompletableFuture<Void> closing = c2.closeAsync();
+        FakeServer.Received rel = server.expect(Op.RELEASE);
+        assertEquals(9, rel.frame().token());
+        rel.conn().ok(rel.frame());
+        closing.get(5, TimeUnit.SECONDS);
+    }
+
+    @Test
+    void extendMovesTheDeadlineAndKeepAliveStopsAtRelease() throws Exception {
+        TicketingClient c = connect();
+        CompletableFuture<Lock> f = c.acquireAsync("k", AcquireOptions.builder(Duration.ofMillis(300)).keepAlive(true).build());
+        grant(server.expect(Op.ACQUIRE), 8);
+        Lock lock = f.get(5, TimeUnit.SECONDS);
+        for (int i = 0; i < 3; i++) {
+            FakeServer.Received ext = server.expect(Op.EXTEND);
+            assertEquals(8, ext.frame().token());
+            assertEquals(300, ext.frame().leaseMs());
+            ext.conn().reply(ext.frame(), Status.OK, 8, 300, 0);
+        }
+        assertFalse(lock.isLost(), "kept alive past its first lease");
+        CompletableFuture<Void> rel = lock.releaseAsync();
+        FakeServer.Received r = server.next();
+        while (r.op() == Op.EXTEND) { // one may have been on its way
+            r.conn().reply(r.frame(), Status.OK, 8, 300, 0);
+            r = server.next();
+        }
+        assertEquals(Op.RELEASE, r.op());
+        r.conn().ok(r.frame());
+        rel.get(5, TimeUnit.SECONDS);
+        assertNull(server.poll(Duration.ofMillis(400)), "no extend after the release");
+        assertFalse(lock.isLost());
+    }
+
+    @Test
+    void maxHoldStopsKeepAlive() throws Exception {
+        TicketingClient c = connect();
+        CompletableFuture<Lock> f = c.acquireAsync("k", AcquireOptions.builder(Duration.ofMillis(150))
+                .keepAlive(true).maxHold(Duration.ofMillis(200)).build());
+        grant(server.expect(Op.ACQUIRE), 8);
+        Lock lock = f.get(5, TimeUnit.SECONDS);
+        FakeServer.Received ext = server.expect(Op.EXTEND);
+        ext.conn().reply(ext.frame(), Status.OK, 8, 150, 0);
+        assertEquals(LostReason.EXPIRED, lock.lost().toCompletableFuture().get(5, TimeUnit.SECONDS));
+        FakeServer.Received more;
+        while ((more = server.poll(Duration.ofMillis(100))) != null) {
+            assertEquals(Op.EXTEND, more.op());
+            more.conn().reply(more.frame(), Status.OK, 8, 150, 0);
+        }
+    }
+
+    @Test
+    void extendNotHeldLosesTheLock() throws Exception {
+        TicketingClient c = connect();
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(30));
+        grant(server.expect(Op.ACQUIRE), 8);
+        Lock lock = f.get(5, TimeUnit.SECONDS);
+        CompletableFuture<Duration> e = lock.extendAsync(Duration.ofSeconds(60));
+        FakeServer.Received r = server.expect(Op.EXTEND);
+        assertEquals(60000, r.frame().leaseMs());
+        r.conn().reply(r.frame(), Status.NOT_HELD, 0, 0, 0);
+        assertEquals(LostReason.NOT_HELD, failure(LockLostException.class, e).reason());
+        assertEquals(LostReason.NOT_HELD, lock.lostReason().orElseThrow());
+        assertThrows(LockLostException.class, () -> lock.extend(Duration.ofSeconds(1)));
+    }
+
+    @Test
+    void refuseHeld() throws Exception {
+        TicketingClient c = connect();
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(30));
+        grant(server.expect(Op.ACQUIRE), 8);
+        f.get(5, TimeUnit.SECONDS);
+        assertThrows(AlreadyHeldException.class, () -> c.acquire("k",
+                AcquireOptions.builder(Duration.ofSeconds(1)).refuseHeld(true).build()));
+        assertNull(server.poll(Duration.ofMillis(200)));
+        c.acquireAsync("k", Duration.ofSeconds(1)); // without refuseHeld it queues behind itself
+        assertEquals(Op.ACQUIRE, server.expect(Op.ACQUIRE).op());
+    }
+}

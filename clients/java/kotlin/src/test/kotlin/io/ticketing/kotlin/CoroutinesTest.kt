@@ -1,0 +1,168 @@
+package io.ticketing.kotlin
+
+import io.ticketing.ClientOptions
+import io.ticketing.InvalidArgumentException
+import io.ticketing.LockLostException
+import io.ticketing.LostReason
+import io.ticketing.NotAcquiredException
+import io.ticketing.TicketingClient
+import java.util.concurrent.atomic.AtomicInteger
+import kotlin.time.Duration
+import kotlin.time.Duration.Companion.milliseconds
+import kotlin.time.Duration.Companion.seconds
+import kotlin.time.TimeSource
+import kotlinx.coroutines.CancellationException
+import kotlinx.coroutines.CompletableDeferred
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.TimeoutCancellationException
+import kotlinx.coroutines.async
+import kotlinx.coroutines.awaitAll
+import kotlinx.coroutines.cancelAndJoin
+import kotlinx.coroutines.delay
+import kotlinx.coroutines.launch
+import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.withTimeout
+import org.junit.jupiter.api.AfterAll
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertFalse
+import org.junit.jupiter.api.Assertions.assertNull
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.BeforeAll
+import org.junit.jupiter.api.Test
+import org.junit.jupiter.api.TestInstance
+import org.junit.jupiter.api.Timeout
+import org.junit.jupiter.api.assertThrows
+
+@Timeout(60)
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class CoroutinesTest {
+    private lateinit var server: TestServer
+    private lateinit var client: TicketingClient
+    private lateinit var observer: TicketingClient
+
+    @BeforeAll
+    fun start() = runBlocking {
+        server = TestServer.start()
+        client = connectTicketing(ClientOptions.builder().endpoints(server.endpoint).build())
+        observer = connectTicketing(ClientOptions.builder().endpoints(server.endpoint).build())
+    }
+
+    @AfterAll
+    fun stop() {
+        client.close()
+        observer.close()
+        server.close()
+    }
+
+    private suspend fun waiters(key: String, n: Long) {
+        withTimeout(5.seconds) {
+            while (observer.awaitInspect(key).waiters() != n) {
+                delay(5)
+            }
+        }
+    }
+
+    @Test
+    fun `withLock runs the block and releases`() = runBlocking {
+        val token = client.withLock("kt-basic", lease = 5.seconds) { lock ->
+            assertTrue(observer.awaitInspect("kt-basic").held())
+            assertTrue(lock.awaitVerify())
+            lock.token()
+        }
+        assertTrue(token > 0)
+        assertFalse(observer.awaitInspect("kt-basic").held())
+    }
+
+    @Test
+    fun `withLock cancels the block when the lock is lost and reports it`() = runBlocking {
+        val start = TimeSource.Monotonic.markNow()
+        val cancelledAt = CompletableDeferred<Duration>()
+        val e = assertThrows<LockLostException> {
+            client.withLock("kt-lost", lease = 300.milliseconds) {
+                try {
+                    delay(900)
+                } catch (c: CancellationException) {
+                    cancelledAt.complete(start.elapsedNow())
+                    throw c
+                }
+            }
+        }
+        assertEquals(LostReason.EXPIRED, e.reason())
+        val at = cancelledAt.await()
+        assertTrue(at < 800.milliseconds, "block cancelled at $at, when the lock was lost")
+        assertFalse(observer.awaitInspect("kt-lost").held())
+    }
+
+    @Test
+    fun `withLock with throwOnLost false lets the block finish`() = runBlocking {
+        val result = client.withLock("kt-quiet", lease = 100.milliseconds, throwOnLost = false) { lock ->
+            delay(300)
+            lock.isLost
+        }
+        assertTrue(result)
+    }
+
+    @Test
+    fun `cancelling the coroutine withdraws the wait`() = runBlocking {
+        val held = observer.awaitAcquire("kt-cancel", 10.seconds)
+        val job = launch(Dispatchers.Default) { client.awaitAcquire("kt-cancel", 10.seconds) }
+        waiters("kt-cancel", 1)
+        job.cancelAndJoin()
+        waiters("kt-cancel", 0)
+        held.awaitRelease()
+        delay(100)
+        assertFalse(observer.awaitInspect("kt-cancel").held(), "nobody was granted")
+    }
+
+    @Test
+    fun `withTimeout around an acquire withdraws it`() = runBlocking {
+        val held = observer.awaitAcquire("kt-timeout", 10.seconds)
+        assertThrows<TimeoutCancellationException> {
+            withTimeout(200.milliseconds) { client.awaitAcquire("kt-timeout", 10.seconds) }
+        }
+        waiters("kt-timeout", 0)
+        held.awaitRelease()
+    }
+
+    @Test
+    fun `try acquire returns null and wait timeouts raise`() = runBlocking {
+        val held = observer.awaitAcquire("kt-try", 10.seconds)
+        assertNull(client.awaitTryAcquire("kt-try", 1.seconds))
+        assertThrows<NotAcquiredException> { client.awaitAcquire("kt-try", 1.seconds, waitTimeout = 100.milliseconds) }
+        assertThrows<InvalidArgumentException> { client.awaitAcquire("kt-try", (-5).milliseconds) }
+        assertThrows<InvalidArgumentException> { client.awaitAcquire("", 1.seconds) }
+        held.awaitRelease()
+        val lock = client.awaitTryAcquire("kt-try", 1.seconds)
+        assertTrue(lock != null && lock.token() > held.token())
+        lock!!.awaitRelease()
+    }
+
+    @Test
+    fun `many coroutines on one client exclude each other`() = runBlocking(Dispatchers.Default) {
+        val inside = AtomicInteger()
+        val overlaps = AtomicInteger()
+        (0 until 200).map { i ->
+            async {
+                client.withLock("kt-many-${i % 4}", lease = 10.seconds) {
+                    if (i % 4 == 0 && inside.incrementAndGet() != 1) overlaps.incrementAndGet()
+                    delay(1)
+                    if (i % 4 == 0) inside.decrementAndGet()
+                }
+            }
+        }.awaitAll()
+        assertEquals(0, overlaps.get())
+        assertFalse(observer.awaitInspect("kt-many-0").held())
+    }
+
+    @Test
+    fun `lost and extend suspend`() = runBlocking {
+        val lock = client.awaitAcquire("kt-extend", 300.milliseconds)
+        assertEquals(2.seconds, lock.awaitExtend(2.seconds))
+        delay(500)
+        assertFalse(lock.isLost)
+        observer.awaitRelease("kt-extend", lock.token())
+        assertThrows<LockLostException> { lock.awaitRelease() }
+        assertEquals(LostReason.NOT_HELD, lock.awaitLost())
+        assertTrue(client.awaitPing() >= Duration.ZERO)
+    }
+}

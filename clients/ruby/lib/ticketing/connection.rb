@@ -1,0 +1,355 @@
+# frozen_string_literal: true
+
+require "socket"
+require "openssl"
+require "securerandom"
+require "ipaddr"
+
+module Ticketing
+  # @api private
+  # A server address: host and port. Parsed from "host:port" or "[v6]:port".
+  Endpoint = Struct.new(:host, :port) do
+    # Parses "host:port", "[::1]:7070", or returns an Endpoint as is.
+    def self.parse(value)
+      return value if value.is_a?(Endpoint)
+
+      text = value.to_s
+      match = text.match(/\A\[(?<host>[^\]]+)\]:(?<port>\d+)\z/) || text.match(/\A(?<host>[^:\[\]]+):(?<port>\d+)\z/)
+      port = match && Integer(match[:port], 10)
+      unless port&.between?(1, 65_535)
+        raise InvalidArgumentError.new("endpoint #{text.inspect} is not host:port", field: :endpoints)
+      end
+      new(match[:host], port)
+    end
+
+    def to_s
+      host.include?(":") ? "[#{host}]:#{port}" : "#{host}:#{port}"
+    end
+  end
+
+  # @api private
+  # One handshaken connection: a reader thread that decodes answers and hands them to the
+  # session, and a writer thread that writes whatever frames were queued since its last write in
+  # one call. The session's mutex is never held during I/O here; #enqueue only appends to a buffer.
+  class Connection
+    # The Endpoint, its index in the client's list (nil for a leader hint outside it), the WELCOME.
+    attr_reader :endpoint, :index, :welcome
+    # Monotonic time of the last bytes received (the heartbeat reads it).
+    attr_reader :last_recv
+    # Monotonic time the heartbeat PING was sent, nil when none is outstanding (session's mutex).
+    attr_accessor :ping_sent_at
+
+    # Raised by ::open when the server answers CHALLENGE NOT_LEADER; #hint is the leader's
+    # address ("" when unknown).
+    class Redirect < Error
+      attr_reader :hint
+
+      def initialize(message, hint)
+        super(message)
+        @hint = hint
+      end
+    end
+
+    # Connects to +endpoint+ (TCP, then TLS when +tls_context+ is set) and runs the handshake
+    # for +session_id+, all before +deadline+ (monotonic seconds). +on_socket+ receives the TCP
+    # socket as soon as it exists (so that Client#close can abort a dial). Returns a Connection
+    # that is not reading yet, or raises a Ticketing::Error naming the endpoint.
+    def self.open(endpoint, index:, session_id:, token:, tls_context:, server_name:, deadline:, on_socket: nil)
+      tcp = nil
+      remaining = deadline - Scheduler.now
+      raise TimeoutError, "#{endpoint}: connect timeout" if remaining <= 0
+
+      begin
+        tcp = Socket.tcp(endpoint.host, endpoint.port, connect_timeout: remaining)
+      rescue Errno::ETIMEDOUT
+        raise UnavailableError, "#{endpoint}: connect timed out"
+      rescue SystemCallError, SocketError, IOError => e
+        raise UnavailableError, "#{endpoint}: #{e.message}"
+      end
+      on_socket&.call(tcp)
+      sock = tcp
+      begin
+        tcp.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_NODELAY, 1)
+        tcp.setsockopt(Socket::SOL_SOCKET, Socket::SO_KEEPALIVE, true)
+        sock = tls_connect(tcp, endpoint, tls_context, server_name, deadline) if tls_context
+        welcome = Handshake.new(sock, endpoint, session_id, token, deadline, tls: !tls_context.nil?).run
+        new(sock, tcp, endpoint, index, welcome)
+      rescue Exception # rubocop:disable Lint/RescueException -- close the socket on every failure
+        close_quietly(tcp)
+        raise
+      end
+    end
+
+    def self.tls_connect(tcp, endpoint, context, server_name, deadline)
+      ssl = OpenSSL::SSL::SSLSocket.new(tcp, context)
+      ssl.sync_close = true
+      name = server_name || endpoint.host
+      ssl.hostname = name unless ip_address?(name)
+      loop do
+        case ssl.connect_nonblock(exception: false)
+        when :wait_readable then Handshake.wait_io(tcp, :read, deadline, endpoint, "TLS handshake")
+        when :wait_writable then Handshake.wait_io(tcp, :write, deadline, endpoint, "TLS handshake")
+        else break
+        end
+      end
+      ssl.post_connection_check(name) if context.verify_mode != OpenSSL::SSL::VERIFY_NONE
+      ssl
+    rescue OpenSSL::SSL::SSLError, Errno::ECONNRESET, EOFError, Errno::EPIPE => e
+      raise TLSError, "#{endpoint}: TLS handshake failed: #{e.message} (is the server using TLS?)"
+    end
+    private_class_method :tls_connect
+
+    def self.ip_address?(name)
+      IPAddr.new(name)
+      true
+    rescue IPAddr::Error
+      false
+    end
+    private_class_method :ip_address?
+
+    def self.close_quietly(io)
+      io&.close
+    rescue StandardError
+      nil
+    end
+
+    def initialize(sock, tcp, endpoint, index, welcome)
+      @sock = sock
+      @tcp = tcp
+      @endpoint = endpoint
+      @index = index
+      @welcome = welcome
+      @wmutex = Mutex.new
+      @wcond = ConditionVariable.new
+      @wbuf = String.new(capacity: 4096, encoding: Encoding::BINARY)
+      @closed = false
+      @last_recv = Scheduler.now
+      @ping_sent_at = nil
+    end
+
+    # Starts the reader and writer threads; frames go to +session+.handle_frame, a failure to
+    # +session+.connection_failed.
+    def start(session)
+      @session = session
+      @reader = Thread.new { read_loop }
+      @writer = Thread.new { write_loop }
+      @reader.name = "ticketing-reader" if @reader.respond_to?(:name=)
+      @writer.name = "ticketing-writer" if @writer.respond_to?(:name=)
+      self
+    end
+
+    # Queues an encoded frame for the writer. Never blocks on the network.
+    def enqueue(bytes)
+      @wmutex.synchronize do
+        return if @closed
+
+        @wbuf << bytes
+        @wcond.signal
+      end
+    end
+
+    # Closes the connection: unblocks both threads and closes the socket. Idempotent.
+    def close
+      @wmutex.synchronize do
+        return if @closed
+
+        @closed = true
+        @wcond.signal
+      end
+      begin
+        @tcp.shutdown(Socket::SHUT_RDWR)
+      rescue StandardError
+        nil
+      end
+      Connection.close_quietly(@sock)
+      Connection.close_quietly(@tcp)
+    end
+
+    # In a forked child: forget the connection without touching the shared socket's state (no
+    # shutdown, no TLS close_notify); only this process's descriptor is closed.
+    def abandon
+      @closed = true
+      Connection.close_quietly(@tcp)
+    end
+
+    def closed?
+      @wmutex.synchronize { @closed }
+    end
+
+    def to_s
+      @endpoint.to_s
+    end
+
+    private
+
+    def read_loop
+      buf = String.new(capacity: 65_536, encoding: Encoding::BINARY)
+      loop do
+        chunk = @sock.readpartial(65_536)
+        @last_recv = Scheduler.now
+        buf << chunk
+        offset = 0
+        while (decoded = Protocol.decode_response(buf, offset))
+          resp, size = decoded
+          offset += size
+          @session.handle_frame(self, resp)
+        end
+        buf = buf.byteslice(offset, buf.bytesize - offset) if offset.positive?
+      end
+    rescue EOFError
+      @session.connection_failed(self, ConnectionLostError.new("#{@endpoint}: the server closed the connection"))
+    rescue Protocol::FrameError => e
+      @session.connection_failed(self, ProtocolError.new("#{@endpoint}: malformed frame from the server: #{e.message}"))
+    rescue StandardError => e
+      @session.connection_failed(self, ConnectionLostError.new("#{@endpoint}: #{e.class}: #{e.message}"))
+    end
+
+    def write_loop
+      loop do
+        data = @wmutex.synchronize do
+          @wcond.wait(@wmutex) while @wbuf.empty? && !@closed
+          return if @closed
+
+          out = @wbuf
+          @wbuf = String.new(capacity: 4096, encoding: Encoding::BINARY)
+          out
+        end
+        @sock.write(data)
+      end
+    rescue StandardError => e
+      @session.connection_failed(self, ConnectionLostError.new("#{@endpoint}: write failed: #{e.class}: #{e.message}"))
+    end
+  end
+
+  # @api private
+  # The four-frame handshake (HELLO, CHALLENGE, AUTH, WELCOME) on a connected socket, with a
+  # deadline. Returns the Protocol::Welcome or raises an Error naming the endpoint.
+  class Handshake
+    # Waits until +io+ is readable (+:read+) or writable (+:write+), or raises TimeoutError.
+    def self.wait_io(io, dir, deadline, endpoint, what)
+      remaining = deadline - Scheduler.now
+      ready = remaining.positive? &&
+              (dir == :read ? IO.select([io], nil, nil, remaining) : IO.select(nil, [io], nil, remaining))
+      raise TimeoutError, "#{endpoint}: #{what}: no answer within the connect timeout" unless ready
+    end
+
+    def initialize(sock, endpoint, session_id, token, deadline, tls:)
+      @sock = sock
+      @endpoint = endpoint
+      @session_id = session_id
+      @token = token
+      @deadline = deadline
+      @tls = tls
+    end
+
+    def run
+      client_nonce = SecureRandom.random_bytes(Protocol::Size::NONCE)
+      write(Protocol.encode_hello(session_id: @session_id, nonce: client_nonce))
+      challenge = Protocol.decode_challenge(read_frame(Protocol::Size::CHALLENGE,
+                                                       Protocol::Size::CHALLENGE + Protocol::Size::MAX_CHALLENGE_DATA,
+                                                       first: true))
+      check_challenge(challenge)
+      proof = @token && Protocol.client_proof(@token, @session_id, client_nonce, challenge.nonce)
+      write(Protocol.encode_auth(proof: proof))
+      frame = read_frame(Protocol::Size::WELCOME, Protocol::Size::WELCOME)
+      welcome = Protocol.decode_welcome(frame)
+      check_welcome(welcome)
+      if @token
+        expected = Protocol.server_proof(@token, @session_id, client_nonce, challenge.nonce,
+                                         Protocol.welcome_signed_part(frame))
+        unless Protocol.secure_equal?(expected, welcome.proof)
+          raise AuthFailedError, "#{@endpoint}: the server's proof did not verify (it does not hold the same token)"
+        end
+      end
+      welcome
+    rescue Protocol::FrameError => e
+      raise ProtocolError, "#{@endpoint}: malformed handshake frame: #{e.message}"
+    rescue EOFError, Errno::ECONNRESET, Errno::EPIPE => e
+      hint = @tls ? "" : " (is the server using TLS?)"
+      raise ConnectionLostError, "#{@endpoint}: connection closed during the handshake: #{e.message}#{hint}"
+    rescue OpenSSL::SSL::SSLError => e
+      raise TLSError, "#{@endpoint}: TLS failed during the handshake: #{e.message}"
+    rescue IOError, SystemCallError => e
+      raise ConnectionLostError, "#{@endpoint}: handshake failed: #{e.class}: #{e.message}"
+    end
+
+    private
+
+    def check_challenge(challenge)
+      data = challenge.data.dup.force_encoding(Encoding::UTF_8).scrub
+      case challenge.status
+      when Protocol::Status::OK then nil
+      when Protocol::Status::NOT_LEADER
+        raise Connection::Redirect.new("#{@endpoint}: not the leader (leader: #{data.empty? ? 'unknown' : data})", data)
+      when Protocol::Status::UNSUPPORTED_VERSION
+        raise UnsupportedVersionError, "#{@endpoint}: the server does not speak protocol version 1: #{data}"
+      when Protocol::Status::BUSY
+        limit = Protocol.name_of(Protocol::BusyLimit, challenge.detail)
+        raise BusyError.new("#{@endpoint}: server busy (limit #{limit || challenge.detail}): #{data}",
+                            limit: limit ? limit.downcase.to_sym : challenge.detail)
+      when Protocol::Status::SHUTTING_DOWN
+        raise ShuttingDownError, "#{@endpoint}: server shutting down: #{data}"
+      else
+        raise ProtocolError, "#{@endpoint}: CHALLENGE status #{challenge.status}: #{data}"
+      end
+      if challenge.version != Protocol::VERSION
+        raise UnsupportedVersionError, "#{@endpoint}: the server speaks protocol version #{challenge.version}, not 1"
+      end
+      return unless @token && !challenge.auth_required?
+
+      raise AuthFailedError, "#{@endpoint}: the server does not require a token, so it cannot prove it holds " \
+                             "ours; refusing it (connect without a token, or configure the server's token)"
+    end
+
+    def check_welcome(welcome)
+      case welcome.status
+      when Protocol::Status::OK then nil
+      when Protocol::Status::AUTH_FAILED
+        raise AuthFailedError, "#{@endpoint}: the server requires a token (none configured)" unless @token
+
+        raise AuthFailedError, "#{@endpoint}: authentication failed (wrong token)"
+      when Protocol::Status::BUSY
+        limit = Protocol.name_of(Protocol::BusyLimit, welcome.detail)
+        raise BusyError.new("#{@endpoint}: server busy (limit #{limit || welcome.detail})",
+                            limit: limit ? limit.downcase.to_sym : welcome.detail)
+      when Protocol::Status::SHUTTING_DOWN
+        raise ShuttingDownError, "#{@endpoint}: server shutting down"
+      when Protocol::Status::NOT_LEADER
+        raise Connection::Redirect.new("#{@endpoint}: not the leader", "")
+      else
+        raise ProtocolError, "#{@endpoint}: WELCOME status #{welcome.status}"
+      end
+    end
+
+    def write(bytes)
+      @sock.write(bytes)
+    end
+
+    def read_frame(min, max, first: false)
+      head = read_exact(4)
+      if first && !@tls && [0x15, 0x16].include?(head.getbyte(0)) && head.getbyte(1) == 0x03
+        raise TLSError, "#{@endpoint}: the server answered with TLS (is the server using TLS? pass tls:)"
+      end
+      len = head.unpack1("N")
+      unless (len + 4).between?(min, max)
+        raise ProtocolError, "#{@endpoint}: handshake frame length #{len} is not a Ticketing handshake" \
+                             "#{@tls ? '' : ' (is the server using TLS?)'}"
+      end
+      head << read_exact(len)
+    end
+
+    def read_exact(size)
+      buf = String.new(capacity: size, encoding: Encoding::BINARY)
+      while buf.bytesize < size
+        chunk = @sock.read_nonblock(size - buf.bytesize, exception: false)
+        case chunk
+        when :wait_readable then Handshake.wait_io(@sock, :read, @deadline, @endpoint, "handshake")
+        when :wait_writable then Handshake.wait_io(@sock, :write, @deadline, @endpoint, "handshake")
+        when nil then raise EOFError, "end of stream"
+        else buf << chunk
+        end
+      end
+      buf
+    end
+  end
+end

@@ -1,0 +1,373 @@
+# frozen_string_literal: true
+
+module Ticketing
+  # A held lock: its key, its fencing token, and a lease that runs out at #deadline unless it is
+  # extended. Pass #token to the resource you protect, and have the resource reject any token
+  # lower than the highest it has seen (fencing).
+  #
+  # The lock is *lost* at the first of: its local deadline (the lease measured from when the
+  # request was sent, slightly shortened for clock-rate error; never later than the server's),
+  # the server's +EXPIRED+ notice, a +NOT_HELD+ answer to an extend or release, or a reconnect
+  # that finds the server restarted. Then #lost? is true, #lost_reason says why, and the
+  # callbacks given to #on_lost run. A lock is never reported lost after a successful #release.
+  #
+  # The owner is the token, not the thread: any thread may release or extend. Methods are safe
+  # for concurrent use.
+  class Lock
+    # The key (a frozen binary String).
+    attr_reader :key
+    # The fencing token (Integer): larger than every token granted before it, on any key.
+    attr_reader :token
+
+    # @api private
+    def initialize(client, key, token, lease_ms, deadline)
+      @client = client
+      @key = key
+      @token = token
+      @mutex = Mutex.new
+      @cond = ConditionVariable.new
+      @lease_ms = lease_ms
+      @deadline = deadline
+      @acquired_at = Scheduler.now
+      @lost_reason = nil
+      @released = false
+      @release_error = nil
+      @callbacks = []
+      @deadline_task = nil
+      @keep_alive = false
+      @keep_alive_until = nil
+      @keep_alive_task = nil
+      @detached = false
+    end
+
+    # The lease last granted (by the acquire or the last successful extend), in seconds.
+    def lease
+      @mutex.synchronize { @lease_ms / 1000.0 }
+    end
+
+    # The local deadline, in seconds of the monotonic clock
+    # (<tt>Process.clock_gettime(Process::CLOCK_MONOTONIC)</tt>): no later than the server's.
+    def deadline
+      @mutex.synchronize { @deadline }
+    end
+
+    # Seconds left until the local deadline (0.0 once passed).
+    def remaining
+      [deadline - Scheduler.now, 0.0].max
+    end
+
+    # Whether the lock is lost (see Lock). Checks the local deadline too, so it is exact even
+    # when the client is closed.
+    def lost?
+      check_deadline
+      @mutex.synchronize { !@lost_reason.nil? }
+    end
+
+    # Why the lock was lost: +:expired+ (the lease ran out: local deadline or the server's
+    # notice), +:not_held+ (the server answered +NOT_HELD+ to an extend or release: someone
+    # released it by token, or it expired), +:server_restarted+ (the server restarted and forgot
+    # it), +:server_stopping+ (the server is stopping). nil while not lost.
+    def lost_reason
+      check_deadline
+      @mutex.synchronize { @lost_reason }
+    end
+
+    # Whether #release succeeded (or the lock was released after being lost).
+    def released?
+      @mutex.synchronize { @released }
+    end
+
+    # Whether the lock is held as far as this client knows: not released, not lost.
+    def held?
+      !lost? && !released?
+    end
+
+    # Whether keep-alive is extending the lease in the background.
+    def keep_alive?
+      @mutex.synchronize { @keep_alive }
+    end
+
+    # Registers a callback run once when the lock is lost, with the lock and the reason:
+    #
+    #   lock.on_lost { |lock, reason| logger.warn("lost #{lock.token}: #{reason}") }
+    #
+    # Callbacks run on one background thread of the client, in order (at once if the lock is
+    # already lost); a callback may call blocking client methods. Never called after a
+    # successful #release. Returns self.
+    def on_lost(&block)
+      raise ArgumentError, "on_lost needs a block" unless block
+
+      @client.__send__(:events_queue) unless @detached || @client.closed?
+      reason = @mutex.synchronize do
+        @callbacks << block if @lost_reason.nil?
+        @lost_reason
+      end
+      @client.__send__(:dispatch, [block], self, reason) if reason
+      self
+    end
+
+    # Blocks until the lock is lost or +timeout+ seconds pass (nil: without limit). Returns true
+    # when lost. Returns false at once after a successful release.
+    def wait_lost(timeout = nil)
+      limit = timeout && Scheduler.now + Args.duration(timeout, :timeout)
+      loop do
+        check_deadline
+        @mutex.synchronize do
+          return true if @lost_reason
+          return false if @released
+
+          now = Scheduler.now
+          return false if limit && now >= limit
+
+          wait = @detached ? nil : fire_at - now
+          wait = [wait || Float::INFINITY, limit - now].min if limit
+          @cond.wait(@mutex, wait && [wait, 0.001].max)
+        end
+      end
+    end
+
+    # Releases the lock; the next waiter is granted it at once. Keep-alive stops first (no
+    # extend is sent after this call starts). Returns true.
+    #
+    # Safe to call more than once: after a success, later calls return true without a round
+    # trip. If the lock was lost before, it still tells the server (which may not have reclaimed
+    # it yet, so the next waiter need not wait for the lease) and raises LockLostError: the work
+    # done under the lock may not have been protected. A +NOT_HELD+ answer marks the lock lost
+    # (+:not_held+) and raises LockLostError. Transport errors (TimeoutError, ...) leave the lock
+    # as it was; call #release again.
+    def release
+      stop_keep_alive
+      check_deadline
+      reason = @mutex.synchronize do
+        return true if @released && @release_error.nil?
+        raise @release_error if @released
+
+        @lost_reason
+      end
+      if reason == :server_restarted
+        # The server that granted it is gone; the new one never knew this token.
+        return finish_release(reason)
+      end
+
+      begin
+        @client.__send__(:release_token, @key, @token, after_uncertain: lambda {
+          @mutex.synchronize { @lost_reason.nil? && Scheduler.now < @deadline }
+        })
+      rescue NotHeldError
+        mark_lost(:not_held)
+        return finish_release(lost_reason || :not_held)
+      end
+      finish_release(lost_reason)
+    end
+
+    # Sets the lease to +lease+ seconds from now (it may shorten it; default: the lease last
+    # granted) and moves the deadline. Keep-alive then asks for this lease too. Returns the
+    # lease granted, in seconds.
+    #
+    # Raises LockLostError if the lock is lost (or the server answers +NOT_HELD+, which marks it
+    # lost), NotHeldError after #release. Transport errors leave the lock as it was: it is lost
+    # at its deadline unless a later extend succeeds.
+    #
+    # (Given modules and no lease, this is Object#extend.)
+    def extend(*modules, lease: nil)
+      return super(*modules) if !modules.empty? && lease.nil? && modules.all?(Module)
+      raise ArgumentError, "Lock#extend takes lease: (seconds)" unless modules.empty?
+
+      ms = lease.nil? ? @mutex.synchronize { @lease_ms } : Args.lease_ms(lease)
+      check_deadline
+      @mutex.synchronize do
+        raise lost_error if @lost_reason
+        raise NotHeldError.new("#{describe}: released", key: @key, token: @token) if @released
+      end
+      begin
+        resp, t_send = @client.__send__(:extend_token, @key, @token, ms)
+      rescue NotHeldError
+        mark_lost(:not_held)
+        raise lost_error
+      end
+      raise lost_error unless extended(resp.lease_ms, t_send)
+
+      resp.lease_ms / 1000.0
+    end
+
+    # Asks the server whether this lock still holds its key (+INSPECT+ with the token). Returns
+    # true or false; does not change the lock's state.
+    def verify
+      @client.inspect_key(@key, token: @token).token_match?
+    end
+
+    # A short description: key and token.
+    def to_s
+      "#<#{self.class.name} #{describe}>"
+    end
+
+    alias inspect to_s
+
+    # @api private
+    # Marks the lock lost (once, never after a release) and runs the on_lost callbacks.
+    def mark_lost(reason)
+      callbacks = @mutex.synchronize do
+        return false if @lost_reason || @released
+
+        @lost_reason = reason
+        @deadline_task&.cancel
+        @keep_alive_task&.cancel
+        @cond.broadcast
+        list = @callbacks
+        @callbacks = []
+        list
+      end
+      stop_keep_alive
+      @client.__send__(:forget_lock, self)
+      @client.__send__(:dispatch, callbacks, self, reason) unless @detached
+      true
+    end
+
+    # @api private
+    # Arms the deadline timer and, when asked, keep-alive (for +max_hold+ seconds, nil: no cap).
+    def arm(keep_alive:, max_hold:)
+      schedule_deadline
+      return unless keep_alive
+
+      @mutex.synchronize do
+        @keep_alive = true
+        @keep_alive_until = max_hold && Scheduler.now + max_hold
+      end
+      schedule_keep_alive(@lease_ms / 3000.0)
+    end
+
+    # @api private
+    # In a forked child: this lock belongs to the parent's session. It keeps its key and token
+    # (release and extend by token still work) but gets no lost signal and no keep-alive here.
+    def detach_after_fork
+      @mutex = Mutex.new
+      @cond = ConditionVariable.new
+      @detached = true
+      @keep_alive = false
+      @deadline_task = nil
+      @keep_alive_task = nil
+      @callbacks = []
+    end
+
+    # @api private
+    # Stops keep-alive (idempotent).
+    def stop_keep_alive
+      @mutex.synchronize do
+        @keep_alive = false
+        @keep_alive_task&.cancel
+      end
+    end
+
+    private
+
+    def describe
+      "#{Errors.describe_key(@key)} token #{@token}"
+    end
+
+    def lost_error
+      reason = @mutex.synchronize { @lost_reason }
+      LockLostError.new("#{describe}: lock lost (#{reason.to_s.tr('_', ' ')})", reason: reason, key: @key,
+                                                                                 token: @token)
+    end
+
+    def finish_release(reason)
+      error = reason && lost_error
+      @mutex.synchronize do
+        @released = true
+        @release_error = error
+        @deadline_task&.cancel
+        @cond.broadcast
+      end
+      @client.__send__(:forget_lock, self)
+      raise error if error
+
+      true
+    end
+
+    # Applies an EXTEND OK (lease_ms from t_send). Returns false when the lock was lost first.
+    def extended(lease_ms, t_send)
+      @mutex.synchronize do
+        return false if @lost_reason
+        return true if @released
+
+        @lease_ms = lease_ms
+        @deadline = t_send + (lease_ms / 1000.0 * Session::RATE_FACTOR)
+      end
+      schedule_deadline
+      true
+    end
+
+    # The moment the lost signal fires: the deadline minus min(5 ms, lease / 10).
+    def fire_at
+      @deadline - ([Protocol::ClientRule::LOST_MARGIN_MS, @lease_ms / 10.0].min / 1000.0)
+    end
+
+    def check_deadline
+      due = @mutex.synchronize { @lost_reason.nil? && !@released && !@detached && Scheduler.now >= fire_at }
+      mark_lost(:expired) if due
+    end
+
+    def schedule_deadline
+      return if @detached
+
+      at = @mutex.synchronize do
+        @deadline_task&.cancel
+        fire_at
+      end
+      task = @client.__send__(:scheduler).at(at) { check_deadline }
+      @mutex.synchronize do
+        if @lost_reason || @released
+          task.cancel
+        else
+          @deadline_task = task
+        end
+      end
+    end
+
+    def schedule_keep_alive(delay)
+      task = @client.__send__(:scheduler).after([delay, 0.001].max) { keep_alive_tick }
+      @mutex.synchronize do
+        if @keep_alive
+          @keep_alive_task = task
+        else
+          task.cancel
+        end
+      end
+    end
+
+    # Runs on the scheduler thread: sends one EXTEND (asynchronously) with the current lease.
+    def keep_alive_tick
+      ms = @mutex.synchronize do
+        return unless @keep_alive && @lost_reason.nil? && !@released
+
+        if @keep_alive_until && Scheduler.now >= @keep_alive_until
+          nil
+        else
+          @lease_ms
+        end
+      end
+      return stop_keep_alive if ms.nil? # max hold reached: the lock runs out its lease
+
+      @client.__send__(:extend_async, @key, @token, ms) { |resp, error, t_send| keep_alive_answer(resp, error, t_send) }
+    rescue ClosedError
+      stop_keep_alive
+    end
+
+    def keep_alive_answer(resp, error, t_send)
+      return unless keep_alive?
+
+      if resp&.status == Protocol::Status::OK
+        extended(resp.lease_ms, t_send)
+        schedule_keep_alive(resp.lease_ms / 3000.0)
+      elsif resp&.status == Protocol::Status::NOT_HELD
+        mark_lost(:not_held)
+      elsif error.is_a?(ClosedError)
+        stop_keep_alive
+      else
+        # Transport trouble or a transient server answer: try again soon, before the deadline.
+        retry_in = [@mutex.synchronize { @lease_ms } / 12_000.0, remaining / 4].min
+        schedule_keep_alive([retry_in, 0.01].max)
+      end
+    end
+  end
+end

@@ -1,0 +1,669 @@
+# frozen_string_literal: true
+
+require "securerandom"
+
+module Ticketing
+  # @api private
+  # One request on its way: the fields of its frame, its request id once it is queued for the
+  # wire, and its outcome. All fields are guarded by the session's mutex, except the constant
+  # request fields.
+  class Call
+    attr_reader :op, :key, :token, :lease_ms, :wait_ms, :cond
+    # Request id (nil until queued for the wire), monotonic time of the latest send, and whether
+    # it was re-sent after a reconnect.
+    attr_accessor :id, :t_send, :retried
+    # answered: the outcome is decided (no abandoning any more); finished: the hook has run.
+    attr_accessor :answered, :finished, :abandoned, :cleanup_done
+    # The outcome: the response, or the error, and what the hook made of it (e.g. the Lock).
+    attr_accessor :response, :error, :value
+    # Runs outside the session's mutex once the outcome is decided: hook.call(response, error,
+    # abandoned) -> value.
+    attr_accessor :hook
+
+    def initialize(op, key: "".b, token: 0, lease_ms: 0, wait_ms: 0, hook: nil)
+      @op = op
+      @key = key
+      @token = token
+      @lease_ms = lease_ms
+      @wait_ms = wait_ms
+      @hook = hook
+      @cond = ConditionVariable.new
+    end
+
+    def frame
+      Protocol.encode_request(op: @op, flags: 0, id: @id, token: @token, lease_ms: @lease_ms,
+                              wait_ms: @wait_ms, key: @key)
+    end
+
+    def op_name
+      Protocol.name_of(Protocol::Op, @op)
+    end
+  end
+
+  # @api private
+  # The protocol session (PROTOCOL.md, "Sessions"): the session id, request ids in send order,
+  # every request not yet answered, and the connection's life. It connects, follows NOT_LEADER /
+  # GOAWAY, reconnects with backoff, resumes (re-sending unanswered requests with their ids, in id
+  # order, before anything new), notices a restarted server (a new state id), sends ACK and the
+  # heartbeat.
+  #
+  # Locking: @mutex guards every field and every Call's mutable fields. It is never held during
+  # I/O, nor while calling the client back (hooks, lock notices). Lock order: @mutex, then a
+  # Connection's write mutex (#enqueue) or a Cancellation's mutex (#cancelled?); nothing else is
+  # taken under @mutex, and callers hold no Lock or Client mutex when they call in here.
+  class Session
+    # The client's options the session reads (see Client#initialize).
+    Config = Struct.new(:endpoints, :token, :tls_context, :server_name, :connect_timeout, :request_timeout,
+                        :heartbeat_interval, :reconnect_delay, :reconnect_delay_max, :logger, keyword_init: true)
+
+    # The factor (1 - 2 rho) applied to leases for the local deadline.
+    RATE_FACTOR = 1.0 - (2.0 * Protocol::ClientRule::CLOCK_RATE_BOUND_PPM / 1_000_000)
+    # Redirects (CHALLENGE NOT_LEADER hints) followed within one round of endpoints.
+    MAX_HINTS_PER_ROUND = 3
+
+    attr_reader :config
+
+    # +events+ receives the session's notices: lock_expired(token, key, reason) and
+    # server_restarted, called outside the mutex.
+    def initialize(config, events, scheduler)
+      @config = config
+      @events = events
+      @scheduler = scheduler
+      init_state
+    end
+
+    # The 16-byte session id (binary String).
+    def id
+      @mutex.synchronize { @session_id }
+    end
+
+    def closed?
+      @mutex.synchronize { @state == :closed }
+    end
+
+    def connected?
+      @mutex.synchronize { @state == :ready }
+    end
+
+    # Connects now unless connected: one round over the endpoints (the leader hint first). Raises
+    # the connect error (UnavailableError, AuthFailedError, TLSError, ...). Used for the first
+    # connection; later drops are handled by the reconnector thread.
+    def connect
+      @dial_mutex.synchronize do
+        @mutex.synchronize do
+          raise ClosedError, "the client is closed" if @state == :closed
+          return if @state != :idle
+        end
+        3.times do
+          conn = dial_round
+          return if install(conn) != :redial
+        end
+        raise ConnectionLostError, "the server's state id kept changing while connecting"
+      end
+    end
+
+    # Queues +call+: with a request id on the wire at once when connected, else in the backlog
+    # for the next connection (starting the reconnector). Never blocks on the network.
+    def submit(call)
+      @mutex.synchronize do
+        raise ClosedError, "the client is closed" if @state == :closed
+
+        if @state == :ready
+          assign_locked(call, @conn, Scheduler.now)
+        else
+          @backlog << call
+          start_reconnector_locked if @state == :disconnected
+        end
+      end
+    end
+
+    # The last reconnect error (nil when none), for messages.
+    def last_error
+      @mutex.synchronize { @last_error }
+    end
+
+    # Whether the session is connected or has connected before (a call may then wait for the
+    # reconnector instead of dialing itself).
+    def started?
+      @mutex.synchronize { @state != :idle }
+    end
+
+    # Waits for +call+ to finish. Returns :finished, or :cancelled / :timeout when the wait ended
+    # first (the call is then marked abandoned; its answer, if any, still runs its hook).
+    # +deadline+ bounds the wait once the call is on the wire (nil: no bound), +send_deadline+
+    # while it is still waiting for a connection.
+    def await(call, deadline:, send_deadline:, cancel: nil)
+      handle = cancel&.subscribe { @mutex.synchronize { call.cond.broadcast } }
+      @mutex.synchronize do
+        loop do
+          return :finished if call.finished
+
+          unless call.answered
+            return abandon_locked(call, :cancelled) if cancel&.cancelled?
+
+            limit = call.id ? deadline : send_deadline
+            now = Scheduler.now
+            return abandon_locked(call, :timeout) if limit && now >= limit
+          end
+          call.cond.wait(@mutex, limit && !call.answered ? [limit - now, 0.001].max : nil)
+        end
+      end
+    ensure
+      cancel&.unsubscribe(handle)
+    end
+
+    # Marks +call+ abandoned unless its outcome is already decided (for a caller interrupted by an
+    # exception). Returns true when abandoned.
+    def abandon(call)
+      @mutex.synchronize { call.answered ? false : (abandon_locked(call, :interrupted) && true) }
+    end
+
+    # Forgets an abandoned call that is not an ACQUIRE: its answer, if it comes, is ignored and
+    # ACK may pass its id.
+    def forget(call)
+      @mutex.synchronize { @pending.delete(call.id) if call.id && @pending[call.id].equal?(call) }
+    end
+
+    # Waits until +call+'s clean-up is done (see Client) or +deadline+ passes.
+    def await_cleanup(call, deadline)
+      @mutex.synchronize do
+        until call.cleanup_done
+          remaining = deadline - Scheduler.now
+          return false if remaining <= 0
+
+          call.cond.wait(@mutex, remaining)
+        end
+        true
+      end
+    end
+
+    # Marks +call+'s clean-up done and wakes its waiter.
+    def cleanup_done(call)
+      @mutex.synchronize do
+        call.cleanup_done = true
+        call.cond.broadcast
+      end
+    end
+
+    # Counts the locks held through this session: while any, a dropped connection is
+    # re-established at once (for keep-alive, EXPIRED notices and releases).
+    def holds_changed(delta)
+      @mutex.synchronize do
+        @holds += delta
+        start_reconnector_locked if delta.positive? && @state == :disconnected
+      end
+    end
+
+    # Closes the session: fails every call with ClosedError and closes the connection. Idempotent.
+    def close
+      conn, calls, dialing = @mutex.synchronize do
+        return if @state == :closed
+
+        @state = :closed
+        calls = @pending.values + @backlog
+        @pending.clear
+        @backlog.clear
+        calls.each { |c| c.answered = true }
+        @state_cond.broadcast
+        c = @conn
+        @conn = nil
+        [c, calls, @dialing_socket]
+      end
+      Connection.close_quietly(dialing)
+      conn&.close
+      deliver_all(calls, ClosedError, "the client was closed")
+      @reconnector&.join(1) unless @reconnector == Thread.current
+    end
+
+    # In a forked child: a new session id, no connection, no calls (they belong to the parent's
+    # threads, which do not exist here). The parent's socket is left untouched.
+    def reset_after_fork
+      conn = @conn
+      closed = @state == :closed
+      init_state
+      @state = :closed if closed
+      conn&.abandon
+    end
+
+    # Called by the connection's reader for every frame.
+    def handle_frame(conn, resp)
+      return handle_push(conn, resp) if resp.id.zero?
+
+      call = nil
+      mismatch = false
+      redirect = false
+      advance = false
+      abandoned = false
+      @mutex.synchronize do
+        return unless conn.equal?(@conn)
+
+        call = @pending[resp.id]
+        return unless call
+
+        if resp.op != call.op
+          mismatch = true
+        elsif resp.status == Protocol::Status::NOT_LEADER
+          # Not run: keep it pending; it is re-sent with its id on the leader's connection.
+          @hint = parse_hint(resp.data)
+          redirect = true
+        else
+          @pending.delete(resp.id)
+          call.answered = true
+          abandoned = call.abandoned
+          advance = resp.status == Protocol::Status::SHUTTING_DOWN && @config.endpoints.size > 1
+          @answers += 1
+          maybe_ack_locked
+        end
+      end
+      if mismatch
+        # The answer does not fit its request: this connection cannot be trusted. The request
+        # stays pending and is re-sent on the next connection.
+        connection_failed(conn, ProtocolError.new("#{conn}: answer op #{resp.op} to request #{resp.id} " \
+                                                  "(#{call.op_name})"))
+        return
+      end
+      if redirect
+        log(:info, "#{conn}: NOT_LEADER (leader: #{@hint || 'unknown'}); moving")
+        connection_failed(conn, nil, reconnect: true)
+        return
+      end
+      connection_failed(conn, nil, advance: true) if advance
+      deliver(call, resp, nil, abandoned)
+    end
+
+    # Called once the connection failed (by its threads, the heartbeat, a redirect): forget it
+    # and reconnect when something needs the connection. +error+ nil: a planned move.
+    def connection_failed(conn, error, advance: false, reconnect: false)
+      @mutex.synchronize do
+        return unless conn.equal?(@conn)
+
+        @conn = nil
+        @state = :disconnected
+        @dropped_at = Scheduler.now
+        n = @config.endpoints.size
+        @next_index = advance ? (conn.index + 1) % n : conn.index if conn.index
+        start_reconnector_locked if reconnect || demand_locked?
+      end
+      log(:warn, "connection lost: #{error.message}") if error
+      conn.close
+    end
+
+    private
+
+    def init_state
+      @mutex = Mutex.new
+      @dial_mutex = Mutex.new
+      @state_cond = ConditionVariable.new
+      @session_id = new_session_id
+      @next_id = 1
+      @pending = {}    # request id => Call, in id order
+      @backlog = []    # Calls waiting for a connection (no id yet)
+      @conn = nil
+      @state = :idle   # :idle, :ready, :disconnected, :closed
+      @state_id = nil
+      @grace = 0.0
+      @dropped_at = nil
+      @answers = 0
+      @ack_call = nil
+      @hint = nil
+      @next_index = 0
+      @holds = 0
+      @reconnector = nil
+      @dialing_socket = nil
+      @last_error = nil
+    end
+
+    def new_session_id
+      loop do
+        id = SecureRandom.random_bytes(Protocol::Size::SESSION_ID)
+        return id unless id.bytes.all?(&:zero?)
+      end
+    end
+
+    def log(level, message)
+      @config.logger&.public_send(level, "ticketing: #{message}")
+    end
+
+    # Gives +call+ the next request id and queues its frame. @mutex must be held.
+    def assign_locked(call, conn, now)
+      call.id = @next_id
+      @next_id += 1
+      call.t_send = now
+      @pending[call.id] = call
+      conn.enqueue(call.frame)
+    end
+
+    def abandon_locked(call, reason)
+      call.abandoned = true
+      if call.id.nil?
+        # Never sent: nothing to withdraw.
+        @backlog.delete(call)
+        call.answered = true
+        call.finished = true
+        call.cleanup_done = true
+      end
+      reason
+    end
+
+    def demand_locked?
+      !@pending.empty? || !@backlog.empty? || @holds.positive?
+    end
+
+    def parse_hint(data)
+      text = data.to_s.dup.force_encoding(Encoding::UTF_8)
+      return nil if text.empty? || !text.valid_encoding?
+
+      Endpoint.parse(text)
+    rescue InvalidArgumentError
+      nil
+    end
+
+    # Sends ACK when ACK_EVERY answers came since the last one and none is outstanding.
+    # @mutex must be held.
+    def maybe_ack_locked
+      return if @answers < Protocol::ClientRule::ACK_EVERY || @ack_call || @state != :ready
+
+      lowest = @pending.each_value.find { |c| c.op != Protocol::Op::ACQUIRE }&.id || @next_id
+      ack = Call.new(Protocol::Op::ACK, token: lowest)
+      ack.hook = lambda do |_resp, _err, _abandoned|
+        @mutex.synchronize { @ack_call = nil if @ack_call.equal?(ack) }
+        nil
+      end
+      @ack_call = ack
+      @answers = 0
+      assign_locked(ack, @conn, Scheduler.now)
+    end
+
+    def handle_push(conn, resp)
+      case resp.op
+      when Protocol::Op::EXPIRED
+        return unless @mutex.synchronize { conn.equal?(@conn) }
+
+        @events.__send__(:lock_expired, resp.token, resp.data, resp.detail)
+      when Protocol::Op::GOAWAY
+        hint = parse_hint(resp.data)
+        @mutex.synchronize { @hint = hint if hint }
+        log(:info, "#{conn}: GOAWAY (reason #{resp.detail}, leader: #{hint || 'unknown'}); reconnecting")
+        connection_failed(conn, nil, advance: hint.nil?, reconnect: true)
+      when 0
+        log(:warn, "#{conn}: the server rejected a frame: #{resp.data.dup.force_encoding(Encoding::UTF_8).scrub}")
+      else
+        log(:debug, "#{conn}: ignoring push op #{resp.op}")
+      end
+    end
+
+    def deliver(call, resp, error, abandoned)
+      value = nil
+      begin
+        value = call.hook&.call(resp, error, abandoned)
+      rescue StandardError => e
+        log(:error, "internal callback failed: #{e.class}: #{e.message}")
+      end
+      @mutex.synchronize do
+        call.response = resp
+        call.error = error
+        call.value = value
+        call.finished = true
+        # An abandoned ACQUIRE granted after all is cleaned up once its release is answered.
+        granted = resp && resp.status == Protocol::Status::OK
+        call.cleanup_done = true unless call.abandoned && call.op == Protocol::Op::ACQUIRE && granted
+        call.cond.broadcast
+      end
+    end
+
+    # Fails +calls+ (already removed from @pending/@backlog and marked answered), each with its
+    # own exception of +klass+.
+    def deliver_all(calls, klass, message)
+      calls.each do |call|
+        what = call.key.empty? ? call.op_name : "#{call.op_name} #{Errors.describe_key(call.key)}"
+        deliver(call, nil, klass.new("#{what} #{message}"), call.abandoned)
+      end
+    end
+
+    # Tries the leader hint, then every endpoint once from @next_index. Returns a Connection.
+    def dial_round
+      hint, start = @mutex.synchronize { [@hint, @next_index] }
+      endpoints = @config.endpoints
+      targets = []
+      targets << [hint, endpoints.index(hint)] if hint
+      endpoints.size.times do |i|
+        j = (start + i) % endpoints.size
+        targets << [endpoints[j], j] unless endpoints[j] == hint
+      end
+      errors = []
+      hints = 0
+      until targets.empty?
+        endpoint, index = targets.shift
+        begin
+          conn = open_connection(endpoint, index)
+          @mutex.synchronize do
+            @hint = nil
+            @next_index = index if index
+          end
+          return conn
+        rescue Connection::Redirect => e
+          errors << e
+          leader = parse_hint(e.hint)
+          if leader && hints < MAX_HINTS_PER_ROUND
+            hints += 1
+            targets.unshift([leader, endpoints.index(leader)])
+          end
+        rescue AuthFailedError, UnsupportedVersionError, ClosedError
+          raise
+        rescue Error => e
+          errors << e
+        end
+      end
+      raise combine_errors(errors)
+    end
+
+    def open_connection(endpoint, index)
+      session_id = @mutex.synchronize do
+        raise ClosedError, "the client is closed" if @state == :closed
+
+        @session_id
+      end
+      Connection.open(endpoint, index: index, session_id: session_id, token: @config.token,
+                                tls_context: @config.tls_context, server_name: @config.server_name,
+                                deadline: Scheduler.now + @config.connect_timeout,
+                                on_socket: ->(sock) { track_dial(sock) })
+    ensure
+      track_dial(nil)
+    end
+
+    def track_dial(sock)
+      closed = @mutex.synchronize do
+        @dialing_socket = sock
+        @state == :closed
+      end
+      Connection.close_quietly(sock) if closed && sock
+    end
+
+    def combine_errors(errors)
+      errors = errors.map { |e| e.is_a?(Connection::Redirect) ? UnavailableError.new(e.message) : e }
+      return errors.first if errors.size == 1
+
+      klass = errors.map(&:class).uniq.size == 1 ? errors.first.class : UnavailableError
+      klass.new(errors.map(&:message).join("; "))
+    end
+
+    # Makes +conn+ the session's connection: checks the state id and the resumed flag, re-sends
+    # unanswered requests, then the backlog, and starts the connection's threads. Returns :ok,
+    # :redial (the server restarted: start over with a new session id) or :closed.
+    def install(conn)
+      welcome = conn.welcome
+      failed = []
+      failure = nil
+      restarted = false
+      @mutex.synchronize do
+        if @state == :closed
+          conn.close
+          return :closed
+        end
+        if @state_id && welcome.state_id != @state_id
+          restarted = true
+          failed = @pending.values
+          failed.each { |c| c.answered = true }
+          @pending.clear
+          @session_id = new_session_id
+          @next_id = 1
+          @state_id = nil
+          @ack_call = nil
+          @answers = 0
+        else
+          @state_id ||= welcome.state_id
+          unless welcome.resumed? || @pending.empty?
+            failed = @pending.values
+            @pending.clear
+            @ack_call = nil
+            failure = "failed: the connection was lost and the session could not be resumed " \
+                      "(its outcome is unknown)"
+          end
+          failed.each { |c| c.answered = true }
+          @grace = welcome.session_grace_ms / 1000.0
+          @conn = conn
+          @state = :ready
+          @dropped_at = nil
+          @last_error = nil
+          now = Scheduler.now
+          @pending.each_value do |c|
+            c.t_send = now
+            c.retried = true
+            conn.enqueue(c.frame)
+          end
+          @backlog.each { |c| assign_locked(c, conn, now) }
+          @backlog.clear
+          conn.start(self)
+          @state_cond.broadcast
+        end
+      end
+      if restarted
+        conn.close
+        log(:warn, "#{conn}: the server's state id changed (it restarted): every lock is lost")
+        deliver_all(failed, ServerRestartedError, "failed: the server restarted (its state id changed)")
+        @events.__send__(:server_restarted)
+        return :redial
+      end
+      deliver_all(failed, ConnectionLostError, failure) if failure
+      schedule_heartbeat(conn)
+      :ok
+    end
+
+    def start_reconnector_locked
+      return if @reconnector || @state != :disconnected
+
+      @reconnector = Thread.new { reconnect_loop }
+      @reconnector.name = "ticketing-reconnect" if @reconnector.respond_to?(:name=)
+    end
+
+    # Reconnects with backoff while something needs the connection: unanswered calls (until the
+    # session grace has passed), calls waiting for a connection (until their own timeouts), or
+    # held locks (until their deadlines). Bounded by that demand.
+    def reconnect_loop
+      attempt = 0
+      redials = 0
+      loop do
+        if attempt.positive?
+          delay = [@config.reconnect_delay * (2**[attempt - 1, 16].min), @config.reconnect_delay_max].min
+          delay = (delay / 2) + (rand * delay / 2)
+          @mutex.synchronize { @state_cond.wait(@mutex, delay) if @state == :disconnected }
+        end
+        expired = @mutex.synchronize do
+          return reconnector_done_locked unless @state == :disconnected
+
+          expire_grace_locked
+        end
+        deliver_all(expired, ConnectionLostError, "failed: the connection was lost and the session grace passed")
+        @mutex.synchronize do
+          # The first attempt always runs (a planned move, a restart); later ones while needed.
+          return reconnector_done_locked unless @state == :disconnected && (attempt.zero? || demand_locked?)
+        end
+        begin
+          if install(dial_round) == :redial && (redials += 1) <= 3
+            attempt = 0
+            next
+          end
+          return @mutex.synchronize { reconnector_done_locked }
+        rescue ClosedError
+          return @mutex.synchronize { reconnector_done_locked }
+        rescue AuthFailedError, UnsupportedVersionError => e
+          fail_everything(e)
+          return @mutex.synchronize { reconnector_done_locked }
+        rescue Error => e
+          @mutex.synchronize { @last_error = e }
+          log(:warn, "reconnect failed: #{e.message}")
+          attempt += 1
+        end
+      end
+    rescue StandardError => e
+      log(:error, "reconnector failed: #{e.class}: #{e.message}")
+      @mutex.synchronize { reconnector_done_locked }
+    end
+
+    def reconnector_done_locked
+      @reconnector = nil if @reconnector == Thread.current
+      nil
+    end
+
+    # Takes the unanswered calls once the grace has passed since the drop.
+    def expire_grace_locked
+      return [] if @dropped_at.nil? || Scheduler.now - @dropped_at < @grace || @pending.empty?
+
+      calls = @pending.values
+      @pending.clear
+      @ack_call = nil
+      calls.each { |c| c.answered = true }
+      calls
+    end
+
+    def fail_everything(error)
+      calls = @mutex.synchronize do
+        list = @pending.values + @backlog
+        @pending.clear
+        @backlog.clear
+        @ack_call = nil
+        list.each { |c| c.answered = true }
+        list
+      end
+      log(:error, "reconnect refused: #{error.message}")
+      deliver_all(calls, error.class, "failed: #{error.message}")
+    end
+
+    # The heartbeat: after heartbeat_interval without receiving anything, PING; a PING unanswered
+    # within the request timeout fails the connection.
+    def schedule_heartbeat(conn)
+      interval = @config.heartbeat_interval
+      return if interval.nil? || interval.zero?
+
+      @scheduler.after([interval / 4.0, 0.01].max) { heartbeat_tick(conn) }
+    end
+
+    def heartbeat_tick(conn)
+      interval = @config.heartbeat_interval
+      stalled = @mutex.synchronize do
+        return unless conn.equal?(@conn)
+
+        now = Scheduler.now
+        if conn.ping_sent_at
+          now - conn.ping_sent_at > @config.request_timeout
+        elsif now - conn.last_recv >= interval
+          ping = Call.new(Protocol::Op::PING)
+          ping.hook = lambda do |_resp, _err, _abandoned|
+            @mutex.synchronize { conn.ping_sent_at = nil }
+            nil
+          end
+          conn.ping_sent_at = now
+          assign_locked(ping, conn, now)
+          false
+        else
+          false
+        end
+      end
+      if stalled
+        connection_failed(conn, TimeoutError.new("#{conn}: heartbeat: no answer within #{@config.request_timeout} s"))
+      else
+        schedule_heartbeat(conn)
+      end
+    end
+  end
+end

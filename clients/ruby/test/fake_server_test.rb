@@ -1,0 +1,766 @@
+# frozen_string_literal: true
+
+require_relative "fake_server"
+
+# The protocol paths a real single node cannot easily produce, against FakeServer.
+class FakeServerTest < Minitest::Test
+  include TestHelper
+  P = Ticketing::Protocol
+  TOKEN = "s3cret token"
+
+  def setup
+    @servers = []
+    @clients = []
+  end
+
+  def teardown
+    @clients.each(&:close)
+    @servers.each(&:close)
+  end
+
+  def server(**opts, &handler)
+    FakeServer.new(**opts, &handler).tap { |s| @servers << s }
+  end
+
+  def client(srv, **opts)
+    endpoints = opts.delete(:endpoints) || [srv.endpoint]
+    Ticketing::Client.new(endpoints: endpoints, request_timeout: 2.0, connect_timeout: 2.0,
+                          reconnect_delay: 0.01, reconnect_delay_max: 0.05, **opts).tap { |c| @clients << c }
+  end
+
+  # ---- handshake ------------------------------------------------------------------------------
+
+  def test_handshake_with_token_verifies_both_proofs
+    srv = server(token: TOKEN)
+    c = client(srv, token: TOKEN).connect
+    assert c.connected?
+    hello = srv.hellos.first
+    assert_equal c.session_id, hello.session_id
+    assert_equal 1, hello.version
+    refute_equal "\0" * 16, hello.session_id
+    assert_equal 32, hello.nonce.bytesize
+    assert_in_delta 0, c.ping, 1.0
+  end
+
+  def test_server_with_wrong_proof_is_refused
+    srv = server(token: TOKEN)
+    srv.proof_token = "another token"
+    err = assert_raises(Ticketing::AuthFailedError) { client(srv, token: TOKEN).connect }
+    assert_match(/proof did not verify/, err.message)
+  end
+
+  def test_token_refuses_a_server_without_auth
+    srv = server
+    err = assert_raises(Ticketing::AuthFailedError) { client(srv, token: TOKEN).connect }
+    assert_match(/does not require a token/, err.message)
+  end
+
+  def test_wrong_token_and_missing_token
+    srv = server(token: TOKEN)
+    err = assert_raises(Ticketing::AuthFailedError) { client(srv, token: "wrong").connect }
+    assert_match(/wrong token/, err.message)
+    err = assert_raises(Ticketing::AuthFailedError) { client(srv).connect }
+    assert_match(/requires a token/, err.message)
+  end
+
+  def test_challenge_errors
+    srv = server
+    srv.challenge_override = { status: P::Status::UNSUPPORTED_VERSION, data: "unsupported protocol version" }
+    assert_raises(Ticketing::UnsupportedVersionError) { client(srv).connect }
+    srv.challenge_override = { status: P::Status::BUSY, detail: 1, data: "too many connections" }
+    err = assert_raises(Ticketing::BusyError) { client(srv).connect }
+    assert_equal :connections, err.limit
+  end
+
+  def test_challenge_not_leader_hint_is_followed
+    leader = server
+    follower = server
+    follower.challenge_override = { status: P::Status::NOT_LEADER, data: leader.endpoint }
+    leader.state_id = follower.state_id
+    c = client(follower).connect
+    assert c.connected?
+    assert_equal 1, leader.hellos.size
+    refute_nil c.acquire("k", lease: 5)
+  end
+
+  def test_unreachable_is_unavailable
+    port = TCPServer.open("127.0.0.1", 0) { |s| s.addr[1] }
+    started = now
+    err = assert_raises(Ticketing::UnavailableError) do
+      Ticketing::Client.new(endpoints: ["127.0.0.1:#{port}"], connect_timeout: 1).connect
+    end
+    assert_match(/127.0.0.1:#{port}/, err.message)
+    assert_operator now - started, :<, 2
+  end
+
+  def test_half_open_server_times_out
+    listener = TCPServer.new("127.0.0.1", 0)
+    started = now
+    assert_raises(Ticketing::TimeoutError) do
+      Ticketing::Client.new(endpoints: ["127.0.0.1:#{listener.addr[1]}"], connect_timeout: 0.5).connect
+    end
+    assert_operator now - started, :<, 2
+  ensure
+    listener&.close
+  end
+
+  def test_tls_answer_to_plaintext_says_so
+    listener = TCPServer.new("127.0.0.1", 0)
+    t = Thread.new do
+      s = listener.accept
+      s.write("\x15\x03\x03\x00\x02\x02\x32".b)
+      sleep 0.5
+      s.close
+    end
+    err = assert_raises(Ticketing::TLSError) do
+      Ticketing::Client.new(endpoints: ["127.0.0.1:#{listener.addr[1]}"], connect_timeout: 2).connect
+    end
+    assert_match(/is the server using TLS/, err.message)
+  ensure
+    t&.join(2)
+    listener&.close
+  end
+
+  # ---- requests ---------------------------------------------------------------------------------
+
+  def test_request_ids_in_send_order_and_pipelining
+    srv = server do |s, _conn, req|
+      req.op == P::Op::ACQUIRE && req.key == "slow" ? :silent : s.default_answer(req)
+    end
+    c = client(srv).connect
+    waiter = Thread.new { c.acquire("slow", lease: 5) }
+    srv.wait_request { |r| r.key == "slow" }
+    5.times { c.ping }                        # answered while the acquire waits
+    lock = c.acquire("fast", lease: 5)
+    assert_equal 101, lock.token
+    ids = srv.requests.map(&:id)
+    assert_equal (1..ids.size).to_a, ids
+    assert waiter.alive?
+  ensure
+    waiter&.kill
+  end
+
+  def test_acquire_returns_lock_with_deadline_from_send_time
+    srv = server { |_s, _c, req| req.op == P::Op::ACQUIRE ? [{ token: 7, lease_ms: 2000, detail: 300 }] : :default }
+    c = client(srv).connect
+    before = now
+    lock = c.acquire("k", lease: 2)
+    after = now
+    assert_equal 7, lock.token
+    assert_equal 2.0, lock.lease
+    assert_equal "k", lock.key
+    # deadline = t_send + (queued + lease) * (1 - 2 rho), with t_send between before and after
+    assert_operator lock.deadline, :>=, before + (2.3 * 0.998) - 1e-6
+    assert_operator lock.deadline, :<=, after + (2.3 * 0.998) + 1e-6
+    refute lock.lost?
+  end
+
+  def test_wait_timeout_returns_nil_and_lock_bang_raises
+    srv = server { |_s, _c, req| req.op == P::Op::ACQUIRE ? [{ status: P::Status::TIMED_OUT }] : :default }
+    c = client(srv).connect
+    assert_nil c.acquire("k", lease: 1, timeout: 0.2)
+    assert_nil c.try_acquire("k", lease: 1)
+    assert_equal 200, srv.requests(P::Op::ACQUIRE).first.wait_ms
+    assert_equal 0, srv.requests(P::Op::ACQUIRE).last.wait_ms
+    assert_raises(Ticketing::NotAcquiredError) { c.lock!("k", lease: 1, timeout: 0) { flunk } }
+    assert_nil(c.lock("k", lease: 1, timeout: 0) { |l| l })
+  end
+
+  def test_status_errors
+    srv = server do |_s, _c, req|
+      case req.key
+      when "busy" then [{ status: P::Status::BUSY, detail: 2, data: "too many waiters on this key" }]
+      when "bad" then [{ status: P::Status::INVALID, detail: 4, data: "key too long" }]
+      when "odd" then [{ status: 42, data: "new status" }]
+      else :default
+      end
+    end
+    c = client(srv).connect
+    err = assert_raises(Ticketing::BusyError) { c.acquire("busy", lease: 1) }
+    assert_equal :waiters_per_key, err.limit
+    assert_match(/busy.*waiters_per_key|WAITERS_PER_KEY/i, err.message)
+    err = assert_raises(Ticketing::InvalidArgumentError) { c.acquire("bad", lease: 1) }
+    assert_equal :key, err.field
+    err = assert_raises(Ticketing::ServerError) { c.acquire("odd", lease: 1) }
+    assert_equal 42, err.status
+  end
+
+  # ---- resume -----------------------------------------------------------------------------------
+
+  def test_resume_resends_unanswered_requests_with_their_ids_first
+    dropped = false
+    srv = server do |s, _conn, req|
+      if req.op == P::Op::ACQUIRE && !dropped
+        dropped = true
+        :drop # the answer is lost with the connection
+      else
+        s.default_answer(req)
+      end
+    end
+    c = client(srv).connect
+    lock = c.acquire("k", lease: 5)
+    refute_nil lock
+    acquires = srv.requests(P::Op::ACQUIRE)
+    assert_equal 2, acquires.size
+    assert_equal acquires[0].id, acquires[1].id, "re-sent with its original id"
+    assert_equal 2, srv.hellos.size
+    assert_equal srv.hellos[0].session_id, srv.hellos[1].session_id
+    assert_equal srv.received.last.conn, srv.last_conn
+    c.ping
+    assert_operator srv.requests.last.id, :>, acquires[1].id
+  end
+
+  def test_not_resumed_fails_unanswered_requests_connection_lost
+    dropped = false
+    srv = server(resume: false) do |s, _conn, req|
+      if req.op == P::Op::RELEASE && !dropped
+        dropped = true
+        :drop
+      else
+        s.default_answer(req)
+      end
+    end
+    c = client(srv).connect
+    lock = c.acquire("k", lease: 30)
+    err = assert_raises(Ticketing::ConnectionLostError) { c.release("other", 5) }
+    assert_match(/could not be resumed/, err.message)
+    refute lock.lost?, "held locks keep their deadlines"
+  end
+
+  def test_changed_state_id_loses_every_lock_and_starts_a_new_session
+    srv = server { |s, _c, req| req.key == "wait" ? :silent : s.default_answer(req) }
+    c = client(srv).connect
+    lost = Queue.new
+    lock = c.acquire("k", lease: 30)
+    lock.on_lost { |l, reason| lost << [l.token, reason] }
+    waiter = Thread.new do
+      c.acquire("wait", lease: 5)
+    rescue Ticketing::Error => e
+      e
+    end
+    srv.wait_request { |r| r.key == "wait" }
+    old_session = c.session_id
+    srv.state_id = SecureRandom.random_bytes(16)
+    srv.drop_all
+    assert_instance_of Ticketing::ServerRestartedError, waiter.value
+    assert_equal [lock.token, :server_restarted], lost.pop
+    assert_equal :server_restarted, lock.lost_reason
+    assert(eventually { srv.hellos.size >= 3 }, "srv.hellos.size >= 3")
+    refute_equal old_session, srv.hellos.last.session_id
+    assert_equal c.session_id, srv.hellos.last.session_id
+    # Never re-queued: the waiting acquire was sent once.
+    assert_equal 1, srv.requests.count { |r| r.key == "wait" }
+    err = assert_raises(Ticketing::LockLostError) { lock.release }
+    assert_equal :server_restarted, err.reason
+    refute_nil c.acquire("k2", lease: 1)
+    assert_equal 1, srv.requests.last.id, "the new session counts ids from 1"
+  end
+
+  def test_session_grace_passing_fails_pending_calls
+    srv = server(grace_ms: 200) { |_s, _c, req| req.op == P::Op::ACQUIRE ? :silent : :default }
+    c = client(srv).connect
+    waiter = Thread.new do
+      c.acquire("k", lease: 5)
+    rescue Ticketing::Error => e
+      e
+    end
+    srv.wait_request { |r| r.op == P::Op::ACQUIRE }
+    srv.close # nobody answers any more
+    started = now
+    assert_instance_of Ticketing::ConnectionLostError, waiter.value
+    assert_operator now - started, :<, 3
+  end
+
+  # ---- redirects ----------------------------------------------------------------------------------
+
+  def test_not_leader_answer_is_resent_with_the_same_id_to_the_leader
+    leader = server
+    follower = server do |_s, _c, req|
+      [{ status: P::Status::NOT_LEADER, data: leader.endpoint }] if req.op == P::Op::ACQUIRE
+    end
+    leader.state_id = follower.state_id # one cluster: one state id, replicated sessions
+    leader.sessions = follower.sessions
+    c = client(follower).connect
+    lock = c.acquire("k", lease: 5)
+    refute_nil lock
+    assert_equal follower.requests(P::Op::ACQUIRE).first.id, leader.requests(P::Op::ACQUIRE).first.id
+    assert_equal follower.hellos.first.session_id, leader.hellos.first.session_id
+  end
+
+  def test_goaway_moves_to_the_hinted_leader_and_keeps_locks
+    leader = server
+    old = server
+    leader.state_id = old.state_id
+    leader.sessions = old.sessions
+    c = client(old).connect
+    lock = c.acquire("k", lease: 30)
+    old.push(op: P::Op::GOAWAY, detail: 1, data: leader.endpoint)
+    assert(eventually { leader.hellos.size == 1 }, "leader.hellos.size == 1")
+    assert_equal c.session_id, leader.hellos.first.session_id
+    refute lock.lost?
+    c.ping
+    assert_equal 1, leader.requests.size
+  end
+
+  # ---- pushes and the lost signal -------------------------------------------------------------------
+
+  def test_expired_push_fires_lost_once
+    srv = server
+    c = client(srv).connect
+    lock = c.acquire("k", lease: 30)
+    reasons = Queue.new
+    lock.on_lost { |_l, reason| reasons << reason }
+    srv.push(op: P::Op::EXPIRED, token: lock.token + 1000, detail: 1, data: "k") # not ours: ignored
+    srv.push(op: 0x7e, detail: 1)                                                # unknown push: ignored
+    srv.push(op: P::Op::EXPIRED, token: lock.token, detail: 1, data: "k")
+    srv.push(op: P::Op::EXPIRED, token: lock.token, detail: 2, data: "k")
+    assert_equal :expired, reasons.pop
+    assert lock.wait_lost(1)
+    assert_equal :expired, lock.lost_reason
+    c.ping
+    assert_equal 0, reasons.size
+    err = assert_raises(Ticketing::LockLostError) { lock.release }
+    assert_equal :expired, err.reason
+    assert_equal 1, srv.requests(P::Op::RELEASE).size, "a lost lock's release still tells the server"
+  end
+
+  def test_stopping_push_reason
+    srv = server
+    c = client(srv).connect
+    lock = c.acquire("k", lease: 30)
+    srv.push(op: P::Op::EXPIRED, token: lock.token, detail: 2, data: "k")
+    assert lock.wait_lost(2)
+    assert_equal :server_stopping, lock.lost_reason
+  end
+
+  def test_local_deadline_fires_before_the_lease
+    srv = server
+    c = client(srv).connect
+    sent = now
+    lock = c.acquire("k", lease: 0.3)
+    received = now
+    # deadline = t_send + lease * (1 - 2 rho); the signal fires min(5 ms, lease/10) before it.
+    assert_operator lock.deadline, :>=, sent + (0.3 * 0.998)
+    assert_operator lock.deadline, :<=, received + (0.3 * 0.998)
+    fire_at = lock.deadline - 0.005
+    reason = Queue.new
+    lock.on_lost { |_l, r| reason << [r, now] }
+    sleep 0.01 while now < fire_at - 0.02
+    refute lock.lost?, "not lost before its time" if now < fire_at
+    sleep 0.001 while now < fire_at
+    assert lock.lost?, "lost? is exact at the firing time, whatever the timer's latency"
+    assert_equal :expired, lock.lost_reason
+    r, at = reason.pop
+    assert_equal :expired, r
+    assert_operator at, :>=, fire_at
+    assert_operator at - sent, :<, 0.4, "the callback follows promptly (thread scheduling permitting)"
+  end
+
+  def test_release_not_held_marks_lost
+    srv = server { |_s, _c, req| req.op == P::Op::RELEASE ? [{ status: P::Status::NOT_HELD }] : :default }
+    c = client(srv).connect
+    lock = c.acquire("k", lease: 30)
+    events = Queue.new
+    lock.on_lost { |_l, r| events << r }
+    err = assert_raises(Ticketing::LockLostError) { lock.release }
+    assert_equal :not_held, err.reason
+    assert_equal :not_held, events.pop
+    assert_raises(Ticketing::LockLostError) { lock.release }
+    assert_equal 1, srv.requests(P::Op::RELEASE).size
+  end
+
+  def test_release_by_token_not_held
+    srv = server
+    c = client(srv).connect
+    err = assert_raises(Ticketing::NotHeldError) { c.release("k", 99) }
+    assert_equal 99, err.token
+    assert_match(/key "k" token 99/, err.message)
+  end
+
+  def test_extend_moves_deadline_and_not_held_loses
+    srv = server
+    c = client(srv).connect
+    lock = c.acquire("k", lease: 1)
+    before = now
+    assert_equal 5.0, lock.extend(lease: 5)
+    assert_operator lock.deadline, :>, before + 4.9
+    req = srv.requests(P::Op::EXTEND).last
+    assert_equal [lock.token, 5000, "k"], [req.token, req.lease_ms, req.key]
+    c.release("k", lock.token) # someone releases it by token
+    err = assert_raises(Ticketing::LockLostError) { lock.extend }
+    assert_equal :not_held, err.reason
+    assert_equal :not_held, lock.lost_reason
+    # Object#extend still works
+    lock2 = c.acquire("k2", lease: 1)
+    lock2.extend(Comparable)
+    assert_kind_of Comparable, lock2
+  end
+
+  def test_keep_alive_extends_until_release_and_never_after
+    srv = server
+    c = client(srv).connect
+    lock = c.acquire("k", lease: 0.15, keep_alive: true)
+    assert lock.keep_alive?
+    assert(eventually { srv.requests(P::Op::EXTEND).size >= 4 }, "srv.requests(P::Op::EXTEND).size >= 4")
+    refute lock.lost?
+    lock.release
+    count = srv.requests(P::Op::EXTEND).size
+    release_id = srv.requests(P::Op::RELEASE).last.id
+    sleep 0.3 # no extend may follow the release: watch for a while
+    assert_equal count, srv.requests(P::Op::EXTEND).size
+    assert(srv.requests(P::Op::EXTEND).all? { |r| r.id < release_id })
+    refute lock.lost?
+  end
+
+  def test_keep_alive_stops_at_max_hold
+    srv = server
+    c = client(srv).connect
+    lock = c.acquire("k", lease: 0.15, keep_alive: true, max_hold: 0.2)
+    assert lock.wait_lost(3)
+    assert_equal :expired, lock.lost_reason
+    assert_operator srv.requests(P::Op::EXTEND).size, :<=, 5
+  end
+
+  def test_inspect_key_and_verify
+    srv = server
+    c = client(srv).connect
+    lock = c.acquire("k", lease: 5)
+    assert lock.verify
+    info = c.inspect_key("k")
+    assert info.held?
+    refute info.token_match?
+    assert_nil info.token
+    info = c.inspect_key("k", token: lock.token)
+    assert info.token_match?
+    assert_equal lock.token, info.token
+    c.release("k", lock.token)
+    refute lock.verify
+  end
+
+  # ---- cancellation -----------------------------------------------------------------------------
+
+  def test_cancel_sends_cancel_and_raises
+    srv = server do |_s, conn, req|
+      case req.op
+      when P::Op::ACQUIRE then :silent
+      when P::Op::CANCEL
+        conn.send_frame(op: P::Op::ACQUIRE, id: req.token, status: P::Status::CANCELLED)
+        [{ detail: 1 }]
+      else :default
+      end
+    end
+    c = client(srv).connect
+    cancel = Ticketing::Cancellation.new
+    waiter = Thread.new do
+      c.acquire("k", lease: 5, cancel: cancel)
+    rescue Ticketing::Error => e
+      e
+    end
+    acquire = srv.wait_request { |r| r.op == P::Op::ACQUIRE }
+    cancel.cancel
+    assert_instance_of Ticketing::CancelledError, waiter.value
+    assert_equal acquire.id, srv.requests(P::Op::CANCEL).first.token
+    assert_empty srv.requests(P::Op::RELEASE)
+    assert_raises(Ticketing::CancelledError) { c.acquire("k", lease: 5, cancel: cancel) }
+  end
+
+  def test_grant_racing_a_cancel_is_released
+    granted = nil
+    srv = server do |s, conn, req|
+      case req.op
+      when P::Op::ACQUIRE then :silent
+      when P::Op::CANCEL
+        granted = s.grant_token
+        conn.send_frame(op: P::Op::ACQUIRE, id: req.token, token: granted, lease_ms: 5000)
+        [{ detail: 0 }]
+      else [{}]
+      end
+    end
+    c = client(srv).connect
+    cancel = Ticketing::Cancellation.new
+    waiter = Thread.new do
+      c.acquire("k", lease: 5, cancel: cancel)
+    rescue Ticketing::Error => e
+      e
+    end
+    srv.wait_request { |r| r.op == P::Op::ACQUIRE }
+    cancel.cancel
+    assert_instance_of Ticketing::CancelledError, waiter.value
+    release = srv.wait_request(2) { |r| r.op == P::Op::RELEASE }
+    refute_nil release
+    assert_equal [granted, "k"], [release.token, release.key]
+  end
+
+  def test_cancel_while_disconnected_goes_on_the_next_connection
+    srv = server do |_s, conn, req|
+      case req.op
+      when P::Op::ACQUIRE then :silent
+      when P::Op::CANCEL
+        conn.send_frame(op: P::Op::ACQUIRE, id: req.token, status: P::Status::CANCELLED)
+        [{ detail: 1 }]
+      else :default
+      end
+    end
+    c = client(srv).connect
+    cancel = Ticketing::Cancellation.new
+    waiter = Thread.new do
+      c.acquire("k", lease: 5, cancel: cancel)
+    rescue Ticketing::Error => e
+      e
+    end
+    acquire = srv.wait_request { |r| r.op == P::Op::ACQUIRE }
+    srv.paused = true
+    srv.drop_all
+    assert(eventually { !c.connected? }, "disconnected")
+    cancel.cancel
+    srv.paused = false
+    assert_instance_of Ticketing::CancelledError, waiter.value
+    after = srv.received.select { |r| r.conn == srv.last_conn }.map(&:req)
+    assert_equal [[P::Op::ACQUIRE, acquire.id], [P::Op::CANCEL, acquire.id]],
+                 after.first(2).map { |r| [r.op, r.op == P::Op::CANCEL ? r.token : r.id] },
+                 "the retried ACQUIRE first, then its CANCEL"
+  end
+
+  def test_endpoints_are_tried_in_order
+    port = TCPServer.open("127.0.0.1", 0) { |s| s.addr[1] }
+    srv = server
+    c = client(srv, endpoints: ["127.0.0.1:#{port}", srv.endpoint]).connect
+    assert c.connected?
+    assert_equal ["127.0.0.1:#{port}", srv.endpoint], c.endpoints
+  end
+
+  def test_shutting_down_moves_to_the_next_endpoint
+    stopping = server { |_s, _c, req| req.op == P::Op::ACQUIRE ? [{ status: P::Status::SHUTTING_DOWN }] : :default }
+    other = server
+    other.state_id = stopping.state_id
+    other.sessions = stopping.sessions
+    c = client(stopping, endpoints: [stopping.endpoint, other.endpoint]).connect
+    lock = c.acquire("k", lease: 5)
+    refute_nil lock
+    assert_equal 1, other.requests(P::Op::ACQUIRE).size
+    single = client(stopping).connect
+    assert_raises(Ticketing::ShuttingDownError) { single.acquire("k", lease: 5) }
+  end
+
+  def test_interrupted_acquire_is_withdrawn
+    srv = server { |_s, _c, req| req.op == P::Op::ACQUIRE ? :silent : :default }
+    c = client(srv).connect
+    waiter = Thread.new { c.acquire("k", lease: 5) }
+    waiter.report_on_exception = false
+    acquire = srv.wait_request { |r| r.op == P::Op::ACQUIRE }
+    waiter.raise(Interrupt)
+    assert_raises(Interrupt) { waiter.join }
+    cancel = srv.wait_request(2) { |r| r.op == P::Op::CANCEL }
+    assert_equal acquire.id, cancel&.token
+  end
+
+  def test_acquire_wait_timeout_bounds_the_call
+    srv = server do |_s, conn, req|
+      case req.op
+      when P::Op::ACQUIRE then :silent # a frozen queue: no TIMED_OUT comes
+      when P::Op::CANCEL
+        conn.send_frame(op: P::Op::ACQUIRE, id: req.token, status: P::Status::CANCELLED)
+        [{ detail: 1 }]
+      else :default
+      end
+    end
+    c = client(srv, request_timeout: 0.3).connect
+    started = now
+    assert_raises(Ticketing::TimeoutError) { c.acquire("k", lease: 5, timeout: 0.2) }
+    assert_in_delta 0.5, now - started, 0.4
+    refute_nil srv.wait_request(2) { |r| r.op == P::Op::CANCEL }
+  end
+
+  # ---- liveness ----------------------------------------------------------------------------------
+
+  def test_request_timeout_and_heartbeat_detect_a_frozen_server
+    frozen = false
+    srv = server { |s, _c, req| frozen ? :silent : s.default_answer(req) }
+    c = client(srv, request_timeout: 0.3, heartbeat_interval: 0.1).connect
+    c.ping
+    frozen = true
+    started = now
+    assert_raises(Ticketing::TimeoutError) { c.ping }
+    assert_in_delta 0.3, now - started, 0.25
+    # The heartbeat PING goes unanswered: the connection is dropped and a new one made.
+    assert(eventually(3) { srv.connection_count >= 2 }, "srv.connection_count >= 2")
+    assert_operator srv.connection_count, :>=, 2
+    assert(srv.requests(P::Op::PING).size >= 2)
+  end
+
+  def test_heartbeat_pings_an_idle_connection
+    srv = server
+    c = client(srv, heartbeat_interval: 0.05).connect
+    assert(eventually(2) { srv.requests(P::Op::PING).size >= 3 }, "srv.requests(P::Op::PING).size >= 3")
+    assert_operator srv.requests(P::Op::PING).size, :>=, 3
+    assert_equal 1, srv.connection_count
+    assert c.connected?
+  end
+
+  def test_ack_every_1024_answers
+    srv = server
+    c = client(srv, heartbeat_interval: 0).connect
+    lock = c.acquire("held", lease: 60) # an ACQUIRE never holds ACK back
+    threads = 4.times.map { Thread.new { 300.times { c.ping } } }
+    threads.each(&:join)
+    acks = srv.requests(P::Op::ACK)
+    assert_equal 1, acks.size
+    ack = acks.first
+    # x: the lowest id still awaited that is not an ACQUIRE, else the next id: never above the
+    # ACK's own id, and above every id answered before it.
+    assert_operator ack.token, :<=, ack.id
+    assert_operator ack.token, :>, 1024
+    refute_nil lock
+  end
+
+  def test_malformed_frame_from_server_reconnects
+    srv = server
+    c = client(srv).connect
+    srv.last_conn.send_frame("\x00\x00\x00\x05garbage".b) # length below the header
+    assert(eventually { !c.connected? }, "the connection is dropped")
+    assert_in_delta 0, c.ping, 1, "the next call reconnects"
+    assert_equal 2, srv.connection_count
+  end
+
+  def test_answer_with_the_wrong_op_drops_the_connection
+    lied = false
+    srv = server do |s, _c, req|
+      if req.op == P::Op::PING && !lied
+        lied = true
+        [{ op: P::Op::RELEASE }] # an answer that does not fit its request
+      else
+        s.default_answer(req)
+      end
+    end
+    c = client(srv).connect
+    assert_in_delta 0, c.ping, 1, "answered after the PING was re-sent on a new connection"
+    assert_equal 2, srv.connection_count
+  end
+
+  # ---- arguments and lifecycle --------------------------------------------------------------------
+
+  def test_bad_arguments_are_rejected_before_sending
+    srv = server
+    c = client(srv).connect
+    bad = [
+      -> { c.acquire("", lease: 1) },
+      -> { c.acquire("x" * 65_536, lease: 1) },
+      -> { c.acquire(42, lease: 1) },
+      -> { c.acquire(nil, lease: 1) },
+      -> { c.acquire(["k"], lease: 1) },
+      -> { c.acquire("k", lease: 0) },
+      -> { c.acquire("k", lease: -0.005) },
+      -> { c.acquire("k", lease: 0.0004) },
+      -> { c.acquire("k", lease: Float::NAN) },
+      -> { c.acquire("k", lease: Float::INFINITY) },
+      -> { c.acquire("k", lease: "1") },
+      -> { c.acquire("k", lease: 2**32) },
+      -> { c.acquire("k", lease: 1, timeout: -0.005) },
+      -> { c.acquire("k", lease: 1, timeout: Float::NAN) },
+      -> { c.acquire("k", lease: 1, cancel: :yes) },
+      -> { c.release("k", 0) },
+      -> { c.release("k", -1) },
+      -> { c.release("k", 2**64) },
+      -> { c.release("k", "7") },
+      -> { c.extend_lease("k", 7, lease: 0) },
+      -> { c.inspect_key("") }
+    ]
+    bad.each_with_index do |call, i|
+      assert_raises(Ticketing::InvalidArgumentError, "case #{i}") { call.call }
+    end
+    err = assert_raises(Ticketing::InvalidArgumentError) { c.acquire("k", lease: 0.0001) }
+    assert_match(/below 1 ms.*seconds/, err.message)
+    assert_equal :lease, err.field
+    assert_empty srv.requests
+    assert_raises(Ticketing::InvalidArgumentError) { Ticketing::Client.new(endpoints: ["nohost"]) }
+    assert_raises(Ticketing::InvalidArgumentError) { Ticketing::Client.new(request_timeout: -1) }
+    assert_raises(Ticketing::InvalidArgumentError) { Ticketing::Client.new(tls: { bogus: 1 }) }
+  end
+
+  def test_binary_keys
+    srv = server
+    c = client(srv).connect
+    key = "\x00\xff\x10\xc3\xbc".b
+    lock = c.acquire(key, lease: 1)
+    assert_equal key, srv.requests(P::Op::ACQUIRE).first.key
+    assert_equal key, lock.key
+    assert_match(/0x00ff10c3bc/, lock.to_s)
+  end
+
+  def test_refuse_held
+    srv = server
+    c = client(srv).connect
+    c.acquire("k", lease: 5)
+    assert_raises(Ticketing::AlreadyHeldError) { c.acquire("k", lease: 5, refuse_held: true) }
+    assert_equal 1, srv.requests(P::Op::ACQUIRE).size
+  end
+
+  def test_close_fails_calls_and_does_not_release
+    srv = server { |s, _c, req| req.key == "wait" ? :silent : s.default_answer(req) }
+    c = client(srv).connect
+    lock = c.acquire("k", lease: 30, keep_alive: true)
+    waiter = Thread.new do
+      c.acquire("wait", lease: 5)
+    rescue Ticketing::Error => e
+      e
+    end
+    srv.wait_request { |r| r.key == "wait" }
+    c.close
+    assert_instance_of Ticketing::ClosedError, waiter.value
+    assert_empty srv.requests(P::Op::RELEASE)
+    assert_raises(Ticketing::ClosedError) { c.ping }
+    assert c.closed?
+    c.close # idempotent
+    refute lock.lost?
+  end
+
+  def test_release_on_close
+    srv = server
+    c = client(srv, release_on_close: true).connect
+    a = c.acquire("a", lease: 30)
+    b = c.acquire("b", lease: 30)
+    c.close
+    assert_equal [a.token, b.token].sort, srv.requests(P::Op::RELEASE).map(&:token).sort
+  end
+
+  def test_block_form_releases_and_reports_loss
+    srv = server
+    c = client(srv).connect
+    value = c.lock("k", lease: 5) { |l| l.token * 2 }
+    assert_equal 202, value
+    assert_equal 1, srv.requests(P::Op::RELEASE).size
+    err = assert_raises(Ticketing::LockLostError) do
+      c.lock("k", lease: 0.1) { |l| l.wait_lost(2) }
+    end
+    assert_equal :expired, err.reason
+    assert_equal(:ok, c.lock("k", lease: 0.1, raise_on_lost: false) { |l| l.wait_lost(2) && :ok })
+    assert_raises(RuntimeError) { c.lock("k", lease: 5) { raise "boom" } }
+    assert_equal 4, srv.requests(P::Op::RELEASE).size, "released on every exit"
+  end
+
+  def test_fork_starts_a_new_session_in_the_child
+    srv = server
+    c = client(srv).connect
+    lock = c.acquire("k", lease: 30)
+    reader, writer = IO.pipe
+    pid = fork do
+      reader.close
+      sid = c.session_id
+      c.ping
+      c.release("k", lock.token) # the owner is the token
+      writer.write(sid.unpack1("H*"))
+      writer.close
+      exit!(0)
+    ensure
+      exit!(1) # never run the parent's test runner in the child
+    end
+    writer.close
+    child_session = reader.read
+    Process.wait(pid)
+    assert_equal 0, $?.exitstatus
+    refute_equal c.session_id.unpack1("H*"), child_session
+    assert_equal child_session, srv.hellos.last.session_id.unpack1("H*")
+    c.ping # the parent's connection is intact
+    assert_equal 1, srv.requests(P::Op::RELEASE).size
+  end
+end

@@ -69,6 +69,8 @@ type Table struct {
 
 	sess sessions // the session layer's state (sessions.go)
 
+	obs Observer // nil: no metrics
+
 	// Cluster state: the state id (zero until INIT) and the nodes' client addresses.
 	stateID [wire.StateIDSize]byte
 	nodes   map[string]string
@@ -111,6 +113,9 @@ func New(cfg Config) *Table {
 	t.sess.init(&t.cfg)
 	return t
 }
+
+// SetObserver installs an observer (nil removes it). It is not part of the state.
+func (t *Table) SetObserver(o Observer) { t.obs = o }
 
 // addSat returns now+d, saturated at math.MaxInt64 (d >= 0).
 func addSat(now, d int64) int64 {
@@ -166,7 +171,11 @@ func (t *Table) Acquire(now int64, owner Owner, reqID uint64, key []byte, lease,
 			e.tseq = t.pushTimer(e.delayUntil, tDelay, ei)
 		case t.canGrant(now, lease):
 			ei = t.insertKey(key, h)
-			return Result{Status: OK, Token: t.grant(now, ei, owner, reqID, lease, false)}
+			tok := t.grant(now, ei, owner, reqID, lease, false)
+			if t.obs != nil {
+				t.obs.Granted(key, 0, false)
+			}
+			return Result{Status: OK, Token: tok}
 		case t.failing:
 			return Result{Status: Busy, Limit: LimitStorage}
 		default:
@@ -253,10 +262,13 @@ func (t *Table) unlinkHeld(ei int32) {
 	t.maybeReleaseOwner(oi)
 }
 
-// unhold ends the hold of entry ei (released, expired or revoked): its lease
+// unhold ends the hold of entry ei (released, expired or revoked: how): its lease
 // timer is cancelled and it leaves its owner's list.
-func (t *Table) unhold(ei int32) {
+func (t *Table) unhold(now int64, ei int32, how EndReason) {
 	e := t.entries.at(ei)
+	if t.obs != nil {
+		t.obs.Ended(e.key, now-e.grantedAt, how)
+	}
 	t.cancelTimer(&e.tseq)
 	e.held = false
 	e.revocable = false
@@ -285,6 +297,9 @@ func (t *Table) handOff(now int64, ei int32) {
 	detached := t.owners[w.ownerRec].detached
 	t.removeWaiter(wi) // may free the owner's record; grant re-creates it
 	tok := t.grant(now, ei, owner, reqID, lease, detached)
+	if t.obs != nil {
+		t.obs.Granted(t.entries.at(ei).key, now-since, true)
+	}
 	t.events = append(t.events, Event{
 		Kind:  EvGranted,
 		Owner: owner,
@@ -365,7 +380,7 @@ func (t *Table) Release(now int64, key []byte, token uint64) Status {
 	if !e.held || e.token != token {
 		return NotHeld
 	}
-	t.unhold(ei)
+	t.unhold(now, ei, EndReleased)
 	t.handOff(now, ei)
 	return OK
 }
@@ -430,7 +445,7 @@ func (t *Table) Revoke(now int64, owner Owner, reqID uint64) bool {
 	if ei == nilIdx || !t.entries.at(ei).revocable {
 		return false
 	}
-	t.unhold(ei)
+	t.unhold(now, ei, EndRevoked)
 	t.handOff(now, ei)
 	return true
 }
@@ -491,7 +506,7 @@ func (t *Table) DropOwner(now int64, owner Owner) (waiters, revoked int) {
 		ei := t.owners[oi].hhead
 		last := t.owners[oi].nheld == 1
 		if t.entries.at(ei).revocable {
-			t.unhold(ei)
+			t.unhold(now, ei, EndRevoked)
 			t.handOff(now, ei)
 			revoked++
 		} else {
@@ -655,6 +670,9 @@ func (t *Table) Advance(now int64) {
 			t.waiters.at(tm.idx).tseq = 0 // fired, not cancelled
 			w := t.waiters.at(tm.idx)
 			ei := w.entry
+			if t.obs != nil {
+				t.obs.TimedOut(t.entries.at(ei).key, now-w.since)
+			}
 			t.events = append(t.events, Event{
 				Kind:  EvTimedOut,
 				Owner: w.owner,
@@ -676,7 +694,7 @@ func (t *Table) Advance(now int64) {
 				Key:   e.key,
 				Since: e.grantedAt,
 			})
-			t.unhold(tm.idx)
+			t.unhold(now, tm.idx, EndExpired)
 			if t.cfg.LockDelay > 0 {
 				e.inDelay = true
 				e.delayUntil = addSat(now, t.cfg.LockDelay)

@@ -71,6 +71,31 @@ type Config struct {
 	MaxQueued   int // queued acquires per session; default 4,096
 }
 
+// Observer receives what the table decides, for metrics. It is called synchronously, inside
+// the table's calls (the caller's lock held): it must be quick, must not allocate in steady
+// state, and must not call back into the table. It never influences the table's state.
+type Observer interface {
+	// Granted: a lock on key was granted; waited is how long the acquire queued (ns; 0 for an
+	// immediate grant); handoff: it was queued (a hand-off after a release, expiry, lock-delay
+	// or storage stall).
+	Granted(key []byte, waited int64, handoff bool)
+	// Ended: the hold of key ended after held ns; how says why.
+	Ended(key []byte, held int64, how EndReason)
+	// Queued: an acquire joined key's queue, which now has depth waiters.
+	Queued(key []byte, depth int)
+	// TimedOut: a queued acquire on key gave up after waited ns.
+	TimedOut(key []byte, waited int64)
+}
+
+// EndReason says why a hold ended (Observer.Ended).
+type EndReason uint8
+
+const (
+	EndReleased EndReason = iota + 1
+	EndExpired
+	EndRevoked
+)
+
 // Status is the immediate answer of a core call.
 type Status uint8
 

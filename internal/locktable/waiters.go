@@ -225,6 +225,9 @@ func (t *Table) enqueue(now int64, ei int32, o Owner, reqID uint64, lease, wait 
 	r.n++
 	t.linkReq(wi)
 	t.nwait++
+	if t.obs != nil {
+		t.obs.Queued(e.key, e.nwait)
+	}
 	if wait > 0 {
 		at := addSat(now, wait)
 		w := t.waiters.at(wi)

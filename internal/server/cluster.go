@@ -500,6 +500,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	f.s.mu.Lock()
+	t.SetObserver(f.s.obs)
 	f.s.table = t
 	f.s.mu.Unlock()
 	return nil

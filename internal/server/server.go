@@ -63,6 +63,7 @@ type Server struct {
 
 	reqs      []wire.Request // decode scratch of the cluster's apply
 	adminMux  *http.ServeMux
+	obs       locktable.Observer // metrics (nil: none); kept across table restores
 	startWait int64    // single node: the table time before which nothing is granted
 	cluster   *cluster // nil on a single node
 
@@ -177,6 +178,14 @@ func (s *Server) tableConfig() locktable.Config {
 		MaxOutcomes:      s.cfg.MaxOutcomes,
 		MaxQueued:        s.cfg.MaxInflight,
 	}
+}
+
+// SetObserver installs the lock table's observer (metrics); call before Serve.
+func (s *Server) SetObserver(o locktable.Observer) {
+	s.mu.Lock()
+	s.obs = o
+	s.table.SetObserver(o)
+	s.mu.Unlock()
 }
 
 // now is the table's clock: on a single node, nanoseconds of CLOCK_BOOTTIME since the server

@@ -115,7 +115,7 @@ func (o *serverSettings) list() []setting {
 		stringSetting("cluster-secret-file", "cluster: file holding the node-to-node secret (or TICKETING_CLUSTER_SECRET)", &o.secretFile),
 		floatSetting("raft-timing", "cluster: multiplier over the base timing (heartbeat = election timeout = 500ms)", &o.cluster.Timing),
 		stringSetting("raft-store", "cluster: raft log store, wal or bolt", &o.cluster.LogStore),
-		boolSetting("join", "cluster: join an existing cluster (added with `ticketing cluster add`) instead of bootstrapping one", &o.cluster.Join),
+		boolSetting("join", "cluster: join an existing cluster (an operator adds the node with: ticketing cluster add) instead of bootstrapping one", &o.cluster.Join),
 		stringSetting("raft-tls-cert", "cluster: PEM certificate for node-to-node TLS (with --raft-tls-key and --raft-tls-ca)", &o.raftCert),
 		stringSetting("raft-tls-key", "cluster: PEM key for --raft-tls-cert", &o.raftKey),
 		stringSetting("raft-tls-ca", "cluster: PEM CA that signs every node's certificate", &o.raftCA),
@@ -128,10 +128,14 @@ func (o *serverSettings) list() []setting {
 	}
 }
 
+// defaultServerConfigForDocs is server.Default(): the defaults the settings table shows.
+func defaultServerConfigForDocs() server.Config { return server.Default() }
+
 // parseServerSettings reads defaults, then TICKETING_* variables, then flags. The auth token is
 // read from TICKETING_TOKEN or TICKETING_TOKEN_FILE only: a flag would show it in ps.
 func parseServerSettings(args []string, getenv func(string) string) (*serverSettings, error) {
-	o := &serverSettings{cfg: server.Default(), logLevel: "info", logFormat: "text", startupGrace: "auto"}
+	o := &serverSettings{cfg: defaultServerConfigForDocs(), logLevel: "info", logFormat: "text", startupGrace: "auto"}
+	o.cluster.Timing, o.cluster.LogStore = 1, "wal"
 	fs := flag.NewFlagSet("ticketing server", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: ticketing server [--flag value ...]\n\nEvery flag is also an environment variable (--max-lease = TICKETING_MAX_LEASE).\nThe auth token comes from TICKETING_TOKEN or TICKETING_TOKEN_FILE, never from a flag.")

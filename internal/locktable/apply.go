@@ -71,6 +71,7 @@ func (t *Table) Storage(now int64, failing bool) {
 func (t *Table) Stop(now int64) {
 	now = t.tick(now)
 	t.Advance(now)
+	t.drain(now)
 	t.sess.stopping = true
 	t.Abort(now)
 	t.drain(now)

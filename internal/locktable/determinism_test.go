@@ -15,16 +15,17 @@ import (
 // stamped backwards), durable ceilings rising and storage failing. It tracks only what a client
 // could know (its ids, tokens it was granted), not the table's state.
 type cmdGen struct {
-	rng      *rand.Rand
-	now      int64
-	conn     uint64
-	sessions []genSession
-	tokens   []uint64
-	ceilTok  uint64
-	ceilHz   int64
-	enc      Encoder
-	count    int
-	stopAt   int // the entry that is a STOP (0: none)
+	rng       *rand.Rand
+	now       int64
+	conn      uint64
+	sessions  []genSession
+	tokens    []uint64
+	ceilTok   uint64
+	ceilHz    int64
+	enc       Encoder
+	count     int
+	stopAt    int  // the entry that is a STOP (0: none)
+	detachAll bool // also emit DETACH_ALL now and then (a new leader)
 }
 
 type genSession struct {
@@ -135,6 +136,11 @@ func (g *cmdGen) next() []byte {
 			g.enc.Ceiling(g.ceilTok, g.ceilHz)
 		case r == 6 && g.rng.IntN(4) == 0:
 			g.enc.Storage(g.rng.IntN(2) == 0)
+		case r == 8 && g.detachAll && g.rng.IntN(10) == 0:
+			g.enc.DetachAll()
+			for k := range g.sessions {
+				g.sessions[k].conn = 0
+			}
 		case r == 7 && s.conn != 0 && len(s.history) > 0:
 			g.enc.Undelivered(&s.id, s.conn, s.history[g.rng.IntN(len(s.history))].ID)
 			s.conn = 0

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 )
 
@@ -29,30 +30,39 @@ type refWaiter struct {
 }
 
 type refKey struct {
-	held       bool
-	holder     Owner
-	holderReq  uint64
-	token      uint64
-	grantedAt  int64
-	deadline   int64
-	leaseSeq   uint64
-	inDelay    bool
-	delayUntil int64
-	delaySeq   uint64
-	queue      []*refWaiter
+	revocable   bool  // granted while its owner was detached
+	linked      bool  // still counted as its owner's (false once the owner was dropped)
+	holderLease int64 // the lease the holder's acquire asked for
+	held        bool
+	holder      Owner
+	holderReq   uint64
+	token       uint64
+	grantedAt   int64
+	deadline    int64
+	leaseSeq    uint64
+	inDelay     bool
+	delayUntil  int64
+	delaySeq    uint64
+	queue       []*refWaiter
 }
 
 type refModel struct {
-	cfg    Config
-	keys   map[string]*refKey
-	all    []*refWaiter // every queued acquire, in the order they queued
-	seq    uint64
-	tok    uint64
-	events []ev
-	since  []int64 // Event.Since of each event in events
+	detached map[Owner]bool
+	// Session grace timers (the session model's): owner -> deadline and its seq.
+	sessExp   map[Owner][2]int64
+	onSession func(now int64, o Owner) // a grace timer fired
+	cfg       Config
+	keys      map[string]*refKey
+	all       []*refWaiter // every queued acquire, in the order they queued
+	seq       uint64
+	tok       uint64
+	events    []ev
+	since     []int64 // Event.Since of each event in events
 }
 
-func newRef(cfg Config) *refModel { return &refModel{cfg: cfg, keys: map[string]*refKey{}} }
+func newRef(cfg Config) *refModel {
+	return &refModel{cfg: cfg, keys: map[string]*refKey{}, detached: map[Owner]bool{}, sessExp: map[Owner][2]int64{}}
+}
 
 func sat(a, b int64) int64 {
 	if b > math.MaxInt64-a {
@@ -66,6 +76,7 @@ func (m *refModel) grant(now int64, k *refKey, o Owner, req uint64, lease int64)
 	m.seq++
 	k.held, k.holder, k.holderReq, k.token = true, o, req, m.tok
 	k.grantedAt, k.deadline, k.leaseSeq = now, sat(now, lease), m.seq
+	k.revocable, k.linked, k.holderLease = m.detached[o], true, lease
 	return m.tok
 }
 
@@ -147,7 +158,7 @@ func (m *refModel) Release(now int64, key string, tok uint64) Status {
 	if !ok || !k.held || k.token != tok {
 		return NotHeld
 	}
-	k.held = false
+	k.held, k.revocable, k.linked = false, false, false
 	m.becameFree(now, key)
 	return OK
 }
@@ -173,7 +184,7 @@ func (m *refModel) Cancel(o Owner, req uint64) bool {
 	return false
 }
 
-func (m *refModel) DropOwner(o Owner) int {
+func (m *refModel) DropOwner(now int64, o Owner) int {
 	var mine []*refWaiter
 	for _, w := range m.all {
 		if w.owner == o {
@@ -184,7 +195,63 @@ func (m *refModel) DropOwner(o Owner) int {
 		m.removeWaiter(w)
 		m.freeIfIdle(w.key)
 	}
+	// Its held locks, most recently granted first: revocable ones are revoked, the others
+	// forgotten by owner (they run their lease).
+	for _, key := range m.heldBy(o) {
+		k := m.keys[key]
+		if k.revocable {
+			k.held, k.revocable, k.linked = false, false, false
+			m.becameFree(now, key)
+		} else {
+			k.linked = false
+		}
+	}
+	delete(m.detached, o)
 	return len(mine)
+}
+
+// heldBy lists the keys held by owner o (still linked), most recent grant first.
+func (m *refModel) heldBy(o Owner) []string {
+	var keys []string
+	for name, k := range m.keys {
+		if k.held && k.linked && k.holder == o {
+			keys = append(keys, name)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { return m.keys[keys[i]].token > m.keys[keys[j]].token })
+	return keys
+}
+
+// SetDetached: grants to a detached owner are revocable; attaching makes them ordinary.
+func (m *refModel) SetDetached(o Owner, d bool) {
+	m.detached[o] = d
+	if !d {
+		for _, key := range m.heldBy(o) {
+			m.keys[key].revocable = false
+		}
+	}
+}
+
+// FindHeld: the key owner o holds through request req.
+func (m *refModel) FindHeld(o Owner, req uint64) (string, bool) {
+	for _, key := range m.heldBy(o) {
+		if m.keys[key].holderReq == req {
+			return key, true
+		}
+	}
+	return "", false
+}
+
+// Revoke takes back a revocable grant: the lock passes on at once.
+func (m *refModel) Revoke(now int64, o Owner, req uint64) bool {
+	key, ok := m.FindHeld(o, req)
+	if !ok || !m.keys[key].revocable {
+		return false
+	}
+	k := m.keys[key]
+	k.held, k.revocable, k.linked = false, false, false
+	m.becameFree(now, key)
+	return true
 }
 
 func (m *refModel) Abort() {
@@ -217,14 +284,26 @@ func (m *refModel) next() (at int64, seq uint64, key string, w *refWaiter, ok bo
 			consider(ww.waitAt, ww.waitSeq, ww.key, ww)
 		}
 	}
+	for o, e := range m.sessExp {
+		consider(e[0], uint64(e[1]), sessTimerKey(o), nil)
+	}
 	return
 }
+
+func sessTimerKey(o Owner) string { return fmt.Sprintf("\x00session %d", o) }
 
 func (m *refModel) Advance(now int64) {
 	for {
 		at, _, key, w, ok := m.next()
 		if !ok || at > now {
 			return
+		}
+		if strings.HasPrefix(key, "\x00session ") {
+			var o Owner
+			fmt.Sscanf(key[len("\x00session "):], "%d", &o)
+			delete(m.sessExp, o)
+			m.onSession(now, o)
+			continue
 		}
 		k := m.keys[key]
 		switch {
@@ -236,7 +315,7 @@ func (m *refModel) Advance(now int64) {
 		case k.held:
 			m.events = append(m.events, ev{EvExpired, k.holder, k.holderReq, k.token, 0, key})
 			m.since = append(m.since, k.grantedAt)
-			k.held = false
+			k.held, k.revocable, k.linked = false, false, false
 			if m.cfg.LockDelay > 0 {
 				m.seq++
 				k.inDelay, k.delayUntil, k.delaySeq = true, sat(now, m.cfg.LockDelay), m.seq
@@ -263,6 +342,7 @@ func (m *refModel) Inspect(key string) (Info, bool) {
 	i := Info{Waiters: len(k.queue)}
 	if k.held {
 		i.Held, i.Holder, i.HolderReqID, i.Token, i.GrantedAt, i.Deadline = true, k.holder, k.holderReq, k.token, k.grantedAt, k.deadline
+		i.Revocable = k.revocable
 	}
 	if k.inDelay {
 		i.DelayUntil = k.delayUntil
@@ -452,7 +532,7 @@ func runHistory(t *testing.T, cfg Config, seed uint64, nops int) {
 			}
 		case r < 82:
 			got, _ := tb.DropOwner(now, o)
-			want := m.DropOwner(o)
+			want := m.DropOwner(now, o)
 			desc = fmt.Sprintf("DropOwner(%d, o%d) = %d", now, o, got)
 			if got != want {
 				fail("%s, model %d", desc, want)

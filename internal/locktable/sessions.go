@@ -165,6 +165,7 @@ func (t *Table) Attach(now int64, sid [wire.SessionIDSize]byte, conn uint64, gra
 func (t *Table) Detach(now int64, owner Owner, conn uint64) {
 	now = t.tick(now)
 	t.Advance(now)
+	t.drain(now) // what the deadlines decided went to the connection the session had then
 	i := t.sess.slotOf(owner)
 	if i == noSession || t.sess.slots[i].conn != conn || conn == 0 {
 		t.drain(now)
@@ -210,6 +211,7 @@ func (t *Table) Undelivered(now int64, owner Owner, conn uint64, reqID uint64) {
 func (t *Table) DetachAll(now int64) {
 	now = t.tick(now)
 	t.Advance(now)
+	t.drain(now)
 	for i := range t.sess.slots {
 		if s := &t.sess.slots[i]; s.inUse && s.conn != 0 {
 			t.Detach(now, s.owner, s.conn)

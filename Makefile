@@ -5,7 +5,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin/ticketing
 # Every official client: clients/<name>/test.sh sets it up, builds it and runs its own tests.
-CLIENTS := python js java ruby
+CLIENTS := python js rust c java ruby
 
 .PHONY: all build run setup test test-go test-fuzz test-cluster test-clients test-conformance test-bench \
 	$(addprefix test-,$(CLIENTS)) vet fuzz bench bench-quick clean
@@ -64,7 +64,8 @@ $(addprefix test-,$(CLIENTS)): test-%: build
 # Every client's driver against every scenario of tests/conformance/SCENARIOS.md, plus the
 # cross-language FIFO scenario (the clients' test.sh built the drivers).
 test-conformance: build test-clients
-	TICKETING_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 10m ./tests/conformance
+	TICKETING_BIN=$(CURDIR)/$(BIN) TICKETING_CONFORMANCE_REPORT=$(CURDIR)/bin/conformance.txt \
+	  $(GO) test -count=1 -timeout 10m ./tests/conformance; rc=$$?; cat bin/conformance.txt 2>/dev/null; exit $$rc
 
 # The benchmark harness's own tests (its module: bench/go.mod).
 test-bench:

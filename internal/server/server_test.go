@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ticketing/ticketing/internal/testserver"
 	"github.com/ticketing/ticketing/internal/wire"
 )
 
@@ -508,7 +509,11 @@ type inspectInfo struct {
 }
 
 func TestTLS(t *testing.T) {
-	cert, err := tls.LoadX509KeyPair("../../testdata/tls/server.pem", "../../testdata/tls/server.key")
+	files, err := testserver.GenerateTLS(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.LoadX509KeyPair(files.ServerCert, files.ServerKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -516,7 +521,7 @@ func TestTLS(t *testing.T) {
 		c.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		c.Tokens = []string{"tls-and-token"}
 	})
-	pem, err := os.ReadFile("../../testdata/tls/ca.pem")
+	pem, err := os.ReadFile(files.CA)
 	if err != nil {
 		t.Fatal(err)
 	}

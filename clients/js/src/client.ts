@@ -1,35 +1,85 @@
 /**
- * The Ticketing client: one multiplexed connection, endpoint failover, acquire with FIFO
- * waiting and AbortSignal cancellation, and the {@link Lock} handle.
+ * The Ticketing client: one session over one multiplexed connection (reconnected and resumed
+ * when it drops), acquire with FIFO waiting and AbortSignal cancellation, and the {@link Lock}
+ * handle.
  *
  * @module
  */
-import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import type * as tls from 'node:tls';
-import { Connection, formatEndpoint, parseEndpoint, type Endpoint } from './connection.js';
+import { tryParseEndpoint, type Endpoint } from './connection.js';
 import {
+  AlreadyHeldError,
   CancelledError,
   ClientClosedError,
-  ConnectionLostError,
+  InvalidArgumentError,
   NotAcquiredError,
   ProtocolError,
   TicketingError,
   errorForStatus,
 } from './errors.js';
-import { Lock, type Key, type LockOwner } from './lock.js';
-import { FrameError, Op, Sizes, Status, decodeInspectData, type Request, type Response } from './protocol.js';
+import { Lock, type CallOptions, type LockOwner } from './lock.js';
+import { ExpiredReason, FrameError, InspectFlag, Op, Status, decodeInspectData, type Response } from './protocol.js';
+import { Session, type Answer, type Call, type CallSpec } from './session.js';
+import {
+  boolOption,
+  describeKey,
+  keyToBytes,
+  leaseArg,
+  msOption,
+  optionsArg,
+  signalOption,
+  tokenArg,
+  waitArg,
+  type Key,
+} from './validate.js';
 
-/** Options of {@link createClient}. */
+/** The endpoint used when none is given. */
+export const DEFAULT_ENDPOINT = '127.0.0.1:7070';
+/** Default of {@link ClientOptions.connectTimeoutMs}. */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
+/** Default of {@link ClientOptions.requestTimeoutMs}. */
+export const DEFAULT_REQUEST_TIMEOUT_MS = 10_000;
+/** Default of {@link ClientOptions.heartbeatIntervalMs}. */
+export const DEFAULT_HEARTBEAT_INTERVAL_MS = 2_000;
+/** Default of {@link ClientOptions.cleanupTimeoutMs}. */
+export const DEFAULT_CLEANUP_TIMEOUT_MS = 5_000;
+/** Default of {@link ClientOptions.minReconnectDelayMs}. */
+export const DEFAULT_MIN_RECONNECT_DELAY_MS = 50;
+/** Default of {@link ClientOptions.maxReconnectDelayMs}. */
+export const DEFAULT_MAX_RECONNECT_DELAY_MS = 2_000;
+/** Default of {@link ClientOptions.maxRedirects}. */
+export const DEFAULT_MAX_REDIRECTS = 10;
+/** Default of {@link AcquireOptions.leaseMs}. */
+export const DEFAULT_LEASE_MS = 30_000;
+
+const CLIENT_OPTIONS = [
+  'endpoints',
+  'token',
+  'tls',
+  'connectTimeoutMs',
+  'requestTimeoutMs',
+  'heartbeatIntervalMs',
+  'cleanupTimeoutMs',
+  'releaseOnClose',
+  'minReconnectDelayMs',
+  'maxReconnectDelayMs',
+  'maxRedirects',
+] as const;
+const ACQUIRE_OPTIONS = ['leaseMs', 'waitTimeoutMs', 'signal', 'timeoutMs', 'keepAlive', 'maxHoldMs', 'refuseHeld', 'throwOnLost'] as const;
+const CALL_OPTIONS = ['signal', 'timeoutMs'] as const;
+const INSPECT_OPTIONS = ['signal', 'timeoutMs', 'token'] as const;
+
+/** Options of {@link createClient}. Every duration is an integer number of milliseconds; an unknown option is refused. */
 export interface ClientOptions {
   /**
-   * Server addresses, `host:port` (`[::1]:7070` for IPv6). The client connects to the first that
-   * answers, follows NOT_LEADER hints, and moves to the next one on SHUTTING_DOWN or when a
-   * connection fails.
-   * @default ['127.0.0.1:7070']
+   * Server addresses, `host:port` (`[::1]:7070` for IPv6): one string or a list. The client
+   * connects to the first that answers, follows leader hints (NOT_LEADER, GOAWAY), and moves to
+   * the next one when a connection fails. A cluster's endpoints all serve one lock state.
+   * @default '127.0.0.1:7070'
    */
-  endpoints?: string[];
+  endpoints?: string | readonly string[];
   /**
    * The shared token. When set, the client proves it holds the token and requires the server to
    * prove the same (mutual HMAC-SHA256); it refuses a server that does not ask for it.
@@ -37,19 +87,57 @@ export interface ClientOptions {
    */
   token?: string | Uint8Array;
   /**
-   * TLS: `true` for TLS with the system's CAs, or `tls.connect` options (for example
-   * `{ ca: fs.readFileSync('ca.pem') }`). The server name defaults to the endpoint's host.
+   * TLS: `true` for TLS with the system's CAs, or `tls.connect` options: `{ ca }` to trust a
+   * private CA, plus `{ cert, key }` for mutual TLS, `servername` to check another name. The
+   * server name defaults to the endpoint's host.
    * @default false
    */
   tls?: boolean | tls.ConnectionOptions;
   /**
-   * ms allowed for one connection attempt: TCP, TLS and the handshake.
+   * ms allowed for one connection attempt to one endpoint: TCP, TLS and the handshake.
    * @default 5000
    */
-  connectTimeout?: number;
+  connectTimeoutMs?: number;
   /**
-   * How many times a request is retried on another endpoint after NOT_LEADER or SHUTTING_DOWN
-   * (with a short backoff while no leader is known).
+   * ms to wait for any answer (including the time to get a connection), except the time an
+   * acquire spends queued: that is bounded by its wait timeout (plus this) and the heartbeat.
+   * Overridable per call with `timeoutMs`.
+   * @default 10000
+   */
+  requestTimeoutMs?: number;
+  /**
+   * After this many ms without receiving anything, send a PING; no answer within the request
+   * timeout fails the connection (which is then reconnected and the session resumed). 0 disables.
+   * @default 2000
+   */
+  heartbeatIntervalMs?: number;
+  /**
+   * How long an aborted acquire waits for the server's answer to its CANCEL (and the release of
+   * a grant that raced it) before it rejects; the clean-up then finishes in the background. Also
+   * the most {@link Client.close} waits (with the request timeout, whichever is lower).
+   * @default 5000
+   */
+  cleanupTimeoutMs?: number;
+  /**
+   * When true, {@link Client.close} releases every lock this client still holds. By default a
+   * closed client's locks stay held until their lease ends.
+   * @default false
+   */
+  releaseOnClose?: boolean;
+  /**
+   * First delay between reconnect rounds (each round tries every endpoint once); it doubles,
+   * with jitter, up to {@link ClientOptions.maxReconnectDelayMs}.
+   * @default 50
+   */
+  minReconnectDelayMs?: number;
+  /**
+   * Longest delay between reconnect rounds.
+   * @default 2000
+   */
+  maxReconnectDelayMs?: number;
+  /**
+   * How many leader hints (NOT_LEADER) or SHUTTING_DOWN answers one request follows before it
+   * reports the error.
    * @default 10
    */
   maxRedirects?: number;
@@ -59,44 +147,74 @@ export interface ClientOptions {
 export interface AcquireOptions {
   /**
    * The lease in ms: the server reclaims the lock this long after granting it unless it is
-   * released or extended. Starts at the grant (for a waiter: at hand-off).
+   * released or extended. Starts at the grant (for a waiter: at hand-off). 1 .. 2^32-1.
    * @default 30000
    */
-  lease?: number;
+  leaseMs?: number;
   /**
    * ms to wait in the key's FIFO queue; `0` tries once. `undefined` (or `Infinity`) waits
    * without limit. When it passes, acquire rejects with {@link NotAcquiredError}.
-   * @default undefined (wait forever)
+   * @default undefined (wait without limit)
    */
-  waitTimeout?: number;
+  waitTimeoutMs?: number;
   /**
-   * Aborting it withdraws the waiting acquire (CANCEL) and rejects with the signal's reason. If
-   * the server granted the lock anyway, the client releases that token: an aborted acquire never
-   * leaves a lock held.
+   * Aborting it withdraws the acquire (CANCEL) and rejects with {@link CancelledError} (its
+   * `cause` is the signal's reason) once the server confirmed, or the cleanup timeout passed.
+   * A grant that raced the abort is released: an aborted acquire never leaves a lock held.
    * @default undefined
    */
   signal?: AbortSignal;
   /**
-   * Keep the lock alive in the background: `true` extends it by `lease` every `lease / 3` ms; a
-   * number sets that interval in ms. Stops the moment the lock is released or lost.
+   * ms to wait for the answer, not counting the time spent queued on the server (that is
+   * bounded by `waitTimeoutMs`).
+   * @default the client's `requestTimeoutMs` (10000)
+   */
+  timeoutMs?: number;
+  /**
+   * Keep the lock alive in the background: EXTEND with the lock's lease every lease/3, until it
+   * is released or lost (or `maxHoldMs` passes). Continues after a reconnect.
    * @default false
    */
-  keepAlive?: boolean | number;
+  keepAlive?: boolean;
+  /**
+   * With `keepAlive`: stop extending this many ms after the grant; the lock then runs out its
+   * lease (and the lost signal fires, reason `expired`, unless it is released first).
+   * @default undefined (no cap)
+   */
+  maxHoldMs?: number;
+  /**
+   * Refuse at once, with {@link AlreadyHeldError}, to acquire a key this client already holds,
+   * instead of queueing behind itself (which waits until the first lock is released or expires).
+   * @default false
+   */
+  refuseHeld?: boolean;
+  /**
+   * Whether the scoped helpers ({@link Client.withLock}, `await using`) throw
+   * {@link LockLostError} when the lock was lost while the body ran. `false` lets them return
+   * normally (check `lock.isLost` yourself).
+   * @default true
+   */
+  throwOnLost?: boolean;
 }
 
+/** Options of {@link Client.tryAcquire}: those of acquire, without a wait. */
+export type TryAcquireOptions = Omit<AcquireOptions, 'waitTimeoutMs'>;
+
 /** Options of {@link Client.inspect}. */
-export interface InspectOptions {
+export interface InspectOptions extends CallOptions {
   /**
-   * Aborting it rejects the call with the signal's reason; the server's answer, when it comes,
-   * is dropped (INSPECT changes nothing, so nothing needs undoing).
+   * A token to check: the answer then says whether it is the holder's ({@link KeyInfo.tokenMatches}),
+   * and shows the holder's token if so.
    * @default undefined
    */
-  signal?: AbortSignal;
+  token?: bigint;
 }
 
 /** What the server reports about a key ({@link Client.inspect}), as of the moment it answered. */
 export interface KeyInfo {
-  /** The holder's fencing token, or `null` when nobody holds the key. */
+  /** Somebody holds the key. */
+  held: boolean;
+  /** The holder's token, shown only to the session that holds it or to a request carrying it; else `null`. */
   token: bigint | null;
   /** ms left on the holder's lease; 0 when not held. */
   leaseRemainingMs: number;
@@ -104,302 +222,356 @@ export interface KeyInfo {
   waiters: number;
   /** ms since the holder was granted the lock; 0 when not held. */
   heldForMs: number;
-  /** ms of lock-delay left (a server may keep a key unavailable for a while after a lease expiry); 0 when none. */
+  /** ms of lock-delay left (the key stays unavailable for a while after an expiry, if the server is set so). */
   lockDelayRemainingMs: number;
+  /** The token given in the options is the holder's. */
+  tokenMatches: boolean;
+  /** This client's session holds the key. */
+  heldByThisClient: boolean;
+  /** The key waits for the server's storage before its next grant. */
+  stalled: boolean;
 }
 
-/** The default lease of {@link Client.acquire}, ms. */
-export const DEFAULT_LEASE_MS = 30_000;
-/** The default connect timeout, ms. */
-export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
-/** The default endpoint. */
-export const DEFAULT_ENDPOINT = '127.0.0.1:7070';
+/** Events of a {@link Client}. */
+export interface ClientEvents {
+  /** A connection is up (first connect or reconnect), to `endpoint`. */
+  connect: [endpoint: string];
+  /** The connection dropped; the client reconnects when it has work in flight or locks held. */
+  disconnect: [error: TicketingError];
+}
 
-const MAX_LEASE = 0xffffffff;
-
-/** Creates a client. Call {@link Client.connect} (or just make a call: it connects on demand). */
+/**
+ * Creates a client. Nothing is sent until the first call (or {@link Client.connect}).
+ * Throws {@link InvalidArgumentError} for a bad option.
+ *
+ * ```ts
+ * const client = await createClient({ endpoints: ['127.0.0.1:7070'] }).connect();
+ * ```
+ */
 export function createClient(options: ClientOptions = {}): Client {
   return new Client(options);
 }
 
-interface Waiting {
-  conn: Connection;
-  id: bigint;
-  /** Settles the acquire with `reason` and withdraws it. */
-  abort(reason: unknown): void;
+function parseEndpoints(v: unknown): Endpoint[] {
+  const list = v === undefined ? [DEFAULT_ENDPOINT] : typeof v === 'string' ? [v] : v;
+  if (!Array.isArray(list)) throw new InvalidArgumentError(`endpoints must be a "host:port" string or a list of them, got ${typeof v}`);
+  if (list.length === 0) throw new InvalidArgumentError('endpoints must not be empty');
+  return list.map((s: unknown) => {
+    if (typeof s !== 'string') throw new InvalidArgumentError(`each endpoint must be a "host:port" string, got ${typeof s}`);
+    const e = tryParseEndpoint(s);
+    if (!e) throw new InvalidArgumentError(`invalid endpoint ${JSON.stringify(s)}: want host:port`);
+    return e;
+  });
 }
 
 /**
- * A Ticketing client. One connection carries every request, pipelined; answers are matched by
- * request id. If the connection drops, requests in flight reject with
- * {@link ConnectionLostError} and the next call reconnects (trying the endpoints in order).
- * Locks held survive a reconnect: they stay held until released or their lease ends.
+ * A Ticketing client: one session with the server over one multiplexed connection. Safe to
+ * share across the whole process; every call may run concurrently (requests are pipelined).
  *
- * Events: `'connect'` (endpoint `host:port`), `'disconnect'` (the error).
+ * The connection is made on first use and remade when it drops: with the same session (resumed
+ * within the server's session grace), so requests in flight are re-sent with their ids and
+ * answered once, and waiters keep their queue places. If the server restarted meanwhile (another
+ * state id), every lock of this client is lost (reason `server restarted`) and requests in flight
+ * fail with {@link ServerRestartedError}; nothing is re-sent.
+ *
+ * A client with nothing in flight does not keep the Node process alive. Close it with
+ * {@link Client.close} (graceful, bounded) or {@link Client.destroy} (at once), or
+ * `await using`. Closing does not release held locks unless `releaseOnClose` is set.
  */
-export class Client extends EventEmitter implements LockOwner {
-  /** The 16-byte session id sent in every HELLO; kept across reconnects. */
-  readonly sessionId: Buffer = randomBytes(Sizes.SESSION_ID);
-
-  readonly #endpoints: Endpoint[];
-  readonly #token: Buffer | undefined;
-  readonly #tls: tls.ConnectionOptions | undefined;
-  readonly #connectTimeout: number;
-  readonly #maxRedirects: number;
-
-  #nextId = 1n;
-  #conn: Connection | undefined;
-  #connecting: Promise<Connection> | undefined;
-  #preferred = 0; // index of the endpoint to try first
-  #leaderHint: Endpoint | undefined;
-  #state: 'open' | 'closing' | 'closed' = 'open';
+export class Client extends EventEmitter<ClientEvents> implements LockOwner {
+  readonly #session: Session;
+  readonly #requestTimeoutMs: number;
+  readonly #cleanupTimeoutMs: number;
+  readonly #releaseOnClose: boolean;
+  /** Locks held (not released, not lost), by token. */
+  readonly #locks = new Map<bigint, Lock>();
+  /** Acquires waiting for their answer. */
+  readonly #waiting = new Set<Call>();
   #closing: Promise<void> | undefined;
-  readonly #locks = new Map<bigint, Lock>(); // by token, for EXPIRED notices
-  readonly #waiting = new Set<Waiting>(); // acquires in flight
-  readonly #inflight = new Set<Promise<unknown>>(); // every exchange, for a graceful close
+  #closed = false;
 
+  /** Use {@link createClient}. Throws {@link InvalidArgumentError} for a bad option. */
   constructor(options: ClientOptions = {}) {
     super();
-    const eps = options.endpoints ?? [DEFAULT_ENDPOINT];
-    if (eps.length === 0) throw new TypeError('endpoints must not be empty');
-    this.#endpoints = eps.map(parseEndpoint);
-    this.#token = options.token === undefined ? undefined : Buffer.from(typeof options.token === 'string' ? Buffer.from(options.token, 'utf8') : options.token);
-    if (this.#token?.length === 0) throw new TypeError('token must not be empty');
-    this.#tls = options.tls === true ? {} : options.tls ? options.tls : undefined;
-    this.#connectTimeout = positive('connectTimeout', options.connectTimeout ?? DEFAULT_CONNECT_TIMEOUT_MS);
-    this.#maxRedirects = options.maxRedirects ?? 10;
+    const o = optionsArg<ClientOptions>('client options', options, CLIENT_OPTIONS);
+    const endpoints = parseEndpoints(o.endpoints);
+    let token: Buffer | undefined;
+    if (o.token !== undefined) {
+      if (typeof o.token === 'string') token = Buffer.from(o.token, 'utf8');
+      else if (o.token instanceof Uint8Array) token = Buffer.from(o.token);
+      else throw new InvalidArgumentError(`token must be a string or a Uint8Array, got ${typeof o.token}`);
+      if (token.length === 0) throw new InvalidArgumentError('token must not be empty');
+    }
+    let tlsOptions: tls.ConnectionOptions | undefined;
+    if (o.tls === true) tlsOptions = {};
+    else if (o.tls === undefined || o.tls === false) tlsOptions = undefined;
+    else if (typeof o.tls === 'object' && o.tls !== null) tlsOptions = o.tls;
+    else throw new InvalidArgumentError(`tls must be a boolean or tls.connect options, got ${typeof o.tls}`);
+    this.#requestTimeoutMs = msOption('requestTimeoutMs', o.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS, 1);
+    this.#cleanupTimeoutMs = msOption('cleanupTimeoutMs', o.cleanupTimeoutMs ?? DEFAULT_CLEANUP_TIMEOUT_MS, 1);
+    this.#releaseOnClose = boolOption('releaseOnClose', o.releaseOnClose, false);
+    const minBackoffMs = msOption('minReconnectDelayMs', o.minReconnectDelayMs ?? DEFAULT_MIN_RECONNECT_DELAY_MS, 1);
+    const maxBackoffMs = msOption('maxReconnectDelayMs', o.maxReconnectDelayMs ?? DEFAULT_MAX_RECONNECT_DELAY_MS, minBackoffMs);
+    const maxRedirects = o.maxRedirects ?? DEFAULT_MAX_REDIRECTS;
+    if (!Number.isInteger(maxRedirects) || maxRedirects < 0 || maxRedirects > 1000) {
+      throw new InvalidArgumentError(`maxRedirects must be an integer from 0 to 1000, got ${String(maxRedirects)}`);
+    }
+    this.#session = new Session(
+      {
+        endpoints,
+        token,
+        tls: tlsOptions,
+        connectTimeoutMs: msOption('connectTimeoutMs', o.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS, 1),
+        heartbeatMs: msOption('heartbeatIntervalMs', o.heartbeatIntervalMs ?? DEFAULT_HEARTBEAT_INTERVAL_MS, 0),
+        requestTimeoutMs: this.#requestTimeoutMs,
+        cleanupTimeoutMs: this.#cleanupTimeoutMs,
+        minBackoffMs,
+        maxBackoffMs,
+        maxRedirects,
+      },
+      {
+        onPush: (r) => this.#onPush(r),
+        onRestarted: () => {
+          for (const lock of [...this.#locks.values()]) lock.markLost('server restarted');
+        },
+        holdsLocks: () => this.#locks.size > 0,
+        onConnect: (ep) => this.emit('connect', ep),
+        onDisconnect: (err) => this.emit('disconnect', err),
+      },
+    );
   }
 
-  /** The endpoint of the live connection (`host:port`), or undefined. */
-  get endpoint(): string | undefined {
-    return this.#conn?.ready ? this.#conn.name : undefined;
+  /** This client's 16-byte session id (a copy). It changes when the server restarted. */
+  get sessionId(): Buffer {
+    return Buffer.from(this.#session.sessionId);
   }
 
   /** True while a connection is up. */
   get isConnected(): boolean {
-    return this.#conn?.ready === true;
+    return this.#session.isConnected;
+  }
+
+  /** `host:port` of the connected server, or `undefined`. */
+  get endpoint(): string | undefined {
+    return this.#session.endpoint;
   }
 
   /**
-   * Connects (if not connected): tries the endpoints in order until one completes the handshake.
-   * Rejects with the error of a fatal answer ({@link AuthFailedError},
-   * {@link UnsupportedVersionError}) or, when no endpoint could be reached, a
-   * {@link ConnectionLostError} whose `cause` is the last failure.
+   * Connects now, if not connected yet: tries every endpoint once. Resolves with the client.
+   * Rejects with {@link UnavailableError}, {@link TimeoutError} (a server that does not answer
+   * the handshake), {@link TlsError}, {@link AuthFailedError}, {@link UnsupportedVersionError},
+   * {@link BusyError} or {@link ShuttingDownError}. Calls connect on demand, so this is optional.
    */
   async connect(): Promise<this> {
-    await this.#connection();
+    this.#checkOpen('connect');
+    await this.#session.connect();
     return this;
   }
 
   /**
-   * Acquires `key`: granted at once if it is free, else waits its turn in the key's FIFO queue.
-   * Resolves with the {@link Lock}; rejects with {@link NotAcquiredError} when `waitTimeout`
-   * passes, with the signal's reason when `signal` aborts, and with other
-   * {@link TicketingError}s for the server's other answers.
+   * Acquires `key`, waiting in its FIFO queue up to `waitTimeoutMs`. Resolves with the
+   * {@link Lock}. Rejects with {@link NotAcquiredError} when the wait timeout passes,
+   * {@link CancelledError} when `signal` aborts, {@link AlreadyHeldError} with `refuseHeld`,
+   * {@link InvalidArgumentError} for a bad argument (before anything is sent),
+   * {@link TimeoutError}, {@link ConnectionLostError}, {@link ServerRestartedError},
+   * {@link BusyError}, {@link ShuttingDownError}, {@link ClientClosedError}. An acquire that
+   * fails any way but a server answer is withdrawn and never leaves a lock held.
+   *
+   * Acquiring a key this client already holds queues behind itself (the owner is the token, so
+   * two tasks sharing a client exclude each other); pass `refuseHeld: true` to refuse instead.
    */
-  acquire(key: Key, options: AcquireOptions = {}): Promise<Lock> {
-    try {
-      return this.#acquire(key, options);
-    } catch (err) {
-      return Promise.reject(err); // bad arguments reject too, never throw synchronously
-    }
-  }
-
-  #acquire(key: Key, options: AcquireOptions): Promise<Lock> {
+  async acquire(key: Key, options: AcquireOptions = {}): Promise<Lock> {
+    const o = optionsArg<AcquireOptions>('acquire options', options, ACQUIRE_OPTIONS);
     const keyBytes = keyToBytes(key);
-    const lease = leaseMs(options.lease ?? DEFAULT_LEASE_MS);
-    const wait = options.waitTimeout;
-    if (wait !== undefined && (typeof wait !== 'number' || Number.isNaN(wait) || wait < 0)) throw new RangeError(`waitTimeout must be >= 0 ms, got ${wait}`);
-    const ka = options.keepAlive;
-    const keepAliveMs = ka === true ? Math.max(1, Math.floor(lease / 3)) : typeof ka === 'number' && ka > 0 ? Math.max(1, Math.floor(ka)) : 0;
-    const signal = options.signal;
-    if (signal?.aborted) return Promise.reject(signal.reason);
-    if (this.#state !== 'open') return Promise.reject(new ClientClosedError());
+    const lease = leaseArg('leaseMs', o.leaseMs ?? DEFAULT_LEASE_MS);
+    const wait = waitArg('waitTimeoutMs', o.waitTimeoutMs);
+    const signal = signalOption(o.signal);
+    const timeoutMs = o.timeoutMs === undefined ? this.#requestTimeoutMs : msOption('timeoutMs', o.timeoutMs, 1);
+    const keepAlive = boolOption('keepAlive', o.keepAlive, false);
+    const maxHoldMs = o.maxHoldMs === undefined ? 0 : msOption('maxHoldMs', o.maxHoldMs, 1);
+    const refuseHeld = boolOption('refuseHeld', o.refuseHeld, false);
+    const throwOnLost = boolOption('throwOnLost', o.throwOnLost, true);
     const what = `acquire ${describeKey(key)}`;
-    const id = this.#newId();
-    const start = performance.now();
-
-    return new Promise<Lock>((resolve, reject) => {
-      let settled = false;
-      let waiting: Waiting | undefined;
-      const abort = (reason: unknown): void => {
-        if (settled) return;
-        settled = true;
-        reject(reason);
-        if (waiting) this.#cancel(waiting);
-      };
-      const onAbort = (): void => abort(signal!.reason);
-      signal?.addEventListener('abort', onAbort, { once: true });
-
-      const make = (): Request => {
-        let waitMs: number = Sizes.WAIT_FOREVER;
-        if (wait !== undefined && wait !== Infinity) {
-          const left = wait === 0 ? 0 : Math.max(0, Math.ceil(wait - (performance.now() - start)));
-          waitMs = Math.min(left, Sizes.WAIT_FOREVER - 1);
-        }
-        return { op: Op.ACQUIRE, id, leaseMs: lease, waitMs, key: keyBytes };
-      };
-      const exchange = this.#exchange(what, make, {
-        stop: () => settled || this.#state !== 'open',
-        sent: (conn) => {
-          waiting = { conn, id, abort };
-          this.#waiting.add(waiting);
-        },
-        answered: () => {
-          if (waiting) this.#waiting.delete(waiting);
-          waiting = undefined;
-        },
+    this.#checkOpen(what);
+    if (refuseHeld) {
+      for (const held of this.#locks.values()) {
+        if (held.keyBytes.equals(keyBytes)) throw new AlreadyHeldError(`${what}: this client already holds it (token ${held.token}) and refuseHeld is set`);
+      }
+    }
+    if (signal?.aborted) throw new CancelledError(`${what}: cancelled before it was sent`, { cause: signal.reason });
+    const call = this.#session.request({ op: Op.ACQUIRE, key: keyBytes, leaseMs: lease, waitMs: wait, what, timeoutMs });
+    const onAbort = (): void => this.#session.abandon(call, new CancelledError(`${what}: cancelled`, { cause: signal!.reason }), true);
+    signal?.addEventListener('abort', onAbort, { once: true });
+    this.#waiting.add(call);
+    let a: Answer;
+    try {
+      a = await call.promise;
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+      this.#waiting.delete(call);
+    }
+    const { res } = a;
+    if (res.status === Status.OK) {
+      if (signal?.aborted) {
+        // The grant arrived, but the caller had already given up: give it back.
+        await new Promise<void>((resolve) => this.#session.releaseToken(keyBytes, res.token, what, resolve));
+        throw new CancelledError(`${what}: cancelled (the grant that raced the cancel was released)`, { cause: signal.reason });
+      }
+      const lock = new Lock(this, {
+        key: typeof key === 'string' ? key : Buffer.from(keyBytes),
+        keyBytes,
+        token: res.token,
+        leaseMs: lease,
+        grantedMs: res.leaseMs || lease,
+        queuedMs: a.retried ? 0 : res.detail,
+        tSend: a.tSend,
+        keepAlive,
+        maxHoldMs,
+        throwOnLost,
       });
-      exchange.then(
-        ({ res, tSend }) => {
-          signal?.removeEventListener('abort', onAbort);
-          if (res.status !== Status.OK) {
-            if (!settled) {
-              settled = true;
-              const timedOut = wait === 0 ? `${what}: not acquired (the key is held)` : `${what}: not acquired within ${wait} ms`;
-              reject(res.status === Status.TIMED_OUT ? new NotAcquiredError(timedOut) : errorForStatus(res.status, res.detail, res.data, what));
-            }
-            return;
-          }
-          if (settled) {
-            // Aborted (or closed) while the grant was on its way: give the lock back at once.
-            this.#releaseToken(keyBytes, res.token);
-            return;
-          }
-          settled = true;
-          const lock = new Lock(this, { key, keyBytes, token: res.token, leaseMs: res.leaseMs || lease, queuedMs: res.detail, tSend, keepAliveMs });
-          this.#locks.set(lock.token, lock);
-          resolve(lock);
-        },
-        (err: unknown) => {
-          signal?.removeEventListener('abort', onAbort);
-          if (!settled) {
-            settled = true;
-            reject(err);
-          }
-        },
-      );
-    });
-  }
-
-  /** Acquires `key` only if it is free now (`waitTimeout: 0`); rejects with {@link NotAcquiredError} otherwise. */
-  tryAcquire(key: Key, options: Omit<AcquireOptions, 'waitTimeout'> = {}): Promise<Lock> {
-    return this.acquire(key, { ...options, waitTimeout: 0 });
+      this.#locks.set(lock.token, lock);
+      return lock;
+    }
+    if (res.status === Status.TIMED_OUT) {
+      throw new NotAcquiredError(wait === 0 ? `${what}: not acquired: the key is taken` : `${what}: not acquired within the wait timeout (${wait} ms)`, {
+        detail: res.detail,
+      });
+    }
+    if (res.status === Status.NOT_HELD && a.retried) {
+      throw new NotAcquiredError(`${what}: not acquired: the lock was granted while the connection was down and has ended since`, { status: Status.NOT_HELD });
+    }
+    throw errorForStatus(res.status, res.detail, res.data, what);
   }
 
   /**
-   * Runs `fn` while holding `key`, then releases it (even if `fn` throws). `lock.signal` aborts if
-   * the lock is lost while `fn` runs.
+   * Acquires `key` only if it is free now (a wait of 0). Resolves with the {@link Lock}, or
+   * `null` when the key is taken; rejects as {@link Client.acquire} does otherwise.
    */
-  async withLock<T>(key: Key, options: AcquireOptions, fn: (lock: Lock) => Promise<T> | T): Promise<T> {
+  async tryAcquire(key: Key, options: TryAcquireOptions = {}): Promise<Lock | null> {
+    const o = optionsArg<AcquireOptions>('tryAcquire options', options, ACQUIRE_OPTIONS);
+    if (o.waitTimeoutMs !== undefined) throw new InvalidArgumentError('tryAcquire takes no waitTimeoutMs (it never waits); use acquire');
+    try {
+      return await this.acquire(key, { ...o, waitTimeoutMs: 0 });
+    } catch (err) {
+      if (err instanceof NotAcquiredError) return null;
+      throw err;
+    }
+  }
+
+  /**
+   * Runs `fn` while holding `key`, then releases it, even if `fn` throws. If the lock was lost
+   * while `fn` ran, rejects with {@link LockLostError} after `fn` finished (unless
+   * `throwOnLost: false`); `lock.signal` aborts the moment it is lost, for work that can stop.
+   * An error thrown by `fn` wins over a failed release.
+   */
+  withLock<T>(key: Key, fn: (lock: Lock) => Promise<T> | T): Promise<T>;
+  withLock<T>(key: Key, options: AcquireOptions, fn: (lock: Lock) => Promise<T> | T): Promise<T>;
+  async withLock<T>(key: Key, a: AcquireOptions | ((lock: Lock) => Promise<T> | T), b?: (lock: Lock) => Promise<T> | T): Promise<T> {
+    const fn = typeof a === 'function' ? a : b;
+    const options = typeof a === 'function' ? {} : a;
+    if (typeof fn !== 'function') throw new InvalidArgumentError('withLock needs a function to run');
     const lock = await this.acquire(key, options);
-    let ok = false;
     let result: T;
     try {
       result = await fn(lock);
-      ok = true;
-    } finally {
-      if (ok) await lock[Symbol.asyncDispose]();
-      else await lock[Symbol.asyncDispose]().catch(() => {});
+    } catch (err) {
+      await lock[Symbol.asyncDispose]().catch(() => {});
+      throw err;
     }
-    return result!;
+    await lock[Symbol.asyncDispose]();
+    return result;
   }
 
   /**
-   * Releases `key` held with `token` (any client may release a token it was given). Rejects
-   * with {@link NotHeldError} if `token` is not the current holder; nothing changes then.
+   * Releases `key` held with `token` (any client may release a token it was given). Rejects with
+   * {@link NotHeldError} if `token` is not the current holder; nothing changes then.
    */
-  async release(key: Key, token: bigint): Promise<void> {
-    this.#ensureNotClosed();
+  async release(key: Key, token: bigint, options?: CallOptions): Promise<void> {
     const keyBytes = keyToBytes(key);
-    const { res } = await this.#exchange(`release ${describeKey(key)}`, () => ({ op: Op.RELEASE, id: this.#newId(), token, key: keyBytes }));
-    this.#check(res, `release ${describeKey(key)}`);
+    const t = tokenArg(token);
+    const what = `release ${describeKey(key)} token ${t}`;
+    if (this.#closed) throw new ClientClosedError(`${what}: the client is closed`);
+    const { res } = await this.#call({ op: Op.RELEASE, key: keyBytes, token: t, what }, options);
+    const handle = this.#handle(keyBytes, t);
+    if (res.status === Status.OK) handle?.markReleased();
+    else if (res.status === Status.NOT_HELD) handle?.markLost('not held');
+    if (res.status !== Status.OK) throw errorForStatus(res.status, res.detail, res.data, what);
   }
 
   /**
    * Sets the lease of `key` held with `token` to `leaseMs` from now. Resolves with the lease
    * granted; rejects with {@link NotHeldError} if `token` is not the current holder.
    */
-  async extend(key: Key, token: bigint, leaseMs: number): Promise<number> {
-    this.#ensureNotClosed();
-    const r = await this.#extend(keyToBytes(key), describeKey(key), token, leaseMs);
-    return r.leaseMs;
+  async extend(key: Key, token: bigint, leaseMs: number, options?: CallOptions): Promise<number> {
+    const keyBytes = keyToBytes(key);
+    const t = tokenArg(token);
+    const lease = leaseArg('leaseMs', leaseMs);
+    const what = `extend ${describeKey(key)} token ${t}`;
+    this.#checkOpen(what);
+    const { res, tSend } = await this.#call({ op: Op.EXTEND, key: keyBytes, token: t, leaseMs: lease, what }, options);
+    const handle = this.#handle(keyBytes, t);
+    if (res.status === Status.NOT_HELD) handle?.markLost('not held');
+    if (res.status !== Status.OK) throw errorForStatus(res.status, res.detail, res.data, what);
+    handle?.markExtended(tSend, res.leaseMs || lease, lease);
+    return res.leaseMs || lease;
   }
 
   /**
-   * What the server knows about `key` now: the holder's token (`null` when nobody holds it), the
-   * lease left, the acquires queued, how long it has been held, and the lock-delay left. Changes
-   * nothing; for operators and tests, not for deciding whether to acquire (the answer is stale
-   * the moment it arrives). Aborting `signal` rejects with the signal's reason.
+   * What the server knows about `key` now (see {@link KeyInfo}). Changes nothing; for operators
+   * and tests, not for deciding whether to acquire (the answer is stale the moment it arrives).
    */
   async inspect(key: Key, options: InspectOptions = {}): Promise<KeyInfo> {
-    this.#ensureNotClosed();
+    const o = optionsArg<InspectOptions>('inspect options', options, INSPECT_OPTIONS);
     const keyBytes = keyToBytes(key);
-    const signal = options.signal;
-    if (signal?.aborted) throw signal.reason;
+    const token = o.token === undefined ? 0n : tokenArg(o.token);
     const what = `inspect ${describeKey(key)}`;
-    const exchange = this.#exchange(what, () => ({ op: Op.INSPECT, id: this.#newId(), key: keyBytes }), { stop: () => signal?.aborted === true });
-    const { res } = await (signal ? abortable(exchange, signal) : exchange);
-    this.#check(res, what);
-    let data: { heldForMs: number; lockDelayMs: number };
-    try {
-      data = decodeInspectData(res.data);
-    } catch (err) {
-      if (err instanceof FrameError) throw new ProtocolError(`${what}: ${err.message}`, { cause: err });
-      throw err;
-    }
-    return {
-      token: res.token === 0n ? null : res.token,
-      leaseRemainingMs: res.leaseMs,
-      waiters: res.detail,
-      heldForMs: data.heldForMs,
-      lockDelayRemainingMs: data.lockDelayMs,
-    };
+    this.#checkOpen(what);
+    const { res } = await this.#call({ op: Op.INSPECT, key: keyBytes, token, what }, { signal: o.signal, timeoutMs: o.timeoutMs });
+    return keyInfo(res, what);
   }
 
-  /** Round trip to the server; resolves with the time it took, ms. */
-  async ping(): Promise<number> {
-    this.#ensureNotClosed();
+  /** A round trip to the server; resolves with the time it took, in ms. */
+  async ping(options?: CallOptions): Promise<number> {
+    this.#checkOpen('ping');
     const t = performance.now();
-    const { res } = await this.#exchange('ping', () => ({ op: Op.PING, id: this.#newId() }));
-    this.#check(res, 'ping');
+    const { res } = await this.#call({ op: Op.PING, what: 'ping' }, options);
+    if (res.status !== Status.OK) throw errorForStatus(res.status, res.detail, res.data, 'ping');
     return performance.now() - t;
   }
 
   /**
-   * Closes gracefully: new acquires reject with {@link ClientClosedError}, acquires still waiting
-   * are withdrawn (they reject with {@link CancelledError}; one granted meanwhile is released),
-   * keep-alives stop, answers in flight are awaited (releases sent meanwhile still go through),
-   * then the connection closes. Locks still held are not released: they stay held until their
-   * lease ends (release them first).
+   * Closes gracefully, in bounded time: new calls reject with {@link ClientClosedError};
+   * keep-alives stop; acquires still waiting are withdrawn (they reject with
+   * {@link CancelledError}; a grant that raced the withdrawal is released); with
+   * `releaseOnClose`, every held lock is released; answers in flight are awaited, at most
+   * `min(cleanupTimeoutMs, requestTimeoutMs)`; then the connection closes. Without
+   * `releaseOnClose`, locks still held stay held until their lease ends.
    */
   close(): Promise<void> {
     if (this.#closing) return this.#closing;
-    if (this.#state === 'closed') return Promise.resolve();
-    this.#state = 'closing';
     this.#closing = (async () => {
       for (const lock of this.#locks.values()) lock.stopKeepAlive();
-      for (const w of [...this.#waiting]) w.abort(new CancelledError('acquire withdrawn: the client is closing'));
-      while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
-      await this.#connecting?.catch(() => {});
-      const conn = this.#conn;
-      this.#state = 'closed';
-      this.#conn = undefined;
-      if (conn) await conn.drain();
+      for (const call of [...this.#waiting]) {
+        this.#session.abandon(call, new CancelledError(`${call.spec.what}: withdrawn: the client is closing`), true);
+      }
+      if (this.#releaseOnClose) {
+        for (const lock of [...this.#locks.values()]) lock.release().catch(() => {});
+      }
+      await this.#session.close(Math.min(this.#cleanupTimeoutMs, this.#requestTimeoutMs));
+      this.#closed = true;
     })();
     return this.#closing;
   }
 
-  /** Closes at once: every request in flight rejects with {@link ClientClosedError}. Locks stay held until their lease ends. */
+  /** Closes at once: every call in flight rejects with {@link ClientClosedError}. Locks stay held until their lease ends. */
   destroy(): void {
-    this.#state = 'closed';
+    this.#closing ??= Promise.resolve();
+    this.#closed = true;
     for (const lock of this.#locks.values()) lock.stopKeepAlive();
-    const conn = this.#conn;
-    this.#conn = undefined;
-    conn?.destroy(new ClientClosedError('the client was destroyed'));
+    this.#session.destroy();
   }
 
-  /** `await using client = await createClient(...).connect()` closes it gracefully. */
+  /** `await using client = createClient(...)` closes it gracefully at the end of the block. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
@@ -407,13 +579,10 @@ export class Client extends EventEmitter implements LockOwner {
   // ---- LockOwner ----
 
   /** @internal */
-  async releaseLock(lock: Lock): Promise<void> {
-    await this.release(lock.keyBytes, lock.token);
-  }
-
-  /** @internal */
-  extendLock(lock: Lock, leaseMs: number): Promise<{ tSend: number; leaseMs: number }> {
-    return this.#extend(lock.keyBytes, describeKey(lock.key), lock.token, leaseMs);
+  lockRequest(lock: Lock, op: number, leaseMs: number, what: string, options: CallOptions | undefined): Promise<Answer> {
+    if (this.#closed || (this.#closing && op !== Op.RELEASE)) return Promise.reject(new ClientClosedError(`${what}: the client is closed`));
+    const token = lock.token;
+    return this.#call({ op, key: lock.keyBytes, token, leaseMs, what }, options);
   }
 
   /** @internal */
@@ -423,223 +592,57 @@ export class Client extends EventEmitter implements LockOwner {
 
   // ---- internals ----
 
-  async #extend(keyBytes: Buffer, k: string, token: bigint, leaseMs_: number): Promise<{ tSend: number; leaseMs: number }> {
-    const lease = leaseMs(leaseMs_);
-    const what = `extend ${k}`;
-    const { res, tSend } = await this.#exchange(what, () => ({ op: Op.EXTEND, id: this.#newId(), token, leaseMs: lease, key: keyBytes }));
-    this.#check(res, what);
-    return { tSend, leaseMs: res.leaseMs || lease };
+  #checkOpen(what: string): void {
+    if (this.#closing) throw new ClientClosedError(`${what}: the client is ${this.#closed ? 'closed' : 'closing'}`);
   }
 
-  get #closed(): boolean {
-    return this.#state === 'closed';
-  }
-
-  #ensureNotClosed(): void {
-    if (this.#state === 'closed') throw new ClientClosedError();
-  }
-
-  #check(res: Response, what: string): void {
-    if (res.status !== Status.OK) throw errorForStatus(res.status, res.detail, res.data, what);
-  }
-
-  #newId(): bigint {
-    const id = this.#nextId;
-    this.#nextId = id === 0xffffffffffffffffn ? 1n : id + 1n;
-    return id;
-  }
-
-  /**
-   * Sends a request (built by `make` for each attempt) and resolves with its answer and the
-   * monotonic time it was sent. Retries on another endpoint after NOT_LEADER or SHUTTING_DOWN;
-   * every other answer is returned as is.
-   */
-  #exchange(
-    what: string,
-    make: () => Request,
-    hooks: { stop?: () => boolean; sent?: (conn: Connection) => void; answered?: () => void } = {},
-  ): Promise<{ res: Response; tSend: number }> {
-    const p = (async () => {
-      let redirected: Response | undefined; // the NOT_LEADER / SHUTTING_DOWN answer that moved us
-      for (let attempt = 0; ; attempt++) {
-        let conn: Connection;
-        try {
-          conn = await this.#connection();
-        } catch (err) {
-          // No endpoint to move to: the server's answer says more than the connect failure.
-          if (redirected && err instanceof ConnectionLostError && !(err instanceof ClientClosedError)) {
-            throw errorForStatus(redirected.status, redirected.detail, redirected.data, what, err);
-          }
-          throw err;
-        }
-        if (hooks.stop?.()) throw new ClientClosedError(`${what}: stopped`);
-        const req = make();
-        const tSend = performance.now();
-        const pending = conn.request(req);
-        hooks.sent?.(conn);
-        let res: Response;
-        try {
-          res = await pending;
-        } finally {
-          hooks.answered?.();
-        }
-        if (res.status !== Status.NOT_LEADER && res.status !== Status.SHUTTING_DOWN) return { res, tSend };
-        if (attempt >= this.#maxRedirects || hooks.stop?.() || this.#state === 'closed') return { res, tSend };
-        redirected = res;
-        const hint = res.status === Status.NOT_LEADER ? res.data.toString('utf8') : '';
-        this.#moveOff(conn, hint);
-        if (!hint) await sleep(Math.min(1000, 25 * 2 ** attempt));
-      }
-    })();
-    this.#inflight.add(p);
-    const done = (): void => void this.#inflight.delete(p);
-    p.then(done, done);
-    return p;
-  }
-
-  /** Leaves `conn` (after NOT_LEADER / SHUTTING_DOWN): to `hint` if given, else the next endpoint. */
-  #moveOff(conn: Connection, hint: string): void {
-    if (this.#conn === conn) {
-      this.#conn = undefined;
-      void conn.drain();
-    }
-    if (hint) {
-      try {
-        this.#leaderHint = parseEndpoint(hint);
-        return;
-      } catch {
-        // fall through to the next endpoint
-      }
-    }
-    const i = this.#endpoints.findIndex((e) => e.host === conn.endpoint.host && e.port === conn.endpoint.port);
-    this.#preferred = ((i >= 0 ? i : this.#preferred) + 1) % this.#endpoints.length;
-  }
-
-  /** The live connection, connecting first if needed. */
-  #connection(): Promise<Connection> {
-    if (this.#state === 'closed') return Promise.reject(new ClientClosedError());
-    if (this.#conn?.ready) return Promise.resolve(this.#conn);
-    if (!this.#connecting) {
-      this.#connecting = this.#dial().finally(() => (this.#connecting = undefined));
-    }
-    return this.#connecting;
-  }
-
-  async #dial(): Promise<Connection> {
-    const order: Endpoint[] = [];
-    if (this.#leaderHint) order.push(this.#leaderHint);
-    this.#leaderHint = undefined;
-    const n = this.#endpoints.length;
-    for (let k = 0; k < n; k++) order.push(this.#endpoints[(this.#preferred + k) % n]!);
-    let last: unknown;
-    for (const ep of order) {
-      if (this.#closed) throw new ClientClosedError();
-      try {
-        const conn = await Connection.open({
-          endpoint: ep,
-          sessionId: this.sessionId,
-          token: this.#token,
-          tls: this.#tls,
-          connectTimeout: this.#connectTimeout,
-        });
-        if (this.#closed) {
-          conn.destroy(new ClientClosedError());
-          throw new ClientClosedError();
-        }
-        const i = this.#endpoints.findIndex((e) => e.host === ep.host && e.port === ep.port);
-        if (i >= 0) this.#preferred = i;
-        conn.onExpired = (token, key) => this.#onExpired(token, key);
-        conn.onClose = (err) => {
-          if (this.#conn === conn) this.#conn = undefined;
-          this.emit('disconnect', err);
-        };
-        this.#conn = conn;
-        this.emit('connect', conn.name);
-        return conn;
-      } catch (err) {
-        last = err;
-        if (err instanceof TicketingError && (err.status === Status.AUTH_FAILED || err.status === Status.UNSUPPORTED_VERSION)) throw err;
-        if (err instanceof ClientClosedError) throw err;
-      }
-    }
-    // A server's answer (BUSY, SHUTTING_DOWN) says more than a wrapper would.
-    if (last instanceof TicketingError && !(last instanceof ConnectionLostError)) throw last;
-    const names = order.map(formatEndpoint).join(', ');
-    const why = last instanceof Error ? `: ${last.message}` : '';
-    throw new ConnectionLostError(`could not connect to ${names}${why}`, { cause: last });
-  }
-
-  #onExpired(token: bigint, key: Buffer): void {
-    const lock = this.#locks.get(token);
-    if (lock && lock.keyBytes.equals(key)) lock.markLost('expired');
-  }
-
-  /** Withdraws a waiting acquire. Its answer (CANCELLED, or OK to be released) still arrives. */
-  #cancel(w: Waiting): void {
-    if (!w.conn.ready) return; // the connection is gone: the server dropped the waiter with it
-    w.conn.request({ op: Op.CANCEL, id: this.#newId(), token: w.id }).catch(() => {});
-  }
-
-  /** Releases a token nobody will ever see (an aborted acquire that was granted anyway). */
-  #releaseToken(keyBytes: Buffer, token: bigint): void {
-    const conn = this.#conn;
-    const p = conn?.ready
-      ? conn.request({ op: Op.RELEASE, id: this.#newId(), token, key: keyBytes })
-      : this.#state === 'open'
-        ? this.#exchange('release', () => ({ op: Op.RELEASE, id: this.#newId(), token, key: keyBytes }))
-        : Promise.resolve();
-    const tracked = p.then(
-      () => {},
-      () => {}, // the lease will reclaim it
-    );
-    this.#inflight.add(tracked);
-    void tracked.then(() => this.#inflight.delete(tracked));
-  }
-}
-
-/** Converts a key to its bytes, checking the protocol's bounds. */
-function keyToBytes(key: Key): Buffer {
-  let b: Buffer;
-  if (typeof key === 'string') b = Buffer.from(key, 'utf8');
-  else if (key instanceof Uint8Array) b = Buffer.from(key); // a copy: the caller may reuse its buffer
-  else throw new TypeError('key must be a string or a Uint8Array');
-  if (b.length === 0) throw new RangeError('key must not be empty');
-  if (b.length > Sizes.MAX_KEY_LEN) throw new RangeError(`key longer than ${Sizes.MAX_KEY_LEN} bytes`);
-  return b;
-}
-
-function leaseMs(v: number): number {
-  if (typeof v !== 'number' || !Number.isFinite(v) || v < 1 || v > MAX_LEASE) throw new RangeError(`lease must be 1..${MAX_LEASE} ms, got ${v}`);
-  return Math.ceil(v);
-}
-
-function positive(name: string, v: number): number {
-  if (typeof v !== 'number' || !(v > 0)) throw new RangeError(`${name} must be > 0, got ${v}`);
-  return v;
-}
-
-function describeKey(key: Key): string {
-  return typeof key === 'string' ? JSON.stringify(key) : `0x${Buffer.from(key).toString('hex')}`;
-}
-
-/** Settles as `p` does, or rejects with the signal's reason once `signal` aborts (`p`'s outcome is then dropped). */
-function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = (): void => reject(signal.reason);
+  /** Sends a request and resolves with its answer (any status); `signal` and `timeoutMs` as in {@link CallOptions}. */
+  async #call(spec: Omit<CallSpec, 'timeoutMs'>, options: CallOptions | undefined): Promise<Answer> {
+    const o = optionsArg<CallOptions>('call options', options, CALL_OPTIONS);
+    const signal = signalOption(o.signal);
+    const timeoutMs = o.timeoutMs === undefined ? this.#requestTimeoutMs : msOption('timeoutMs', o.timeoutMs, 1);
+    if (signal?.aborted) throw new CancelledError(`${spec.what}: cancelled before it was sent`, { cause: signal.reason });
+    const call = this.#session.request({ ...spec, timeoutMs });
+    if (!signal) return call.promise;
+    const onAbort = (): void => this.#session.drop(call, new CancelledError(`${spec.what}: cancelled`, { cause: signal.reason }));
     signal.addEventListener('abort', onAbort, { once: true });
-    p.then(
-      (v) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(v);
-      },
-      (err: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(err);
-      },
-    );
-  });
+    try {
+      return await call.promise;
+    } finally {
+      signal.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** This client's handle of the lock `key` held with `token`, if it has one. */
+  #handle(key: Buffer, token: bigint): Lock | undefined {
+    const lock = this.#locks.get(token);
+    return lock && lock.keyBytes.equals(key) ? lock : undefined;
+  }
+
+  #onPush(r: Response): void {
+    if (r.op !== Op.EXPIRED) return; // an unknown push: ignored (PROTOCOL.md, Compatibility)
+    this.#handle(r.data, r.token)?.markLost(r.detail === ExpiredReason.STOPPING ? 'server stopping' : 'expired');
+  }
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
+function keyInfo(res: Response, what: string): KeyInfo {
+  if (res.status !== Status.OK) throw errorForStatus(res.status, res.detail, res.data, what);
+  let d: { heldForMs: number; lockDelayMs: number; flags: number };
+  try {
+    d = decodeInspectData(res.data);
+  } catch (err) {
+    if (err instanceof FrameError) throw new ProtocolError(`${what}: ${err.message}`, { cause: err });
+    throw err;
+  }
+  return {
+    held: (d.flags & InspectFlag.HELD) !== 0,
+    token: res.token === 0n ? null : res.token,
+    leaseRemainingMs: res.leaseMs,
+    waiters: res.detail,
+    heldForMs: d.heldForMs,
+    lockDelayRemainingMs: d.lockDelayMs,
+    tokenMatches: (d.flags & InspectFlag.TOKEN_MATCH) !== 0,
+    heldByThisClient: (d.flags & InspectFlag.SESSION) !== 0,
+    stalled: (d.flags & InspectFlag.STALLED) !== 0,
+  };
 }

@@ -1,42 +1,50 @@
 /**
- * One connection to one server: the socket, the handshake, the frame reader, and the table of
- * requests waiting for their answer. Requests are pipelined: any number may be in flight, and
- * each answer is dispatched by its request id. The client above owns reconnects and retries.
+ * One connection to one server: the socket (TCP or TLS), the handshake (HELLO, CHALLENGE, AUTH,
+ * WELCOME) with both proofs, and the frame reader. What the frames mean is the session's
+ * business (session.ts): this module only delivers decoded responses and reports the close.
  *
  * @module
+ * @internal
  */
 import { randomBytes } from 'node:crypto';
 import * as net from 'node:net';
+import { performance } from 'node:perf_hooks';
 import * as tls from 'node:tls';
 import {
+  AuthFailedError,
+  BusyError,
+  ClientClosedError,
+  ConnectionLostError,
+  NotLeaderError,
+  ProtocolError,
+  ShuttingDownError,
+  TicketingError,
+  TimeoutError,
+  TlsError,
+  UnavailableError,
+  UnsupportedVersionError,
+  errorForStatus,
+} from './errors.js';
+import {
+  FrameError,
   FrameReader,
-  Op,
   Sizes,
   Status,
   VERSION,
-  FrameError,
+  challengeFrameSize,
   clientProof,
   decodeChallenge,
   decodeResponse,
   decodeWelcome,
   encodeAuth,
   encodeHello,
-  encodeRequest,
+  fieldName,
+  limitName,
   proofEqual,
   serverProof,
-  type Request,
+  statusName,
   type Response,
 } from './protocol.js';
-import {
-  AuthFailedError,
-  BusyError,
-  ConnectionLostError,
-  ProtocolError,
-  ShuttingDownError,
-  TicketingError,
-  UnsupportedVersionError,
-  errorForStatus,
-} from './errors.js';
 
 /** A server address. */
 export interface Endpoint {
@@ -47,8 +55,8 @@ export interface Endpoint {
 /** The default port of a Ticketing server. */
 export const DEFAULT_PORT = 7070;
 
-/** Parses `host:port`, `[v6]:port`, or a bare host (port 7070). */
-export function parseEndpoint(s: string): Endpoint {
+/** Parses `host:port`, `[v6]:port`, or a bare host (port 7070); `undefined` when it is not an address. */
+export function tryParseEndpoint(s: string): Endpoint | undefined {
   const text = s.trim();
   let host = text;
   let port = DEFAULT_PORT;
@@ -60,10 +68,10 @@ export function parseEndpoint(s: string): Endpoint {
     const i = text.lastIndexOf(':');
     if (i >= 0 && text.indexOf(':') === i) {
       host = text.slice(0, i);
-      port = Number(text.slice(i + 1));
+      port = /^\d+$/.test(text.slice(i + 1)) ? Number(text.slice(i + 1)) : NaN;
     }
   }
-  if (!host || !Number.isInteger(port) || port <= 0 || port > 65535) throw new TypeError(`invalid endpoint ${JSON.stringify(s)}: want host:port`);
+  if (!host || /\s/.test(host) || !Number.isInteger(port) || port <= 0 || port > 65535) return undefined;
   return { host, port };
 }
 
@@ -78,55 +86,77 @@ export interface ConnectionOptions {
   sessionId: Buffer;
   token: Buffer | undefined;
   tls: tls.ConnectionOptions | undefined;
-  connectTimeout: number;
+  connectTimeoutMs: number;
+  /** Whether the socket (and the handshake timer) keep the process alive. */
+  ref: boolean;
+  /** Aborting it abandons the attempt. */
+  signal?: AbortSignal;
+  /** Called at once with the connection being opened (so that its caller can change its ref). */
+  onOpening?: (conn: Connection) => void;
 }
 
-interface Pending {
-  resolve(r: Response): void;
-  reject(e: Error): void;
+/** What WELCOME said. */
+export interface WelcomeInfo {
+  resumed: boolean;
+  sessionGraceMs: number;
+  stateId: Buffer;
 }
 
-type State = 'challenge' | 'welcome' | 'ready' | 'closed';
+type State = 'tcp' | 'challenge' | 'welcome' | 'ready' | 'closed';
 
-/** One socket after a successful handshake. Create with {@link Connection.open}. */
+// Socket errors that mean "nobody reachable there" (before the TCP connection is up).
+const UNREACHABLE = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EAI_NONAME', 'EADDRNOTAVAIL', 'ETIMEDOUT', 'ECONNRESET', 'EPIPE']);
+
+function isTlsFailure(err: NodeJS.ErrnoException): boolean {
+  const code = err.code ?? '';
+  return (
+    code.startsWith('ERR_SSL') ||
+    code.startsWith('ERR_TLS') ||
+    code.startsWith('CERT_') ||
+    code.includes('CERT') ||
+    code === 'UNABLE_TO_VERIFY_LEAF_SIGNATURE' ||
+    code === 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY' ||
+    code === 'HOSTNAME_MISMATCH'
+  );
+}
+
+/** One socket after (or during) the handshake. Create with {@link Connection.open}. */
 export class Connection {
+  /** The server this connection goes to. */
   readonly endpoint: Endpoint;
-  /** Called for each EXPIRED notice: the lease of `token` on `key` ran out. */
-  onExpired: (token: bigint, key: Buffer) => void = () => {};
-  /** Called once when the connection closes, with the reason. */
-  onClose: (err: TicketingError) => void = () => {};
+  /** What WELCOME said; set once the handshake succeeded. */
+  welcome!: WelcomeInfo;
+  /** Monotonic ms (performance.now()) when bytes last arrived. */
+  lastReceived = performance.now();
 
-  readonly #socket: net.Socket;
+  readonly #socket: net.Socket | tls.TLSSocket;
   readonly #reader: FrameReader;
-  readonly #pending = new Map<bigint, Pending>();
-  #state: State = 'challenge';
-  #corked = false;
-  #draining = false;
-  #closeReason: TicketingError | undefined;
-  readonly #closed: Promise<void>;
-
-  // Handshake.
   readonly #opts: ConnectionOptions;
+  #state: State = 'tcp';
+  #tcpUp = false;
+  #secure = false;
+  #corked = false;
+  #closeReason: TicketingError | undefined;
+  #handshakeTimer: NodeJS.Timeout | undefined;
+  #handshake: { resolve(): void; reject(e: TicketingError): void } | undefined;
   readonly #clientNonce = randomBytes(Sizes.NONCE);
   #serverNonce: Buffer = Buffer.alloc(Sizes.NONCE);
-  #handshake: { resolve(): void; reject(e: TicketingError): void } | undefined;
+  #authRequired = false;
+  // Frames (and the close) that arrive after WELCOME but before the session attached.
+  #early: Response[] = [];
+  #onFrame: ((r: Response) => void) | undefined;
+  #onClose: ((err: TicketingError) => void) | undefined;
+  readonly #closed: Promise<void>;
 
-  private constructor(opts: ConnectionOptions, socket: net.Socket) {
+  private constructor(opts: ConnectionOptions, socket: net.Socket | tls.TLSSocket) {
     this.#opts = opts;
     this.endpoint = opts.endpoint;
     this.#socket = socket;
-    this.#reader = new FrameReader((f) => this.#onFrame(f));
+    this.#reader = new FrameReader((f) => this.#frame(f));
     this.#closed = new Promise((resolve) => socket.once('close', () => resolve()));
-    socket.on('data', (chunk: Buffer) => {
-      try {
-        this.#reader.push(chunk);
-      } catch (err) {
-        const e = err instanceof FrameError ? new ProtocolError(`bad frame from ${this.name}: ${err.message}`, { cause: err }) : (err as Error);
-        this.destroy(e instanceof TicketingError ? e : new ProtocolError(String(e), { cause: e }));
-      }
-    });
-    socket.on('error', (err) => this.destroy(new ConnectionLostError(`connection to ${this.name} failed: ${err.message}`, { cause: err })));
-    socket.on('close', () => this.destroy(new ConnectionLostError(`connection to ${this.name} closed`)));
+    socket.on('data', (chunk: Buffer) => this.#data(chunk));
+    socket.on('error', (err: NodeJS.ErrnoException) => this.destroy(this.#classify(err)));
+    socket.on('close', () => this.destroy(this.#closedError()));
   }
 
   /** `host:port` of the server. */
@@ -134,79 +164,168 @@ export class Connection {
     return formatEndpoint(this.endpoint);
   }
 
-  /** True while requests can be sent. */
+  /** True after WELCOME OK and until the connection closes. */
   get ready(): boolean {
-    return this.#state === 'ready' && !this.#draining;
-  }
-
-  /** Requests waiting for their answer. */
-  get inflight(): number {
-    return this.#pending.size;
+    return this.#state === 'ready';
   }
 
   /**
-   * Connects and runs the handshake: HELLO, CHALLENGE, AUTH, WELCOME, verifying the server's
-   * proof when a token is configured. Rejects with {@link ConnectionLostError} on network
-   * failure or timeout, {@link AuthFailedError}, {@link UnsupportedVersionError},
-   * {@link BusyError} (connection limit) or {@link ShuttingDownError}.
+   * Connects and runs the handshake, verifying the server's proof when a token is configured.
+   * Rejects with {@link UnavailableError} (refused, unreachable, TCP timeout),
+   * {@link TimeoutError} (connected but no handshake answer in time), {@link TlsError},
+   * {@link AuthFailedError}, {@link UnsupportedVersionError}, {@link BusyError},
+   * {@link ShuttingDownError}, {@link NotLeaderError} (with the leader hint) or
+   * {@link ProtocolError}.
    */
   static open(opts: ConnectionOptions): Promise<Connection> {
     const { host, port } = opts.endpoint;
     const socket = opts.tls
       ? tls.connect({ host, port, ...(net.isIP(host) ? {} : { servername: host }), ...opts.tls })
       : net.connect({ host, port });
-    socket.setNoDelay(true);
     const conn = new Connection(opts, socket);
+    if (!opts.ref) socket.unref();
+    opts.onOpening?.(conn);
     return new Promise<Connection>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        conn.destroy(new ConnectionLostError(`connecting to ${conn.name} timed out after ${opts.connectTimeout} ms`));
-      }, opts.connectTimeout);
+      const onAbort = (): void => conn.destroy(new ClientClosedError(`connecting to ${conn.name}: the client was closed`));
+      opts.signal?.addEventListener('abort', onAbort, { once: true });
       conn.#handshake = {
         resolve: () => {
-          clearTimeout(timer);
+          opts.signal?.removeEventListener('abort', onAbort);
           resolve(conn);
         },
         reject: (e) => {
-          clearTimeout(timer);
+          opts.signal?.removeEventListener('abort', onAbort);
           reject(e);
         },
       };
-      socket.once(opts.tls ? 'secureConnect' : 'connect', () => {
-        socket.setKeepAlive(true, 30_000);
-        socket.write(encodeHello({ version: VERSION, sessionId: opts.sessionId, nonce: conn.#clientNonce }));
+      conn.#handshakeTimer = setTimeout(() => {
+        const what = conn.#state === 'tcp' ? (conn.#tcpUp ? 'the TLS handshake' : 'the TCP connection') : 'the handshake';
+        const msg = `connecting to ${conn.name} timed out after ${opts.connectTimeoutMs} ms (${what} did not complete)`;
+        conn.destroy(conn.#state === 'tcp' && !conn.#tcpUp ? new UnavailableError(msg) : new TimeoutError(msg));
+      }, opts.connectTimeoutMs);
+      if (!opts.ref) conn.#handshakeTimer.unref();
+      socket.once('connect', () => {
+        conn.#tcpUp = true;
+        socket.setNoDelay(true);
+        socket.setKeepAlive(true, 10_000);
+        if (!opts.tls) conn.#sendHello();
       });
+      if (opts.tls) {
+        socket.once('secureConnect', () => {
+          conn.#secure = true;
+          conn.#sendHello();
+        });
+      }
     });
   }
 
-  #onFrame(frame: Buffer): void {
-    switch (this.#state) {
-      case 'challenge':
-        return this.#onChallenge(frame);
-      case 'welcome':
-        return this.#onWelcome(frame);
-      case 'ready':
-        return this.#onResponse(frame);
-      case 'closed':
+  #sendHello(): void {
+    if (this.#state !== 'tcp') return;
+    this.#state = 'challenge';
+    this.#socket.write(encodeHello({ version: VERSION, sessionId: this.#opts.sessionId, nonce: this.#clientNonce }));
+  }
+
+  /**
+   * Receives frames after the handshake: first those that arrived early, then each as it
+   * comes. `onClose` is called once, when the connection closes (at once if it already has).
+   */
+  attach(onFrame: (r: Response) => void, onClose: (err: TicketingError) => void): void {
+    this.#onFrame = onFrame;
+    this.#onClose = onClose;
+    const early = this.#early;
+    this.#early = [];
+    for (const r of early) {
+      if (this.#onFrame !== onFrame) break; // detached meanwhile
+      onFrame(r);
+    }
+    if (this.#state === 'closed') onClose(this.#closeReason!);
+  }
+
+  /** Whether the socket (and the handshake timer) keep the process alive. */
+  setRef(on: boolean): void {
+    if (this.#state === 'closed') return;
+    if (on) {
+      this.#socket.ref();
+      this.#handshakeTimer?.ref();
+    } else {
+      this.#socket.unref();
+      this.#handshakeTimer?.unref();
+    }
+  }
+
+  #data(chunk: Buffer): void {
+    this.lastReceived = performance.now();
+    if (this.#state === 'closed') return;
+    if (this.#state === 'challenge' && !this.#secure && this.#reader.buffered === 0 && chunk.length >= 2 && (chunk[0] === 0x15 || chunk[0] === 0x16) && chunk[1] === 0x03) {
+      // A TLS record (alert or handshake) where CHALLENGE should be.
+      this.destroy(new TlsError(`${this.name} answered with TLS: is the server using TLS? (set the tls option)`));
+      return;
+    }
+    try {
+      if (this.#state === 'challenge' && this.#reader.buffered === 0 && chunk.length >= 4) challengeFrameSize(chunk);
+      this.#reader.push(chunk);
+    } catch (err) {
+      const msg = err instanceof Error ? err.message : String(err);
+      this.destroy(new ProtocolError(`bad frame from ${this.name}: ${msg}`, { cause: err }));
+    }
+  }
+
+  #frame(frame: Buffer): void {
+    try {
+      switch (this.#state) {
+        case 'challenge':
+          return this.#onChallenge(frame);
+        case 'welcome':
+          return this.#onWelcome(frame);
+        case 'ready': {
+          const r = decodeResponse(frame);
+          // The data is a view into the read buffer: copy it for whoever keeps it.
+          r.data = r.data.length ? Buffer.from(r.data) : Buffer.alloc(0);
+          if (this.#onFrame) this.#onFrame(r);
+          else this.#early.push(r);
+          return;
+        }
+        default:
+          return;
+      }
+    } catch (err) {
+      if (err instanceof FrameError) {
+        this.destroy(new ProtocolError(`bad ${this.#state === 'ready' ? 'frame' : 'handshake frame'} from ${this.name}: ${err.message}`, { cause: err }));
         return;
+      }
+      throw err;
     }
   }
 
   #onChallenge(frame: Buffer): void {
     const c = decodeChallenge(frame);
-    if (c.status === Status.UNSUPPORTED_VERSION) {
-      return this.destroy(new UnsupportedVersionError(`${this.name} does not speak protocol version ${VERSION} (it speaks ${c.version})`, c.version));
+    const text = Buffer.from(c.data).toString('utf8').replace(/[\r\n]+/g, ' ');
+    const why = text ? `: ${text}` : '';
+    switch (c.status) {
+      case Status.OK:
+        break;
+      case Status.UNSUPPORTED_VERSION:
+        return this.destroy(new UnsupportedVersionError(`${this.name} does not speak protocol version ${VERSION} (it speaks ${c.version})`, c.version));
+      case Status.BUSY:
+        return this.destroy(new BusyError(`${this.name} refused the connection: server busy (${limitName(c.detail)})${why}`, c.detail));
+      case Status.SHUTTING_DOWN:
+        return this.destroy(new ShuttingDownError(`${this.name} refused the connection: the server is shutting down`));
+      case Status.NOT_LEADER:
+        return this.destroy(new NotLeaderError(`${this.name} is not the leader${text ? `; leader is ${text}` : ' and knows no leader'}`, text));
+      case Status.INVALID:
+        return this.destroy(new ProtocolError(`${this.name} refused the HELLO: invalid ${fieldName(c.detail)}${why}`));
+      default:
+        return this.destroy(new ProtocolError(`${this.name} answered HELLO with status ${statusName(c.status)}${why}`));
     }
-    if (c.status === Status.BUSY) return this.destroy(new BusyError(`${this.name} refused the connection: too many connections`, 1));
-    if (c.status !== Status.OK) return this.destroy(errorForStatus(c.status, 0, Buffer.alloc(0), `connect to ${this.name}`));
-    const authRequired = (c.flags & Sizes.CHALLENGE_AUTH_REQUIRED) !== 0;
+    this.#authRequired = (c.flags & Sizes.CHALLENGE_AUTH_REQUIRED) !== 0;
     const token = this.#opts.token;
-    if (token && !authRequired) {
+    if (token && !this.#authRequired) {
       return this.destroy(
         new AuthFailedError(`${this.name} does not require authentication, but a token is configured: refusing a server that cannot prove it holds the token`),
       );
     }
     this.#serverNonce = Buffer.from(c.nonce);
-    const proof = token && authRequired ? clientProof(token, this.#opts.sessionId, this.#clientNonce, this.#serverNonce) : Buffer.alloc(Sizes.PROOF);
+    const proof = token && this.#authRequired ? clientProof(token, this.#opts.sessionId, this.#clientNonce, this.#serverNonce) : Buffer.alloc(Sizes.PROOF);
     this.#state = 'welcome';
     this.#socket.write(encodeAuth({ proof }));
   }
@@ -214,65 +333,63 @@ export class Connection {
   #onWelcome(frame: Buffer): void {
     const w = decodeWelcome(frame);
     const token = this.#opts.token;
-    if (w.status === Status.AUTH_FAILED) {
-      return this.destroy(
-        new AuthFailedError(token ? `${this.name} rejected the token (authentication failed)` : `${this.name} requires a token (authentication failed)`),
-      );
+    switch (w.status) {
+      case Status.OK:
+        break;
+      case Status.AUTH_FAILED:
+        return this.destroy(
+          new AuthFailedError(
+            token ? `${this.name} rejected the token (authentication failed)` : `${this.name} requires a token: authentication failed (set the token option)`,
+          ),
+        );
+      case Status.BUSY:
+        return this.destroy(new BusyError(`${this.name} refused the session: server busy (${limitName(w.detail)})`, w.detail));
+      case Status.SHUTTING_DOWN:
+        return this.destroy(new ShuttingDownError(`${this.name} refused the session: the server is shutting down`));
+      case Status.NOT_LEADER:
+        return this.destroy(new NotLeaderError(`${this.name} is not the leader`, ''));
+      default:
+        return this.destroy(errorForStatus(w.status, w.detail, Buffer.alloc(0), `handshake with ${this.name}`));
     }
-    if (w.status === Status.SHUTTING_DOWN) return this.destroy(new ShuttingDownError(`${this.name} is shutting down`));
-    if (w.status !== Status.OK) return this.destroy(errorForStatus(w.status, 0, Buffer.alloc(0), `connect to ${this.name}`));
-    if (token) {
-      const want = serverProof(token, this.#opts.sessionId, this.#clientNonce, this.#serverNonce);
+    if (token && this.#authRequired) {
+      const want = serverProof(token, this.#opts.sessionId, this.#clientNonce, this.#serverNonce, frame);
       if (!proofEqual(want, w.proof)) {
         return this.destroy(new AuthFailedError(`${this.name} failed to prove that it holds the token (bad server proof)`));
       }
     }
+    this.welcome = {
+      resumed: (w.flags & Sizes.WELCOME_RESUMED) !== 0,
+      sessionGraceMs: w.sessionGraceMs,
+      stateId: Buffer.from(w.stateId),
+    };
     this.#state = 'ready';
+    if (this.#handshakeTimer) clearTimeout(this.#handshakeTimer);
     const h = this.#handshake;
     this.#handshake = undefined;
     h?.resolve();
   }
 
-  #onResponse(frame: Buffer): void {
-    const r = decodeResponse(frame);
-    if (r.op === Op.EXPIRED && r.id === 0n) {
-      try {
-        this.onExpired(r.token, Buffer.from(r.data));
-      } catch (err) {
-        // A throwing 'lost' listener is the application's bug, not the connection's: report it
-        // as Node reports any throwing listener, without breaking the stream.
-        queueMicrotask(() => {
-          throw err;
-        });
-      }
-      return;
+  #classify(err: NodeJS.ErrnoException): TicketingError {
+    const code = err.code ? ` (${err.code})` : '';
+    if (this.#state === 'ready') return new ConnectionLostError(`connection to ${this.name} lost: ${err.message}`, { cause: err });
+    if (isTlsFailure(err)) return new TlsError(`TLS with ${this.name} failed: ${err.message}${code}`, { cause: err });
+    if (!this.#tcpUp && UNREACHABLE.has(err.code ?? '')) return new UnavailableError(`cannot connect to ${this.name}: ${err.message}`, { cause: err });
+    if (this.#opts.tls && !this.#secure) {
+      return new TlsError(`TLS handshake with ${this.name} failed: ${err.message}${code} (is the server using TLS?)`, { cause: err });
     }
-    const p = this.#pending.get(r.id);
-    if (!p) return; // not ours (or a future push): ignore
-    this.#pending.delete(r.id);
-    // The data is a view into the read buffer: copy it for whoever keeps it.
-    r.data = r.data.length ? Buffer.from(r.data) : Buffer.alloc(0);
-    p.resolve(r);
-    if (this.#draining && this.#pending.size === 0) this.#end();
+    return new ConnectionLostError(`connection to ${this.name} failed during the handshake: ${err.message}`, { cause: err });
   }
 
-  /**
-   * Sends a request and resolves with its answer, whatever the status. Rejects only when the
-   * connection closes first ({@link ConnectionLostError}).
-   */
-  request(req: Request): Promise<Response> {
-    if (this.#state !== 'ready' || this.#closeReason) {
-      return Promise.reject(this.#closeReason ?? new ConnectionLostError(`connection to ${this.name} is not ready`));
-    }
-    const frame = encodeRequest(req);
-    return new Promise<Response>((resolve, reject) => {
-      this.#pending.set(req.id, { resolve, reject });
-      this.#write(frame);
-    });
+  #closedError(): TicketingError {
+    if (this.#state === 'ready') return new ConnectionLostError(`connection to ${this.name} closed by the server`);
+    if (!this.#tcpUp) return new UnavailableError(`cannot connect to ${this.name}: connection closed`);
+    if (this.#opts.tls && !this.#secure) return new TlsError(`TLS handshake with ${this.name} failed: the server closed the connection (is the server using TLS?)`);
+    return new ConnectionLostError(`${this.name} closed the connection during the handshake`);
   }
 
-  #write(frame: Buffer): void {
-    // Batch every frame written in this tick into one write.
+  /** Queues a frame for the wire. Frames written in one tick go out in one write, in order. */
+  write(frame: Buffer): void {
+    if (this.#state !== 'ready') return;
     if (!this.#corked) {
       this.#corked = true;
       this.#socket.cork();
@@ -284,33 +401,33 @@ export class Connection {
     this.#socket.write(frame);
   }
 
-  /** Stops taking new requests and closes once every request in flight has its answer. */
-  drain(): Promise<void> {
-    if (this.#state === 'closed') return this.#closed;
-    this.#draining = true;
-    if (this.#pending.size === 0) this.#end();
+  /**
+   * Ends the connection gracefully (after the frames already written), destroying it if the
+   * server does not close within `ms`. Keeps the process alive until then: someone awaits it.
+   */
+  end(ms = 1000): Promise<void> {
+    if (this.#state !== 'closed') {
+      this.#onFrame = () => {};
+      this.#socket.ref();
+      this.#socket.end();
+      const timer = setTimeout(() => this.destroy(), ms);
+      void this.#closed.then(() => clearTimeout(timer));
+    }
     return this.#closed;
   }
 
-  #end(): void {
-    this.#socket.end();
-    // A server that never closes its side must not hold up a graceful close.
-    setTimeout(() => this.destroy(), 2000).unref();
-  }
-
-  /** Closes at once; every request in flight rejects with `reason`. */
-  destroy(reason: TicketingError = new ConnectionLostError(`connection to ${this.name} closed`)): void {
+  /** Closes at once and reports `reason` (once) to the close handler, or to the pending handshake. */
+  destroy(reason?: TicketingError): void {
     if (this.#state === 'closed') return;
+    const wasReady = this.#state === 'ready';
     this.#state = 'closed';
-    this.#closeReason = reason instanceof ConnectionLostError ? reason : new ConnectionLostError(reason.message, { cause: reason });
+    this.#closeReason = reason ?? new ConnectionLostError(`connection to ${this.name} closed`);
+    if (this.#handshakeTimer) clearTimeout(this.#handshakeTimer);
     this.#socket.destroy();
     const h = this.#handshake;
     this.#handshake = undefined;
-    h?.reject(reason);
-    const pending = [...this.#pending.values()];
-    this.#pending.clear();
-    for (const p of pending) p.reject(this.#closeReason);
-    this.onClose(reason);
+    h?.reject(this.#closeReason);
+    if (wasReady) this.#onClose?.(this.#closeReason);
   }
 
   /** Resolves when the socket has closed. */

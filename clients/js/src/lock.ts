@@ -1,67 +1,112 @@
 /**
- * A held lock: its key and fencing token, release and extend, the lost signal, and the opt-in
- * keep-alive.
+ * A held lock: its key and fencing token, release, extend and verify, the lost signal, and the
+ * opt-in keep-alive.
  *
  * @module
  */
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
-import { LockLostError, NotHeldError, type LostReason } from './errors.js';
+import { LockLostError, NotHeldError, ProtocolError, errorForStatus, type LostReason } from './errors.js';
+import { ClientRules, InspectFlag, Op, Status, decodeInspectData } from './protocol.js';
+import type { Answer } from './session.js';
+import { describeKey, leaseArg, type Key } from './validate.js';
 
 // Node 20 may lack Symbol.asyncDispose; Node itself uses this registered symbol.
 (Symbol as { asyncDispose?: symbol }).asyncDispose ??= Symbol.for('nodejs.asyncDispose');
 
-/** A lock key: a string (sent as UTF-8) or raw bytes. */
-export type Key = string | Uint8Array;
+/** Per-call options: cancellation and a timeout. */
+export interface CallOptions {
+  /**
+   * Aborting it rejects the call with a {@link CancelledError} (whose `cause` is the signal's
+   * reason). The request may still reach the server: a release or extend may still happen.
+   * @default undefined
+   */
+  signal?: AbortSignal;
+  /**
+   * ms to wait for the answer (including the time to get a connection).
+   * @default the client's `requestTimeoutMs` (10000)
+   */
+  timeoutMs?: number;
+}
 
-/** What a {@link Lock} needs from its client. Internal. */
+/** @internal What a {@link Lock} needs from its client. */
 export interface LockOwner {
-  /** Sends RELEASE. */
-  releaseLock(lock: Lock): Promise<void>;
-  /** Sends EXTEND; resolves with the monotonic time it was sent and the lease granted. */
-  extendLock(lock: Lock, leaseMs: number): Promise<{ tSend: number; leaseMs: number }>;
-  /** The lock no longer needs EXPIRED notices. */
+  /** Sends a request about this lock; rejects only when no answer came (timeout, closed, connection lost). */
+  lockRequest(lock: Lock, op: number, leaseMs: number, what: string, options: CallOptions | undefined): Promise<Answer>;
+  /** The lock is released or lost: it no longer needs EXPIRED notices. */
   forget(lock: Lock): void;
 }
 
-/** How a {@link Lock} was granted. Internal. */
+/** @internal How a {@link Lock} was granted. */
 export interface LockGrant {
   key: Key;
   keyBytes: Buffer;
   token: bigint;
+  /** The lease asked for (what extend and keep-alive use). */
   leaseMs: number;
-  /** ms the ACQUIRE spent queued (the answer's `detail`). */
+  /** The answer's lease_ms: the lease now running (ms left, for a retried acquire). */
+  grantedMs: number;
+  /** ms the ACQUIRE spent queued (the answer's `detail`; 0 for a retried acquire). */
   queuedMs: number;
-  /** Monotonic ms (performance.now()) when the ACQUIRE was sent. */
+  /** Monotonic ms (performance.now()) when the ACQUIRE was (last) written. */
   tSend: number;
-  /** Keep-alive interval in ms, or 0 for none. */
-  keepAliveMs: number;
+  keepAlive: boolean;
+  /** Keep-alive stops this long after the grant; 0: never. */
+  maxHoldMs: number;
+  throwOnLost: boolean;
 }
+
+/** `1 − 2ρ`: the share of a server-side duration the client can count on (PROTOCOL.md, "The lost signal"). */
+export const CLOCK_RATE_FACTOR = 1 - (2 * ClientRules.CLOCK_RATE_BOUND_PPM) / 1_000_000;
+
+/**
+ * The local deadline, in the clock of `tSend`: `tSend + (queuedMs + leaseMs)·(1 − 2ρ)`. For an
+ * EXTEND, or a retried ACQUIRE, `queuedMs` is 0 and `tSend` is when that request was written.
+ */
+export function localDeadline(tSend: number, queuedMs: number, leaseMs: number): number {
+  return tSend + (queuedMs + leaseMs) * CLOCK_RATE_FACTOR;
+}
+
+/** How long before the local deadline the lost signal fires: `min(5 ms, lease / 10)`, for timer latency. */
+export function lostMargin(leaseMs: number): number {
+  return Math.min(ClientRules.LOST_MARGIN_MS, leaseMs / 10);
+}
+
+const LOST_TEXT: Record<LostReason, string> = {
+  expired: 'its lease expired',
+  'not held': 'the server no longer holds this token',
+  'server restarted': 'the server restarted and forgot it',
+  'server stopping': 'the server is stopping',
+};
 
 /**
  * A lock held on a key. Release it with {@link Lock.release}, or let `await using` do it:
  *
  * ```ts
- * await using lock = await client.acquire('order-1234', { lease: 10_000 });
+ * await using lock = await client.acquire('order-1234', { leaseMs: 10_000 });
  * await db.update(order, { fencingToken: lock.token });
  * ```
  *
- * The lock is *lost* at the first of: the server's EXPIRED notice for its token, its local
- * deadline (`t_send + queued + lease`, never later than the server's), or a NOT_HELD answer to
- * {@link Lock.extend}. Then {@link Lock.lost} resolves, the `'lost'` event fires,
- * {@link Lock.signal} aborts, and every {@link Lock.onLost} callback runs, once. A released lock
- * is never reported lost.
+ * The lock is *lost* at the first of: its local deadline (`deadline − min(5 ms, lease/10)`, see
+ * {@link Lock.deadline}), the server's EXPIRED notice, a NOT_HELD answer to {@link Lock.extend}
+ * or {@link Lock.release}, or a reconnect that finds the server restarted. Then
+ * {@link Lock.lost} resolves, the `'lost'` event fires, {@link Lock.signal} aborts, and every
+ * {@link Lock.onLost} callback runs, once. A lock released successfully is never reported lost.
+ *
+ * `token` is a `bigint`: `JSON.stringify` throws on it, so send it as a decimal string
+ * (`lock.token.toString()`) and read it back with `BigInt(s)`.
  */
 export class Lock extends EventEmitter {
   /** The key, as given to acquire. */
   readonly key: Key;
-  /** The fencing token: strictly increasing across every grant of the server (or cluster). */
+  /** The fencing token: strictly increasing across every grant of the server (or cluster). A `bigint`; in JSON, send `token.toString()`. */
   readonly token: bigint;
-  /** ms the acquire spent waiting in the queue. */
+  /** ms the acquire spent waiting in the queue (0 when the grant came in answer to a retry after a reconnect). */
   readonly queuedMs: number;
   /**
    * Resolves (never rejects) with a {@link LockLostError} when the lock is lost. Stays pending
-   * forever if the lock is released first.
+   * forever if the lock is released first. Like an event listener, it does not keep the Node
+   * process alive by itself.
    */
   readonly lost: Promise<LockLostError>;
 
@@ -69,11 +114,13 @@ export class Lock extends EventEmitter {
   readonly keyBytes: Buffer;
   readonly #owner: LockOwner;
   #leaseMs: number;
-  #deadlineMono: number;
+  #deadlineMono = 0;
   #timer: NodeJS.Timeout | undefined;
-  #keepAliveMs: number;
+  #keepAlive: boolean;
   #keepAliveTimer: NodeJS.Timeout | undefined;
-  #state: 'held' | 'releasing' | 'released' | 'lost' = 'held';
+  readonly #keepAliveUntil: number;
+  readonly #throwOnLost: boolean;
+  #released = false;
   #lostError: LockLostError | undefined;
   #resolveLost!: (e: LockLostError) => void;
   #abort: AbortController | undefined;
@@ -88,21 +135,23 @@ export class Lock extends EventEmitter {
     this.token = g.token;
     this.queuedMs = g.queuedMs;
     this.#leaseMs = g.leaseMs;
-    this.#deadlineMono = g.tSend + g.queuedMs + g.leaseMs;
-    this.#keepAliveMs = g.keepAliveMs;
+    this.#keepAlive = g.keepAlive;
+    this.#keepAliveUntil = g.maxHoldMs > 0 ? performance.now() + g.maxHoldMs : Infinity;
+    this.#throwOnLost = g.throwOnLost;
     this.lost = new Promise((resolve) => (this.#resolveLost = resolve));
-    this.#armDeadline();
-    if (this.#keepAliveMs > 0) this.#scheduleKeepAlive();
+    this.#setDeadline(localDeadline(g.tSend, g.queuedMs, g.grantedMs), g.grantedMs);
+    if (this.#keepAlive) this.#scheduleKeepAlive();
   }
 
-  /** The lease now running, in ms (as granted by the last acquire or extend). */
+  /** The lease in ms that extend and keep-alive ask for (the lease given to acquire, or the last extend). */
   get leaseMs(): number {
     return this.#leaseMs;
   }
 
   /**
-   * The local deadline as epoch milliseconds (comparable with `Date.now()`): the lock is
-   * certainly lost after it, and the lost signal fires then unless it is extended first.
+   * The local deadline as epoch milliseconds (comparable with `Date.now()`): the server's lease
+   * cannot end before it, allowing for clock-rate differences of up to 0.1% on either side. The
+   * lost signal fires `min(5 ms, lease/10)` before it, unless the lock is extended first.
    */
   get deadline(): number {
     return performance.timeOrigin + this.#deadlineMono;
@@ -113,19 +162,24 @@ export class Lock extends EventEmitter {
     return Math.max(0, this.#deadlineMono - performance.now());
   }
 
-  /** True once the lock is lost (and not released first). */
+  /** True once the lock is lost (and was not released first). */
   get isLost(): boolean {
-    return this.#state === 'lost';
+    return this.#lostError !== undefined;
   }
 
-  /** True once release() has been called. */
+  /** Why the lock was lost, or `undefined` while it is not. */
+  get lostReason(): LostReason | undefined {
+    return this.#lostError?.reason;
+  }
+
+  /** True once a release succeeded. */
   get isReleased(): boolean {
-    return this.#state === 'releasing' || this.#state === 'released';
+    return this.#released;
   }
 
   /** True while the lock is held as far as this client knows: neither released nor lost. */
   get isHeld(): boolean {
-    return this.#state === 'held';
+    return !this.#released && !this.#lostError;
   }
 
   /** An AbortSignal that aborts, with the {@link LockLostError} as reason, when the lock is lost. Pass it to the work the lock protects. */
@@ -152,12 +206,14 @@ export class Lock extends EventEmitter {
     return () => this.off('lost', cb);
   }
 
+  /** Listens for `'lost'` (fired once, with the {@link LockLostError}). */
   override on(event: 'lost', listener: (err: LockLostError) => void): this;
   override on(event: string | symbol, listener: (...args: any[]) => void): this;
   override on(event: string | symbol, listener: (...args: any[]) => void): this {
     return super.on(event, listener);
   }
 
+  /** Listens once for `'lost'`. */
   override once(event: 'lost', listener: (err: LockLostError) => void): this;
   override once(event: string | symbol, listener: (...args: any[]) => void): this;
   override once(event: string | symbol, listener: (...args: any[]) => void): this {
@@ -166,132 +222,203 @@ export class Lock extends EventEmitter {
 
   /**
    * Releases the lock: the next waiter gets it at once. Stops the keep-alive first. Calling it
-   * again returns the first call's promise. Rejects with {@link NotHeldError} if the server no
-   * longer knows this token as the holder (it expired, or the server restarted): nothing changed,
-   * and you never release somebody else's lock.
+   * again while it runs returns the same promise; after it succeeded, it resolves at once.
+   *
+   * Rejects with {@link LockLostError} if the lock was lost (the RELEASE is still sent, in case
+   * the server still holds it) or the server answers NOT_HELD (the lock is then lost, reason
+   * `not held`: you never release somebody else's lock). Rejects with {@link TimeoutError},
+   * {@link ConnectionLostError} or {@link ClientClosedError} when the outcome is unknown: the
+   * lock may still be held until its lease ends, and release may be called again.
    */
-  release(): Promise<void> {
+  release(options?: CallOptions): Promise<void> {
+    if (this.#released) return Promise.resolve();
     if (this.#releasing) return this.#releasing;
-    const wasLost = this.#state === 'lost';
-    this.#state = 'releasing';
-    this.#stopTimers();
-    this.#releasing = this.#owner.releaseLock(this).then(
-      () => {
-        this.#state = 'released';
-        this.#owner.forget(this);
-      },
-      (err: unknown) => {
-        if (err instanceof NotHeldError) {
-          this.#state = wasLost ? 'lost' : 'released';
-          this.#owner.forget(this);
-        } else {
-          // Unknown outcome (connection lost): the lock may still be held; release() may be retried.
-          this.#state = wasLost ? 'lost' : 'held';
-          this.#releasing = undefined;
-          if (!wasLost) {
-            this.#armDeadline();
-            if (this.#keepAliveMs > 0) this.#scheduleKeepAlive();
-          }
-        }
+    this.#stopKeepAlive();
+    const what = `release ${describe(this)}`;
+    const p = (async () => {
+      let a: Answer;
+      try {
+        a = await this.#owner.lockRequest(this, Op.RELEASE, 0, what, options);
+      } catch (err) {
+        this.#releasing = undefined;
+        if (this.#lostError) throw this.#lostFor(what, err);
+        if (this.#keepAlive) this.#scheduleKeepAlive();
         throw err;
-      },
-    );
-    return this.#releasing;
+      }
+      this.#releasing = undefined;
+      const { res } = a;
+      if (res.status === Status.OK && !this.#lostError) {
+        this.markReleased();
+        return;
+      }
+      if (res.status === Status.OK || res.status === Status.NOT_HELD) {
+        this.markLost('not held');
+        throw this.#lostFor(what, res.status === Status.NOT_HELD ? errorForStatus(res.status, res.detail, res.data, what) : undefined);
+      }
+      if (this.#keepAlive && this.isHeld) this.#scheduleKeepAlive();
+      throw errorForStatus(res.status, res.detail, res.data, what);
+    })();
+    this.#releasing = p;
+    return p;
   }
 
   /**
-   * Sets the lease to `leaseMs` from now (it may shorten it); defaults to the lease now running.
-   * Moves the local deadline. Rejects with {@link LockLostError} if the lock is already lost or
-   * released, and with {@link NotHeldError} (and the lock is lost) if the server no longer knows
-   * the token.
+   * Sets the lease to `leaseMs` from now (it may shorten it); defaults to the lease now asked
+   * for. Moves the local deadline and resolves with the lease granted. Rejects with
+   * {@link LockLostError} if the lock is lost (nothing is sent) or the server answers NOT_HELD
+   * (the lock is then lost, reason `not held`), and with {@link NotHeldError} once released.
    */
-  async extend(leaseMs: number = this.#leaseMs): Promise<void> {
-    if (this.#state !== 'held') {
-      throw this.#lostError ?? new LockLostError(`lock ${describe(this)} was released`, 'not-held');
-    }
+  async extend(leaseMs: number = this.#leaseMs, options?: CallOptions): Promise<number> {
+    const what = `extend ${describe(this)}`;
+    const lease = leaseArg('leaseMs', leaseMs);
+    if (this.#lostError) throw this.#lostFor(what);
+    if (this.#released) throw new NotHeldError(`${what}: the lock was released`);
+    let a: Answer;
     try {
-      const r = await this.#owner.extendLock(this, leaseMs);
-      if (this.#state !== 'held') return;
-      this.#leaseMs = r.leaseMs;
-      this.#deadlineMono = r.tSend + r.leaseMs;
-      this.#armDeadline();
+      a = await this.#owner.lockRequest(this, Op.EXTEND, lease, what, options);
     } catch (err) {
-      if (err instanceof NotHeldError) this.markLost('not-held', err);
+      if (this.#lostError) throw this.#lostFor(what, err);
+      throw err;
+    }
+    const { res, tSend } = a;
+    if (res.status === Status.OK) {
+      if (this.#lostError) throw this.#lostFor(what);
+      if (this.#released) throw new NotHeldError(`${what}: the lock was released`);
+      const granted = res.leaseMs || lease;
+      this.markExtended(tSend, granted, lease);
+      return granted;
+    }
+    if (res.status === Status.NOT_HELD) {
+      this.markLost('not held');
+      throw this.#lostFor(what, errorForStatus(res.status, res.detail, res.data, what));
+    }
+    throw errorForStatus(res.status, res.detail, res.data, what);
+  }
+
+  /**
+   * Asks the server whether this token still holds the key (INSPECT with the token): true when
+   * it does. Changes nothing, and does not fire the lost signal by itself.
+   */
+  async verify(options?: CallOptions): Promise<boolean> {
+    const what = `verify ${describe(this)}`;
+    const { res } = await this.#owner.lockRequest(this, Op.INSPECT, 0, what, options);
+    if (res.status !== Status.OK) throw errorForStatus(res.status, res.detail, res.data, what);
+    try {
+      return (decodeInspectData(res.data).flags & InspectFlag.TOKEN_MATCH) !== 0;
+    } catch (err) {
+      throw new ProtocolError(`${what}: ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  /**
+   * `await using lock = ...` releases it at the end of the block. If the lock was lost meanwhile
+   * this throws the {@link LockLostError} (after telling the server), unless the acquire option
+   * `throwOnLost` was `false`.
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    if (this.#released) return;
+    try {
+      await this.release();
+    } catch (err) {
+      if (err instanceof LockLostError && !this.#throwOnLost) return;
       throw err;
     }
   }
 
-  /** Releases the lock unless it is already released; ignores NOT_HELD once the lock was reported lost. */
-  async [Symbol.asyncDispose](): Promise<void> {
-    if (this.#state === 'released') return;
-    const lost = this.#state === 'lost';
-    try {
-      await this.release();
-    } catch (err) {
-      if (lost && err instanceof NotHeldError) return;
-      throw err;
-    }
+  /** @internal Whether scoped helpers report a loss. */
+  get throwOnLost(): boolean {
+    return this.#throwOnLost;
+  }
+
+  /** @internal The lock was released (through this handle, or by key and token through its client). */
+  markReleased(): void {
+    if (this.#released || this.#lostError) return;
+    this.#released = true;
+    this.#stopTimers();
+    this.#owner.forget(this);
+  }
+
+  /** @internal An EXTEND of this lock sent at `tSend` (monotonic ms) was granted `grantedMs`; later extends ask for `leaseMs`. */
+  markExtended(tSend: number, grantedMs: number, leaseMs: number): void {
+    if (this.#released || this.#lostError) return;
+    this.#leaseMs = leaseMs;
+    this.#setDeadline(localDeadline(tSend, 0, grantedMs), grantedMs);
   }
 
   /** @internal Stops the keep-alive (the client is closing). */
   stopKeepAlive(): void {
-    this.#keepAliveMs = 0;
-    if (this.#keepAliveTimer) clearTimeout(this.#keepAliveTimer);
-    this.#keepAliveTimer = undefined;
+    this.#keepAlive = false;
+    this.#stopKeepAlive();
   }
 
-  /** @internal Marks the lock lost (once) and fires the lost signal. Does nothing once released. */
-  markLost(reason: LostReason, cause?: unknown): void {
-    if (this.#state !== 'held') return;
-    this.#state = 'lost';
+  /** @internal Marks the lock lost (once) and fires the lost signal. Does nothing once released or lost. */
+  markLost(reason: LostReason): void {
+    if (this.#released || this.#lostError) return;
     this.#stopTimers();
     this.#owner.forget(this);
-    const msg =
-      reason === 'expired'
-        ? `lock ${describe(this)} lost: the server reclaimed it when its lease expired`
-        : reason === 'deadline'
-          ? `lock ${describe(this)} lost: its lease ran out (local deadline)`
-          : `lock ${describe(this)} lost: the server no longer holds this token`;
-    const e = new LockLostError(msg, reason, cause === undefined ? {} : { cause });
+    const e = new LockLostError(`lock ${describe(this)} lost: ${LOST_TEXT[reason]}`, reason);
     this.#lostError = e;
     this.#resolveLost(e);
     this.#abort?.abort(e);
-    this.emit('lost', e);
+    try {
+      this.emit('lost', e);
+    } catch (err) {
+      // A throwing 'lost' listener is the application's bug: report it as Node reports any
+      // throwing listener, without breaking the client.
+      queueMicrotask(() => {
+        throw err;
+      });
+    }
   }
 
-  #armDeadline(): void {
+  #lostFor(what: string, cause?: unknown): LockLostError {
+    const e = this.#lostError!;
+    return new LockLostError(`${what}: lock lost: ${LOST_TEXT[e.reason]}`, e.reason, cause === undefined ? { cause: e } : { cause });
+  }
+
+  #setDeadline(deadlineMono: number, leaseMs: number): void {
+    this.#deadlineMono = deadlineMono;
     if (this.#timer) clearTimeout(this.#timer);
-    const left = this.#deadlineMono - performance.now();
-    this.#timer = setTimeout(() => this.markLost('deadline'), Math.max(0, Math.ceil(left)));
+    const fireAt = deadlineMono - lostMargin(leaseMs);
+    this.#timer = setTimeout(() => this.markLost('expired'), Math.max(0, Math.floor(fireAt - performance.now())));
     this.#timer.unref();
   }
 
   #scheduleKeepAlive(): void {
-    if (this.#keepAliveTimer) clearTimeout(this.#keepAliveTimer);
+    this.#stopKeepAlive();
+    if (!this.#keepAlive || !this.isHeld) return;
+    const every = Math.max(1, Math.floor(this.#leaseMs / 3));
+    if (performance.now() + every > this.#keepAliveUntil) return; // max hold reached: run out the lease
     this.#keepAliveTimer = setTimeout(() => {
       this.#keepAliveTimer = undefined;
-      if (this.#state !== 'held') return;
-      this.extend().then(
-        () => this.#state === 'held' && this.#scheduleKeepAlive(),
-        () => this.#state === 'held' && this.#scheduleKeepAlive(), // retried until the deadline says otherwise
+      if (!this.isHeld || this.#releasing) return;
+      this.extend(this.#leaseMs).then(
+        () => this.#scheduleKeepAlive(),
+        // NOT_HELD made the lock lost; anything else (timeout, reconnecting) is retried at the
+        // next tick until the local deadline says otherwise.
+        () => this.#scheduleKeepAlive(),
       );
-    }, this.#keepAliveMs);
+    }, every);
     this.#keepAliveTimer.unref();
+  }
+
+  #stopKeepAlive(): void {
+    if (this.#keepAliveTimer) clearTimeout(this.#keepAliveTimer);
+    this.#keepAliveTimer = undefined;
   }
 
   #stopTimers(): void {
     if (this.#timer) clearTimeout(this.#timer);
-    if (this.#keepAliveTimer) clearTimeout(this.#keepAliveTimer);
-    this.#timer = this.#keepAliveTimer = undefined;
+    this.#timer = undefined;
+    this.#stopKeepAlive();
   }
 
-  /** `Lock(key, token)`. */
+  /** `Lock("key", token 42)`. */
   override toString(): string {
     return `Lock(${describe(this)})`;
   }
 }
 
 function describe(l: Lock): string {
-  const k = typeof l.key === 'string' ? JSON.stringify(l.key) : `0x${Buffer.from(l.key).toString('hex')}`;
-  return `${k} token ${l.token}`;
+  return `${describeKey(l.key)} token ${l.token}`;
 }

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-TLS_DIR = REPO / "testdata" / "tls"
 TOKEN = "correct horse battery staple"
 
 _ADDR = re.compile(r'(?:^|\s)addr="?([^\s"]+)')
@@ -41,21 +40,57 @@ def build_server(out_dir: Path) -> Path:
     return out
 
 
-def tls_context() -> ssl.SSLContext:
-    """A client context that trusts the test CA."""
-    return ssl.create_default_context(cafile=str(TLS_DIR / "ca.pem"))
+class TLSFiles:
+    """Throwaway TLS material made with the openssl CLI at test time (no key is committed): a
+    CA, a server certificate for localhost / 127.0.0.1 / ::1, and a client certificate."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.ca = directory / "ca.pem"
+        self.server_cert = directory / "server.pem"
+        self.server_key = directory / "server.key"
+        self.client_cert = directory / "client.pem"
+        self.client_key = directory / "client.key"
+
+    def make(self) -> TLSFiles:
+        d = self.dir
+        d.mkdir(parents=True, exist_ok=True)
+
+        def openssl(*args: str) -> None:
+            subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True, timeout=60)
+
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+                "-days", "2", "-subj", "/CN=ticketing test CA")
+        (d / "server.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1\n"
+                                      "extendedKeyUsage=serverAuth\n")
+        (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+        for name in ("server", "client"):
+            openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                    "-subj", f"/CN=ticketing test {name}")
+            openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                    "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext")
+        return self
+
+    def client_context(self, *, with_cert: bool = False) -> ssl.SSLContext:
+        """A client context that trusts the test CA (and presents the client certificate)."""
+        ctx = ssl.create_default_context(cafile=str(self.ca))
+        if with_cert:
+            ctx.load_cert_chain(str(self.client_cert), str(self.client_key))
+        return ctx
 
 
 class ServerProcess:
-    """``<bin> server`` on 127.0.0.1 with a free port, stopped with SIGTERM."""
+    """``<bin> server`` on 127.0.0.1 with a free port, stopped with SIGTERM (by its PID).
+    ``TICKETING_STARTUP_GRACE=0`` unless ``env`` says otherwise, so a restart grants at once."""
 
-    def __init__(self, binary: Path, data_dir: Path, *, token: str | None = None, tls: bool = False,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(self, binary: Path, data_dir: Path, *, token: str | None = None, tls: TLSFiles | None = None,
+                 mtls: bool = False, env: dict[str, str] | None = None) -> None:
         self.binary = binary
         self.data_dir = data_dir
         self.token = token
         self.tls = tls
-        self.extra_env = dict(env or {})
+        self.mtls = mtls
+        self.extra_env = {"TICKETING_STARTUP_GRACE": "0", **(env or {})}
         self.addr = ""
         self.lines: list[str] = []
         self._proc: subprocess.Popen[str] | None = None
@@ -70,9 +105,11 @@ class ServerProcess:
         env.update(TICKETING_ADDR=addr, TICKETING_DATA_DIR=str(self.data_dir))
         if self.token is not None:
             env["TICKETING_TOKEN"] = self.token
-        if self.tls:
-            env["TICKETING_TLS_CERT"] = str(TLS_DIR / "server.pem")
-            env["TICKETING_TLS_KEY"] = str(TLS_DIR / "server.key")
+        if self.tls is not None:
+            env["TICKETING_TLS_CERT"] = str(self.tls.server_cert)
+            env["TICKETING_TLS_KEY"] = str(self.tls.server_key)
+            if self.mtls:
+                env["TICKETING_TLS_CLIENT_CA"] = str(self.tls.ca)
         env.update(self.extra_env)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.addr = ""
@@ -88,8 +125,10 @@ class ServerProcess:
 
     def _pump(self, proc: subprocess.Popen[str], found: threading.Event) -> None:
         assert proc.stderr is not None
-        with proc.stderr:
+        with proc.stderr, open(self.data_dir / "server.log", "a", encoding="utf-8") as logfile:
             for line in proc.stderr:
+                logfile.write(line)
+                logfile.flush()
                 self.lines.append(line.rstrip("\n"))
                 if not found.is_set() and "msg=listening" in line:
                     m = _ADDR.search(line)
@@ -127,3 +166,32 @@ class ServerProcess:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
         self._join_pump()
+
+    def restart(self, *, graceful: bool = False) -> ServerProcess:
+        """Stop (SIGTERM, or SIGKILL) and start again on the same port and data directory."""
+        addr = self.addr
+        if graceful:
+            self.stop()
+        else:
+            self.kill()
+        return self.start(addr=addr)
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the server process (SIGSTOP / SIGCONT for a frozen server); after
+        SIGSTOP, wait until the process is stopped (its state in /proc is ``T``)."""
+        assert self._proc is not None
+        pid = self._proc.pid
+        os.kill(pid, sig)
+        if sig != signal.SIGSTOP:
+            return
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                    return
+            time.sleep(0.002)
+        raise RuntimeError(f"server {pid} did not stop after SIGSTOP")
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None

@@ -1,8 +1,12 @@
-"""Blocking client against a scripted fake server: the cases a real single node cannot produce on
-demand. Mirrored by tests/test_asyncio/test_fake.py."""
+"""Blocking client against a scripted fake server: the cases a real single node cannot produce
+on demand (resume with lost answers, a changed state id, GOAWAY, NOT_LEADER, a frozen server,
+a grant racing a cancel), plus argument checks and the helpers. Mirrored by
+tests/test_asyncio/test_fake.py."""
 
 from __future__ import annotations
 
+import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -10,10 +14,11 @@ from collections.abc import Callable
 import pytest
 
 import ticketing
-from ticketing.constants import Op, Status
-from ticketing.protocol import Response
+from ticketing import LostReason
+from ticketing.constants import ExpiredReason, GoawayReason, Op, Status
+from ticketing.protocol import Challenge, Response
 
-from .fakeserver import FakeConn, FakeServer
+from .fakeserver import FakeConn, FakeServer, leader, serve
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -24,31 +29,236 @@ def wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:
         time.sleep(0.005)
 
 
-def serve(c: FakeConn, first_token: int = 100) -> None:
-    """A well-behaved responder: every ACQUIRE granted, every other request OK."""
-    token = first_token
-    while True:
-        req = c.recv()
-        if req.op == Op.ACQUIRE:
-            token += 1
-            c.send(Response(op=req.op, status=Status.OK, id=req.id, token=token, lease_ms=req.lease_ms))
-        elif req.op == Op.EXTEND:
-            c.send(Response(op=req.op, status=Status.OK, id=req.id, token=req.token, lease_ms=req.lease_ms))
-        else:
-            c.send(Response(op=req.op, status=Status.OK, id=req.id))
+def in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    """Run ``fn`` on a thread; the list gets its result or exception."""
+    out: list[object] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except BaseException as e:
+            out.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
 
 
-def leader(c: FakeConn) -> None:
-    c.handshake()
-    serve(c)
+# --- sessions: resume, restart, not resumed -------------------------------------------------
 
 
-def released(server: FakeServer, token: int) -> bool:
-    return any(r.op == Op.RELEASE and r.token == token for r in server.requests)
+def test_resume_resends_with_original_ids() -> None:
+    """The connection drops while an ACQUIRE waits; the client resumes and re-sends it with
+    its id; the server's answer to the retry is the lock."""
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        if len(fake.conns) == 1:
+            c.recv()  # the ACQUIRE, left queued; then the connection drops
+            return
+        retry = c.recv()
+        c.answer(retry, token=55, lease_ms=retry.lease_ms)
+        serve(c)
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr) as client:
+        t0 = time.monotonic()
+        lock = client.acquire("k", 10)
+        assert lock.token == 55 and lock.held
+        acquires = [r for r in fake.requests if r.op == Op.ACQUIRE]
+        assert len(acquires) == 2 and acquires[0] == acquires[1]  # same id, same fields
+        assert [h.session_id for h in fake.hellos] == [client.session_id] * 2
+        assert lock.deadline > t0 + 9.9  # t_send(retry) + lease * (1 - 2 rho) - margin
+        client.ping()
+        assert fake.requests[-1].id > acquires[0].id
+        assert not fake.errors
+
+
+def test_restart_loses_locks_and_fails_waiters() -> None:
+    """A reconnect that finds a different state id: every lock lost "server restarted", the
+    queued acquire fails ServerRestarted and is not re-sent; a new session id follows."""
+    states = [bytes(16), b"\x01" * 16, b"\x01" * 16]
+
+    def script(c: FakeConn) -> None:
+        n = len(fake.conns)
+        c.handshake(state_id=states[min(n, 3) - 1], resumed=n == 2)
+        if n == 1:
+            acq = c.recv()
+            c.answer(acq, token=7, lease_ms=acq.lease_ms)
+            c.recv()  # the waiter's ACQUIRE; then the server "restarts"
+            return
+        serve(c, first_token=1000)
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr) as client:
+        lock = client.acquire("held", 30)
+        reasons: list[LostReason | None] = []
+        lock.on_lost(lambda lk: reasons.append(lk.lost_reason))
+        t, out = in_thread(lambda: client.acquire("queued", 30))
+        t.join(10)
+        assert len(out) == 1 and isinstance(out[0], ticketing.ServerRestarted), out
+        assert lock.lost.is_set() and lock.lost_reason is LostReason.SERVER_RESTARTED
+        assert reasons == [LostReason.SERVER_RESTARTED]
+        with pytest.raises(ticketing.LockLost) as e:
+            lock.release()  # still told to the server, reported lost
+        assert e.value.reason is LostReason.SERVER_RESTARTED
+        wait_for(lambda: len(fake.hellos) >= 3)
+        assert fake.hellos[0].session_id == fake.hellos[1].session_id != fake.hellos[2].session_id
+        assert client.session_id == fake.hellos[2].session_id
+        assert [r.op for r in fake.conns[1].requests] == []  # nothing sent on the restarted server's first connection
+        assert client.acquire("new", 5).token == 1001
+        assert not fake.errors
+
+
+def test_not_resumed_fails_unanswered_and_keeps_locks() -> None:
+    def script(c: FakeConn) -> None:
+        c.handshake(resumed=False)
+        if len(fake.conns) == 1:
+            acq = c.recv()
+            c.answer(acq, token=3, lease_ms=acq.lease_ms)
+            c.recv(answer_pings=False)  # the PING, unanswered; then the connection drops
+            return
+        serve(c)
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr, heartbeat=0) as client:
+        lock = client.acquire("k", 30)
+        with pytest.raises(ticketing.ConnectionLost, match="did not resume"):
+            client.ping()
+        assert lock.held and not lock.lost.is_set()
+        client.ping()
+
+
+def test_grace_passes_without_reconnect() -> None:
+    """The connection drops and no server comes back within the session grace: the waiting call
+    fails ConnectionLost."""
+    def script(c: FakeConn) -> None:
+        c.handshake(grace_ms=300)
+        c.recv()
+        fake.listener.close()  # nobody to reconnect to
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr, heartbeat=0) as client:
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.ConnectionLost, match="session grace"):
+            client.acquire("k", 5)
+        assert 0.25 < time.monotonic() - t0 < 3
+        with pytest.raises(ticketing.Unavailable):
+            client.ping()  # after the grace: fails fast with the connect error
+
+
+# --- following the leader -------------------------------------------------------------------
+
+
+def test_goaway_moves_to_the_hinted_leader_and_resumes() -> None:
+    def old_leader(c: FakeConn) -> None:
+        c.handshake()
+        acq = c.recv()
+        c.answer(acq, token=11, lease_ms=acq.lease_ms)
+        c.recv()  # a waiting ACQUIRE
+        c.send(Response(op=Op.GOAWAY, status=Status.OK, id=0, detail=GoawayReason.LEADERSHIP,
+                        data=new.addr.encode()))
+        c.recv()  # the client closes
+
+    def new_leader(c: FakeConn) -> None:
+        c.handshake()
+        retry = c.recv()
+        assert retry.op == Op.ACQUIRE
+        c.answer(retry, token=12, lease_ms=retry.lease_ms)
+        serve(c, 100)
+
+    with FakeServer(new_leader) as new, FakeServer(old_leader, state_id=new.state_id) as old:
+        old.sessions = new.sessions  # one cluster: the session is known on every node
+        with ticketing.Client(old.addr) as client:
+            held = client.acquire("a", 30)
+            second = client.acquire("b", 30)
+            assert second.token == 12 and client.endpoint == new.addr
+            assert old.requests[-1] == new.requests[0]  # re-sent with its id and fields
+            assert held.held and not held.lost.is_set()  # GOAWAY does not touch held locks
+            assert not old.errors and not new.errors
+
+
+def test_not_leader_answer_is_resent_at_the_leader() -> None:
+    with FakeServer(leader) as the_leader:
+        def follower(c: FakeConn) -> None:
+            c.handshake()
+            while True:
+                req = c.recv()
+                c.answer(req, Status.NOT_LEADER, data=the_leader.addr.encode())
+
+        with FakeServer(follower, state_id=the_leader.state_id) as node:
+            the_leader.sessions = node.sessions
+            with ticketing.Client([node.addr]) as client:
+                lock = client.acquire("k", 5)
+                assert lock.token == 101 and client.endpoint == the_leader.addr
+                assert node.requests[-1] == the_leader.requests[0]  # the same request, same id
+                assert {h.session_id for h in node.hellos + the_leader.hellos} == {client.session_id}
+
+
+def test_challenge_not_leader_hint_is_followed() -> None:
+    with FakeServer(leader) as the_leader:
+        hint = Challenge(status=Status.NOT_LEADER, version=1, flags=0, nonce=bytes(32),
+                         data=the_leader.addr.encode())
+
+        def follower(c: FakeConn) -> None:
+            c.handshake(challenge=hint)
+
+        with FakeServer(follower) as node, ticketing.Client(node.addr) as client:
+            client.ping()
+            assert client.endpoint == the_leader.addr
+
+
+def test_shutting_down_single_endpoint_raises() -> None:
+    def stopping(c: FakeConn) -> None:
+        c.handshake()
+        while True:
+            c.answer(c.recv(), Status.SHUTTING_DOWN, data=b"server shutting down")
+
+    with FakeServer(stopping) as a, ticketing.Client(a.addr) as client:
+        with pytest.raises(ticketing.ShuttingDown, match="shutting down.*key 'k'"):
+            client.acquire("k", 5)
+
+
+def test_shutting_down_moves_to_the_next_endpoint() -> None:
+    def stopping(c: FakeConn) -> None:
+        c.handshake()
+        while True:
+            req = c.recv()
+            c.answer(req, Status.OK if req.op == Op.PING else Status.SHUTTING_DOWN)
+
+    with FakeServer(leader) as b, FakeServer(stopping, state_id=b.state_id) as a:
+        b.sessions = a.sessions
+        with ticketing.Client([a.addr, b.addr]) as client:
+            assert client.acquire("k", 5).token == 101 and client.endpoint == b.addr
+
+
+# --- timeouts, heartbeat, clean-up ----------------------------------------------------------
+
+
+def test_frozen_server_request_timeout_and_heartbeat() -> None:
+    def frozen(c: FakeConn) -> None:
+        c.handshake()
+        if len(fake.conns) == 1:
+            c.answer(c.recv(answer_pings=False))  # connect()'s PING
+        while True:
+            c.recv(answer_pings=False)  # never answers
+
+    with FakeServer(frozen) as fake:
+        client = ticketing.Client(fake.addr, request_timeout=0.3, heartbeat=0.1, connect_timeout=1)
+        client.connect()
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.RequestTimeout, match="within 0.3 s"):
+            client.ping()
+        assert time.monotonic() - t0 < 2
+        # the heartbeat PING goes unanswered too: the connection is given up and redialled
+        wait_for(lambda: len(fake.hellos) >= 2)
+        assert any(r.op == Op.PING for r in fake.requests)
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.RequestTimeout):
+            client.acquire("k", 5, wait_timeout=0.1)
+        assert time.monotonic() - t0 < 2
+        t0 = time.monotonic()
+        client.close()
+        assert time.monotonic() - t0 < 2
 
 
 def test_abandoned_acquire_granted_anyway_is_released() -> None:
-    """The wait is abandoned (request timeout) and CANCEL sent, but the server had granted it
+    """The wait is given up (request timeout) and CANCEL sent, but the server had granted it
     already: the client releases that token."""
     def script(c: FakeConn) -> None:
         c.handshake()
@@ -56,16 +266,14 @@ def test_abandoned_acquire_granted_anyway_is_released() -> None:
         assert acq.op == Op.ACQUIRE
         cancel = c.recv()
         assert cancel.op == Op.CANCEL and cancel.token == acq.id
-        c.send(Response(op=Op.ACQUIRE, status=Status.OK, id=acq.id, token=77, lease_ms=acq.lease_ms))
-        c.send(Response(op=Op.CANCEL, status=Status.OK, id=cancel.id, detail=0))
+        c.answer(acq, token=77, lease_ms=acq.lease_ms)
+        c.answer(cancel, detail=0)
         serve(c)
 
     with FakeServer(script) as fake, ticketing.Client(fake.addr, request_timeout=0.1) as client:
         with pytest.raises(ticketing.RequestTimeout):
             client.acquire("k1", 10, wait_timeout=0.1)
-        wait_for(lambda: released(fake, 77))
-        rel = [r for r in fake.requests if r.op == Op.RELEASE][0]
-        assert rel.key == b"k1"
+        wait_for(lambda: any(r.op == Op.RELEASE and r.token == 77 and r.key == b"k1" for r in fake.requests))
         assert not fake.errors
 
 
@@ -74,74 +282,189 @@ def test_abandoned_acquire_cancelled_is_not_released() -> None:
         c.handshake()
         acq = c.recv()
         cancel = c.recv()
-        c.send(Response(op=Op.ACQUIRE, status=Status.CANCELLED, id=acq.id))
-        c.send(Response(op=Op.CANCEL, status=Status.OK, id=cancel.id, detail=1))
+        c.answer(acq, Status.CANCELLED)
+        c.answer(cancel, detail=1)
         serve(c)
 
     with FakeServer(script) as fake, ticketing.Client(fake.addr, request_timeout=0.1) as client:
         with pytest.raises(ticketing.RequestTimeout):
             client.acquire("k1", 10, wait_timeout=0.1)
-        client.ping()  # answered after the CANCELLED: nothing else was sent in between
-        assert [r.op for r in fake.requests] == [Op.ACQUIRE, Op.CANCEL, Op.PING]
+        client.ping()
+        assert fake.ops() == [Op.PING, Op.ACQUIRE, Op.CANCEL, Op.PING]
 
 
-def test_not_leader_moves_to_the_hinted_leader_and_retries() -> None:
-    with FakeServer(leader) as the_leader:
-        def follower(c: FakeConn) -> None:
-            c.handshake()
-            while True:
-                req = c.recv()
-                c.send(Response(op=req.op, status=Status.NOT_LEADER, id=req.id, data=the_leader.addr.encode()))
+def test_request_ids_reach_the_wire_in_order() -> None:
+    with FakeServer(leader) as fake, ticketing.Client(fake.addr) as client:
+        threads = [threading.Thread(target=lambda: [client.ping() for _ in range(50)]) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        ids = [r.id for r in fake.requests]
+        assert ids == sorted(ids) and len(set(ids)) == len(ids) == 401
+        assert any(r.op == Op.ACK for r in fake.requests) is False  # 401 answers: no ACK due yet
 
-        with FakeServer(follower) as node, ticketing.Client([node.addr]) as client:
-            lock = client.acquire("k", 5)
-            assert lock.token == 101
-            assert client.endpoint == the_leader.addr
-            # the same request, same id, retried at the leader; the same session id on both
-            assert node.requests[0].id == the_leader.requests[0].id == 1
-            assert node.hellos[0].session_id == the_leader.hellos[0].session_id == client.session_id
+
+def test_ack_after_many_answers() -> None:
+    with FakeServer(leader) as fake, ticketing.Client(fake.addr) as client:
+        for _ in range(600):
+            client.ping()
+        acks = [r for r in fake.requests if r.op == Op.ACK]
+        assert len(acks) == 1 and acks[0].token == acks[0].id
+
+
+# --- the lost signal ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("reason", "want"), [(ExpiredReason.LEASE, LostReason.EXPIRED),
+                                              (ExpiredReason.STOPPING, LostReason.SERVER_STOPPING),
+                                              (99, LostReason.EXPIRED)])
+def test_expired_push_fires_lost(reason: int, want: LostReason) -> None:
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        acq = c.recv()
+        c.answer(acq, token=9, lease_ms=acq.lease_ms)
+        c.send(Response(op=Op.EXPIRED, status=Status.OK, id=0, token=9, detail=reason, data=acq.key))
+        while True:
+            c.answer(c.recv(), Status.NOT_HELD)
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr) as client:
+        lock = client.acquire("k", 60)
+        seen: list[LostReason | None] = []
+        lock.on_lost(lambda lk: seen.append(lk.lost_reason))
+        assert lock.lost.wait(5)
+        assert lock.lost_reason is want and seen == [want] and not lock.held
+        with pytest.raises(ticketing.LockLost) as e:
+            lock.extend()
+        assert e.value.reason is want and "token 9" in str(e.value) and "'k'" in str(e.value)
+        with pytest.raises(ticketing.LockLost) as e:
             lock.release()
+        assert e.value.reason is want and seen == [want]  # fired once
+        assert fake.ops()[-1] == Op.RELEASE  # the release was still told to the server
 
 
-def test_not_leader_without_hint_tries_next_endpoint() -> None:
-    def follower(c: FakeConn) -> None:
+def test_lost_fires_before_the_server_expiry() -> None:
+    """The local deadline: t_send + (queued + lease) * (1 - 2 rho) - min(5 ms, lease/10). The
+    server's lease ends no earlier than t_send + queued + lease."""
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        acq = c.recv()
+        c.answer(acq, token=5, lease_ms=acq.lease_ms, detail=100)  # 100 ms queued
+        serve(c)
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr) as client:
+        t0 = time.monotonic()
+        lock = client.acquire("k", 0.3)
+        fired: list[float] = []
+        lock.on_lost(lambda _lk: fired.append(time.monotonic()))
+        assert lock.lost.wait(3)
+        assert lock.lost_reason is LostReason.EXPIRED
+        want = (0.1 + 0.3) * 0.998 - 0.005
+        assert lock.deadline - t0 <= want + 0.001
+        assert fired[0] - t0 < 0.4  # before the earliest moment the server can expire it
+        assert fired[0] >= lock.deadline
+
+
+def test_scoped_helper_raises_when_the_lock_was_lost() -> None:
+    def script(c: FakeConn) -> None:
         c.handshake()
         while True:
             req = c.recv()
-            c.send(Response(op=req.op, status=Status.NOT_LEADER, id=req.id))
+            if req.op == Op.ACQUIRE:
+                c.answer(req, token=21, lease_ms=req.lease_ms)
+                c.send(Response(op=Op.EXPIRED, status=Status.OK, id=0, token=21, detail=1, data=req.key))
+            else:
+                c.answer(req, Status.NOT_HELD)
 
-    with FakeServer(follower) as a, FakeServer(leader) as b:
-        with ticketing.Client([a.addr, b.addr]) as client:
-            assert client.acquire("k", 5).token == 101
-            assert client.endpoint == b.addr
+    with FakeServer(script) as fake, ticketing.Client(fake.addr) as client:
+        with pytest.raises(ticketing.LockLost, match="lost: expired") as e:
+            with client.lock("k", 30) as lock:
+                assert lock.lost.wait(5)
+        assert e.value.reason is LostReason.EXPIRED
+        with client.lock("k", 30, raise_on_lost=False) as lock:  # the opt-out
+            assert lock.lost.wait(5)
+        with pytest.raises(KeyError):  # the body's exception wins
+            with client.lock("k", 30) as lock:
+                assert lock.lost.wait(5)
+                raise KeyError("body")
+        assert fake.ops().count(Op.RELEASE) == 3
 
 
-def test_not_leader_everywhere_gives_up() -> None:
-    def follower(c: FakeConn) -> None:
+# --- helpers and options --------------------------------------------------------------------
+
+
+def test_try_acquire_returns_none_and_acquire_zero_raises() -> None:
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        while True:
+            c.answer(c.recv(), Status.TIMED_OUT)
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr) as client:
+        assert client.try_acquire("k", 5) is None
+        with pytest.raises(ticketing.NotAcquired, match="key 'k', lease 5 s, try once"):
+            client.acquire("k", 5, wait_timeout=0)
+        assert [r.wait_ms for r in fake.requests if r.op == Op.ACQUIRE] == [0, 0]
+
+
+def test_refuse_held_and_decorator_and_release_on_close() -> None:
+    with FakeServer(leader) as fake:
+        client = ticketing.Client(fake.addr, release_on_close=True)
+        lock = client.acquire("k", 30)
+        n = len(fake.requests)
+        with pytest.raises(ticketing.AlreadyHeld, match="already holds key 'k'"):
+            client.acquire("k", 30, refuse_held=True)
+        assert len(fake.requests) == n  # refused before anything was sent
+
+        calls: list[int] = []
+
+        @client.lock("job", lease=5)
+        def job(x: int) -> int:
+            calls.append(x)
+            return x * 2
+
+        assert job(2) == 4 and job(3) == 6 and calls == [2, 3]
+        assert [r.op for r in fake.requests[n:]] == [Op.ACQUIRE, Op.RELEASE] * 2
+        assert client.locks == [lock]
+        client.close()
+        assert fake.requests[-1].op == Op.RELEASE and fake.requests[-1].token == lock.token
+        assert lock.released and not lock.lost.is_set()
+
+
+def test_close_does_not_release_by_default() -> None:
+    with FakeServer(leader) as fake:
+        client = ticketing.Client(fake.addr)
+        lock = client.acquire("k", 30)
+        client.close()
+        assert Op.RELEASE not in fake.ops() and lock.held
+        with pytest.raises(ticketing.ClientClosed):
+            client.ping()
+
+
+def test_keepalive_extends_until_max_hold() -> None:
+    with FakeServer(leader) as fake, ticketing.Client(fake.addr) as client:
+        lock = client.acquire("k", 0.15, keepalive=True, max_hold=0.4)
+        assert lock.lost.wait(3)  # keep-alive stopped at max_hold; the lease then ran out
+        extends = [r for r in fake.requests if r.op == Op.EXTEND]
+        assert 2 <= len(extends) <= 8 and all(r.lease_ms == 150 and r.token == lock.token for r in extends)
+        assert lock.lost_reason is LostReason.EXPIRED
+
+
+def test_verify_and_owned() -> None:
+    def script(c: FakeConn) -> None:
         c.handshake()
         while True:
             req = c.recv()
-            c.send(Response(op=req.op, status=Status.NOT_LEADER, id=req.id))
+            if req.op == Op.ACQUIRE:
+                c.answer(req, token=8, lease_ms=req.lease_ms)
+            else:  # INSPECT: TOKEN_MATCH only for token 8
+                flags = 0x7 if req.token == 8 else 0x1
+                c.answer(req, token=req.token if flags & 2 else 0, data=bytes(8) + flags.to_bytes(4, "big"))
 
-    with FakeServer(follower) as a:
-        with ticketing.Client([a.addr], max_redirects=2, retry_backoff=0.001) as client:
-            with pytest.raises(ticketing.NotLeader):
-                client.ping()
-            assert len(a.requests) == 3
-
-
-def test_shutting_down_moves_to_next_endpoint() -> None:
-    def stopping(c: FakeConn) -> None:
-        c.handshake()
-        while True:
-            req = c.recv()
-            c.send(Response(op=req.op, status=Status.SHUTTING_DOWN, id=req.id))
-
-    with FakeServer(stopping) as a, FakeServer(leader) as b:
-        with ticketing.Client([a.addr, b.addr]) as client:
-            lock = client.acquire("k", 5, wait_timeout=None)
-            assert lock.token == 101 and client.endpoint == b.addr
-            assert a.requests[0].id == b.requests[0].id
+    with FakeServer(script) as fake, ticketing.Client(fake.addr) as client:
+        lock = client.acquire("k", 5)
+        assert lock.verify() and lock.owned()
+        assert not client.verify("k", 9)
+        assert [(r.op, r.token) for r in fake.requests[-3:]] == [(Op.INSPECT, 8)] * 2 + [(Op.INSPECT, 9)]
 
 
 def test_server_without_the_token_is_refused() -> None:
@@ -155,62 +478,121 @@ def test_server_without_the_token_is_refused() -> None:
         client.close()
 
 
-def test_expired_push_fires_lost() -> None:
-    def script(c: FakeConn) -> None:
-        c.handshake()
-        acq = c.recv()
-        c.send(Response(op=Op.ACQUIRE, status=Status.OK, id=acq.id, token=9, lease_ms=acq.lease_ms))
-        time.sleep(0.05)
-        c.send(Response(op=Op.EXPIRED, status=Status.OK, id=0, token=9, data=acq.key))
-        while True:
-            req = c.recv()
-            c.send(Response(op=req.op, status=Status.NOT_HELD, id=req.id))
+def test_tls_answer_to_plaintext_says_so() -> None:
+    def tls_server(c: FakeConn) -> None:
+        c._read(56)
+        c.sock.sendall(bytes.fromhex("15030300020232"))  # a TLS alert
 
-    with FakeServer(script) as fake, ticketing.Client(fake.addr) as client:
-        lock = client.acquire("k", 60)
-        seen: list[str | None] = []
-        lock.on_lost(lambda lk: seen.append(lk.lost_reason))
-        assert lock.lost.wait(5)
-        assert lock.lost_reason == "expired" and seen == ["expired"]
-        with pytest.raises(ticketing.LockLost):
-            lock.extend()
-        with pytest.raises(ticketing.NotHeld):
-            lock.release()
+    with FakeServer(tls_server) as fake:
+        with pytest.raises(ticketing.TLSError, match="is the server using TLS"):
+            ticketing.Client(fake.addr).connect()
 
 
-def test_session_id_and_request_ids_survive_reconnect() -> None:
-    def script(c: FakeConn) -> None:
-        c.handshake()
-        req = c.recv()
-        c.send(Response(op=req.op, status=Status.OK, id=req.id))
-        # then drop the connection
+def test_unreachable_is_unavailable() -> None:
+    import socket
 
-    with FakeServer(script) as fake, ticketing.Client(fake.addr) as client:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    dead = "127.0.0.1:%d" % s.getsockname()[1]
+    s.close()
+    t0 = time.monotonic()
+    with pytest.raises(ticketing.Unavailable, match=dead):
+        ticketing.Client(dead, connect_timeout=1).connect()
+    assert time.monotonic() - t0 < 2
+
+
+def test_half_open_server_fails_within_the_connect_timeout() -> None:
+    def silent(c: FakeConn) -> None:
+        c._read(1 << 20)  # accepts, reads, never answers
+
+    with FakeServer(silent) as fake:
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.Unavailable, match="handshake timed out after 0.5 s"):
+            ticketing.Client(fake.addr, connect_timeout=0.5).connect()
+        assert time.monotonic() - t0 < 2
+
+
+BAD_KEYS: list[object] = [5, ["k"], None, b"", "", "x" * 65536, "\ud800", 1.5]
+BAD_LEASES: list[object] = [0, -5, -0.005, 0.0004, math.nan, math.inf, -math.inf, "30", True, None, 2.0**32]
+BAD_WAITS: list[object] = [-1, -0.005, math.nan, math.inf, "1", True]
+BAD_TOKENS: list[object] = [0, -1, 2**64, "5", True, 1.0, None]
+
+
+def test_argument_checks_before_anything_is_sent() -> None:
+    with FakeServer(leader) as fake, ticketing.Client(fake.addr) as client:
+        n = len(fake.requests)
+
+        def rejects(fn: Callable[[], object]) -> None:
+            with pytest.raises(ticketing.InvalidArgument) as e:
+                fn()
+            assert isinstance(e.value, ValueError) and isinstance(e.value, TypeError)
+            assert "\n" not in str(e.value)
+
+        for key in BAD_KEYS:
+            rejects(lambda: client.acquire(key, 5))  # type: ignore[arg-type]
+            rejects(lambda: client.try_acquire(key, 5))  # type: ignore[arg-type]
+            rejects(lambda: client.inspect(key))  # type: ignore[arg-type]
+            rejects(lambda: client.release(key, 1))  # type: ignore[arg-type]
+        for lease in BAD_LEASES:
+            rejects(lambda: client.acquire("k", lease))  # type: ignore[arg-type]
+            rejects(lambda: client.extend("k", 1, lease))  # type: ignore[arg-type]
+        for wait in BAD_WAITS:
+            rejects(lambda: client.acquire("k", 5, wait))  # type: ignore[arg-type]
+        for token in BAD_TOKENS:
+            rejects(lambda: client.release("k", token))  # type: ignore[arg-type]
+            rejects(lambda: client.extend("k", token, 5))  # type: ignore[arg-type]
+        rejects(lambda: client.acquire("k", 5, max_hold=-1))
+        assert len(fake.requests) == n
+        with pytest.raises(ticketing.InvalidArgument, match="below 1 ms: leases are float seconds"):
+            client.acquire("k", 0.0001)
+    for endpoints in ([], 5, [5], "", ["h:0"], ["h:x"], None):
+        with pytest.raises(ticketing.InvalidArgument):
+            ticketing.Client(endpoints)  # type: ignore[arg-type]
+    options: list[dict[str, object]] = [{"request_timeout": -1}, {"connect_timeout": math.nan}, {"heartbeat": "2"},
+                                        {"token": ""}, {"token": 5}, {"ssl": "yes"}]
+    for option in options:
+        with pytest.raises(ticketing.InvalidArgument):
+            ticketing.Client("127.0.0.1:1", **option)  # type: ignore[arg-type]
+
+
+def test_keys_are_str_or_bytes() -> None:
+    with FakeServer(leader) as fake, ticketing.Client(fake.addr) as client:
+        keys: list[tuple[ticketing.KeyLike, bytes]] = [
+            ("ключ", "ключ".encode()), (b"\x00\xff", b"\x00\xff"), (bytearray(b"ba"), b"ba"), (memoryview(b"mv"), b"mv")]
+        for key, want in keys:
+            lock = client.acquire(key, 5)
+            assert fake.requests[-1].key == want and lock.key == key
+        with pytest.raises(ticketing.NotHeld, match=r"key 0x00ff, token 1"):
+            def refuse(c: FakeConn) -> None:
+                c.handshake()
+                while True:
+                    c.answer(c.recv(), Status.NOT_HELD)
+
+            with FakeServer(refuse) as other, ticketing.Client(other.addr) as c2:
+                c2.release(b"\x00\xff", 1)
+
+
+def test_fork_starts_a_new_session_in_the_child() -> None:
+    with FakeServer(leader) as fake, ticketing.Client(fake.addr) as client:
         client.ping()
-        wait_for(lambda: not client.connected)
-        client.ping()
-        assert [h.session_id for h in fake.hellos] == [client.session_id] * 2
-        assert [r.id for r in fake.requests] == [1, 2]
-
-
-def test_connection_drop_fails_calls_in_flight() -> None:
-    def script(c: FakeConn) -> None:
-        c.handshake()
-        c.recv()
-        c.recv()
-
-    with FakeServer(script) as fake, ticketing.Client(fake.addr) as client:
-        errors: list[BaseException] = []
-
-        def waiter() -> None:
+        parent_sid = client.session_id
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: a new session on a new connection of its own
+            code = 1
             try:
-                client.acquire("k", 5)
-            except BaseException as e:
-                errors.append(e)
-
-        threads = [threading.Thread(target=waiter) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(5)
-        assert len(errors) == 2 and all(isinstance(e, ticketing.ConnectionLost) for e in errors)
+                client.ping()
+                code = 0 if client.session_id != parent_sid else 2
+                os.write(w, client.session_id)
+            finally:
+                os._exit(code)
+        os.close(w)
+        _, status = os.waitpid(pid, 0)
+        child_sid = os.read(r, 16)
+        os.close(r)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert child_sid != parent_sid and len(child_sid) == 16
+        client.ping()  # the parent's connection was not touched
+        assert client.session_id == parent_sid
+        assert {h.session_id for h in fake.hellos} == {parent_sid, child_sid}
+        assert len([h for h in fake.hellos if h.session_id == parent_sid]) == 1

@@ -9,6 +9,7 @@ import pytest
 
 from ticketing import exceptions as ex
 from ticketing.constants import Field, Limit, Op, Status
+from ticketing.constants import CHALLENGE_SIZE, MAX_CHALLENGE_DATA
 from ticketing.protocol import (
     Auth,
     Challenge,
@@ -18,6 +19,7 @@ from ticketing.protocol import (
     Request,
     Response,
     Welcome,
+    challenge_size,
     client_proof,
     decode_request,
     decode_response,
@@ -89,17 +91,22 @@ def test_response_errors_map_to_exceptions() -> None:
 
     e = err("invalid_key")
     assert isinstance(e, ex.InvalidRequest) and isinstance(e, ValueError)
-    assert e.field is Field.KEY and e.message == "key longer than 256 bytes"
+    assert e.field is Field.KEY and e.message == "key empty or longer than the server's max key length"
+    assert str(e) == "invalid KEY: key empty or longer than the server's max key length"
     op = err("invalid_op")
     assert isinstance(op, ex.InvalidRequest) and op.field is Field.OP
     b = err("busy_waiters_per_key")
     assert isinstance(b, ex.Busy) and b.limit is Limit.WAITERS_PER_KEY
+    storage = err("busy_storage")
+    assert isinstance(storage, ex.Busy) and storage.limit is Limit.STORAGE
+    used = err("invalid_request_id_used")
+    assert isinstance(used, ex.InvalidRequest) and used.field is Field.REQUEST_ID
     nl = err("not_leader")
     assert isinstance(nl, ex.NotLeader) and nl.leader == "127.0.0.2:7070"
     assert isinstance(err("acquire_timed_out"), ex.NotAcquired)
     assert isinstance(err("acquire_cancelled"), ex.Cancelled)
     assert isinstance(err("release_not_held"), ex.NotHeld)
-    assert isinstance(err("release_not_held"), ex.LockLost)
+    assert isinstance(err("acquire_retry_not_held"), ex.NotHeld)
     assert isinstance(err("shutting_down"), ex.ShuttingDown)
 
 
@@ -116,26 +123,29 @@ def test_all_responses_in_one_stream() -> None:
 HANDSHAKE = {v["name"]: v for v in VECTORS["handshake"]}
 
 
+def _handshake_frame(vec: dict[str, Any]) -> Hello | Challenge | Auth | Welcome:
+    """The frame a handshake vector describes, from its fields alone."""
+    op = Op[vec["op"]]
+    if op == Op.HELLO:
+        return Hello(session_id=bytes.fromhex(vec["session_id_hex"]), nonce=bytes.fromhex(vec["nonce_hex"]),
+                     version=vec["version"], flags=vec["flags"])
+    if op == Op.CHALLENGE:
+        return Challenge(status=Status[vec["status"]], version=vec["version"], flags=vec["flags"],
+                         nonce=bytes.fromhex(vec["nonce_hex"]), detail=vec["detail"],
+                         data=bytes.fromhex(vec["data_hex"]))
+    if op == Op.AUTH:
+        return Auth(proof=bytes.fromhex(vec["proof_hex"]))
+    return Welcome(status=Status[vec["status"]], proof=bytes.fromhex(vec["proof_hex"]), flags=vec["flags"],
+                   detail=vec["detail"], session_grace_ms=vec["session_grace_ms"],
+                   state_id=bytes.fromhex(vec["state_id_hex"]))
+
+
 @pytest.mark.parametrize("vec", VECTORS["handshake"], ids=_ids(VECTORS["handshake"]))
 def test_handshake_vectors(vec: dict[str, Any]) -> None:
     want = bytes.fromhex(vec["hex"])
-    op = Op[vec["op"]]
-    msg: Hello | Challenge | Auth | Welcome
-    if op == Op.HELLO:
-        msg = Hello(session_id=bytes.fromhex(vec["session_id_hex"]), nonce=bytes.fromhex(vec["nonce_hex"]),
-                    version=vec["version"])
-        assert Hello.decode(want) == msg
-    elif op == Op.CHALLENGE:
-        msg = Challenge(status=Status[vec["status"]], version=vec["version"], flags=vec.get("flags", 0),
-                        nonce=bytes.fromhex(vec["nonce_hex"]))
-        assert Challenge.decode(want) == msg
-    elif op == Op.AUTH:
-        msg = Auth(proof=bytes.fromhex(vec["proof_hex"]))
-        assert Auth.decode(want) == msg
-    else:
-        msg = Welcome(status=Status[vec["status"]], proof=bytes.fromhex(vec["proof_hex"]))
-        assert Welcome.decode(want) == msg
+    msg = _handshake_frame(vec)
     assert msg.encode() == want
+    assert type(msg).decode(want) == msg
 
 
 @pytest.mark.parametrize("vec", VECTORS["auth"], ids=_ids(VECTORS["auth"]))
@@ -144,71 +154,130 @@ def test_auth_vectors(vec: dict[str, Any]) -> None:
     sid = bytes.fromhex(vec["session_id_hex"])
     cn = bytes.fromhex(vec["client_nonce_hex"])
     sn = bytes.fromhex(vec["server_nonce_hex"])
+    welcome = Welcome(status=Status.OK, proof=bytes(32), flags=vec["welcome_flags"],
+                      session_grace_ms=vec["session_grace_ms"], state_id=bytes.fromhex(vec["state_id_hex"]))
     assert client_proof(token, sid, cn, sn).hex() == vec["client_proof_hex"]
-    assert server_proof(token, sid, cn, sn).hex() == vec["server_proof_hex"]
+    assert server_proof(token, sid, cn, sn, welcome.signed_part()).hex() == vec["server_proof_hex"]
 
 
-def _auth_vector() -> dict[str, Any]:
-    v: dict[str, Any] = VECTORS["auth"][0]
+def _auth_vector(name: str = "shared_token_new_session") -> dict[str, Any]:
+    v: dict[str, Any] = {a["name"]: a for a in VECTORS["auth"]}[name]
     return v
 
 
-def test_handshake_state_machine_with_auth() -> None:
-    v = _auth_vector()
+def _hex(name: str) -> bytes:
+    return bytes.fromhex(HANDSHAKE[name]["hex"])
+
+
+@pytest.mark.parametrize(("auth_name", "welcome_name", "resumed"),
+                         [("shared_token_new_session", "welcome_new_session", False),
+                          ("shared_token_resumed", "welcome_resumed", True)])
+def test_handshake_state_machine_with_auth(auth_name: str, welcome_name: str, resumed: bool) -> None:
+    v = _auth_vector(auth_name)
     hs = ClientHandshake(bytes.fromhex(v["session_id_hex"]), v["token_utf8"].encode(),
                          bytes.fromhex(v["client_nonce_hex"]))
-    assert hs.hello() == bytes.fromhex(HANDSHAKE["hello"]["hex"])
-    auth = hs.on_challenge(bytes.fromhex(HANDSHAKE["challenge_auth"]["hex"]))
-    assert auth == bytes.fromhex(HANDSHAKE["auth"]["hex"])
-    hs.on_welcome(bytes.fromhex(HANDSHAKE["welcome_auth"]["hex"]))  # the server proof verifies
+    assert hs.hello() == _hex("hello")
+    assert hs.on_challenge(_hex("challenge_auth")) == _hex("auth")
+    w = hs.on_welcome(_hex(welcome_name))  # the server proof verifies
+    assert w.resumed is resumed
+    assert w.session_grace_ms == v["session_grace_ms"]
+    assert w.state_id.hex() == v["state_id_hex"]
+
+
+def test_server_proof_covers_state_id_and_resumed_flag() -> None:
+    """A man in the middle flipping RESUMED or changing the state id breaks the proof."""
+    v = _auth_vector()
+    good = bytearray(_hex("welcome_new_session"))
+    for offset in (6, 12, 16, 31):  # flags, grace, first and last byte of the state id
+        forged = bytearray(good)
+        forged[offset] ^= 0x01
+        hs = ClientHandshake(bytes.fromhex(v["session_id_hex"]), v["token_utf8"].encode(),
+                             bytes.fromhex(v["client_nonce_hex"]))
+        hs.on_challenge(_hex("challenge_auth"))
+        with pytest.raises(ex.AuthFailed, match="proof did not verify"):
+            hs.on_welcome(bytes(forged))
 
 
 def test_handshake_without_auth() -> None:
     v = _auth_vector()
     hs = ClientHandshake(bytes.fromhex(v["session_id_hex"]), None, bytes.fromhex(v["client_nonce_hex"]))
-    auth = hs.on_challenge(bytes.fromhex(HANDSHAKE["challenge_no_auth"]["hex"]))
-    assert auth == bytes.fromhex(HANDSHAKE["auth_no_auth"]["hex"])
-    hs.on_welcome(bytes.fromhex(HANDSHAKE["welcome_no_auth"]["hex"]))
+    assert hs.on_challenge(_hex("challenge_no_auth")) == _hex("auth_no_auth")
+    w = hs.on_welcome(_hex("welcome_no_auth"))
+    assert not w.resumed and w.session_grace_ms == 5000
 
 
 def test_token_refuses_server_without_auth() -> None:
     hs = ClientHandshake(bytes(16), b"secret")
     with pytest.raises(ex.AuthFailed, match="does not require auth"):
-        hs.on_challenge(bytes.fromhex(HANDSHAKE["challenge_no_auth"]["hex"]))
+        hs.on_challenge(_hex("challenge_no_auth"))
 
 
 def test_bad_server_proof_is_refused() -> None:
     v = _auth_vector()
     hs = ClientHandshake(bytes.fromhex(v["session_id_hex"]), b"another token", bytes.fromhex(v["client_nonce_hex"]))
-    hs.on_challenge(bytes.fromhex(HANDSHAKE["challenge_auth"]["hex"]))
+    hs.on_challenge(_hex("challenge_auth"))
     with pytest.raises(ex.AuthFailed, match="proof did not verify"):
-        hs.on_welcome(bytes.fromhex(HANDSHAKE["welcome_auth"]["hex"]))
+        hs.on_welcome(_hex("welcome_new_session"))
 
 
-def test_welcome_auth_failed() -> None:
+def test_welcome_errors() -> None:
     hs = ClientHandshake(bytes(16), None)
-    hs.on_challenge(bytes.fromhex(HANDSHAKE["challenge_auth"]["hex"]))
+    hs.on_challenge(_hex("challenge_auth"))
     with pytest.raises(ex.AuthFailed, match="requires a token"):
-        hs.on_welcome(bytes.fromhex(HANDSHAKE["welcome_auth_failed"]["hex"]))
+        hs.on_welcome(_hex("welcome_auth_failed"))
     hs = ClientHandshake(bytes(16), b"wrong")
-    hs.on_challenge(bytes.fromhex(HANDSHAKE["challenge_auth"]["hex"]))
+    hs.on_challenge(_hex("challenge_auth"))
     with pytest.raises(ex.AuthFailed, match="rejected the token"):
-        hs.on_welcome(bytes.fromhex(HANDSHAKE["welcome_auth_failed"]["hex"]))
-
-
-def test_challenge_unsupported_version() -> None:
+        hs.on_welcome(_hex("welcome_auth_failed"))
     hs = ClientHandshake(bytes(16), None)
-    with pytest.raises(ex.UnsupportedVersion):
-        hs.on_challenge(bytes.fromhex(HANDSHAKE["challenge_unsupported_version"]["hex"]))
+    hs.on_challenge(_hex("challenge_no_auth"))
+    with pytest.raises(ex.Busy) as busy:
+        hs.on_welcome(_hex("welcome_busy_sessions"))
+    assert busy.value.limit is Limit.SESSIONS
+
+
+def test_challenge_errors() -> None:
+    def challenge(name: str) -> BaseException:
+        with pytest.raises(ex.TicketingError) as e:
+            ClientHandshake(bytes(16), None).on_challenge(_hex(name))
+        return e.value
+
+    e = challenge("challenge_unsupported_version")
+    assert isinstance(e, ex.UnsupportedVersion) and "unsupported protocol version" in str(e)
+    e = challenge("challenge_busy_connections")
+    assert isinstance(e, ex.Busy) and e.limit is Limit.CONNECTIONS and "too many connections" in str(e)
+    e = challenge("challenge_invalid_session")
+    assert isinstance(e, ex.InvalidRequest) and e.field is Field.SESSION
+    e = challenge("challenge_not_leader")
+    assert isinstance(e, ex.NotLeader) and e.leader == "127.0.0.2:7070"
+    e = challenge("challenge_not_leader_unknown")
+    assert isinstance(e, ex.NotLeader) and e.leader is None
+
+
+def test_challenge_framing() -> None:
+    """CHALLENGE is variable-length: its size comes from the length field, bounded by 1024 bytes
+    of data; a TLS record in its place says the server speaks TLS."""
+    frame = _hex("challenge_not_leader")
+    assert challenge_size(frame[:3]) is None
+    assert challenge_size(frame[:4]) == len(frame)
+    too_long = (CHALLENGE_SIZE - 4 + MAX_CHALLENGE_DATA + 1).to_bytes(4, "big")
+    with pytest.raises(ex.ProtocolError):
+        challenge_size(too_long)
+    with pytest.raises(ex.ProtocolError, match="TLS"):
+        challenge_size(bytes.fromhex("15030300"))
+    with pytest.raises(ex.ProtocolError) as e:
+        Challenge.decode(frame[:-1])
+    assert e.value.reason == "length"
 
 
 def test_handshake_wrong_op_and_length() -> None:
     hs = ClientHandshake(bytes(16), None)
     with pytest.raises(ex.ProtocolError) as e:
-        hs.on_challenge(bytes.fromhex(HANDSHAKE["welcome_no_auth"]["hex"]))
+        hs.on_challenge(_hex("welcome_no_auth")[:48])
     assert e.value.reason == "wrong_op"
+    hs.on_challenge(_hex("challenge_no_auth"))
     with pytest.raises(ex.ProtocolError) as e:
-        hs.on_challenge(bytes.fromhex(HANDSHAKE["challenge_no_auth"]["hex"])[:-1])
+        hs.on_welcome(_hex("welcome_no_auth")[:-1])
     assert e.value.reason == "length"
 
 
@@ -221,21 +290,30 @@ def test_malformed_vectors(vec: dict[str, Any]) -> None:
     assert e.value.reason == vec["error"]
     if vec["error"] != "short":
         with pytest.raises(ex.ProtocolError):
-            FrameBuffer().feed(data)  # a stream reader refuses it too, without waiting for more
+            FrameBuffer(vec["max_var"]).feed(data)  # a stream reader refuses it too, without waiting
     else:
-        assert FrameBuffer().feed(data) == []  # just incomplete: wait for more bytes
+        assert FrameBuffer(vec["max_var"]).feed(data) == []  # just incomplete: wait for more bytes
 
 
 def test_inspect_answers_to_key_info() -> None:
-    from ticketing import KeyInfo
+    from ticketing import InspectFlag, KeyInfo
     from ticketing._common import key_info
 
     by_name = {v["name"]: _response(v["fields"]) for v in VECTORS["responses"]}
-    assert key_info(by_name["inspect_held"]) == KeyInfo(token=7, lease_remaining=25.0, waiters=3, held_for=5.0,
-                                                        lock_delay_remaining=0.0)
-    assert key_info(by_name["inspect_free"]) == KeyInfo(token=None, lease_remaining=0.0, waiters=0, held_for=0.0,
-                                                        lock_delay_remaining=0.0)
-    delayed = Response(op=Op.INSPECT, status=Status.OK, id=1, data=bytes.fromhex("00000000000005dc"))
-    assert key_info(delayed).lock_delay_remaining == 1.5
+    assert key_info(by_name["inspect_held_by_other"]) == KeyInfo(
+        held=True, token=None, lease_remaining=25.0, waiters=3, held_for=5.0, lock_delay_remaining=0.0,
+        flags=InspectFlag.HELD)
+    mine = key_info(by_name["inspect_held_token_match"])
+    assert mine.held and mine.token == 42
+    assert mine.flags == InspectFlag.HELD | InspectFlag.TOKEN_MATCH | InspectFlag.SESSION
+    delay = key_info(by_name["inspect_lock_delay"])
+    assert not delay.held and delay.waiters == 1 and delay.lock_delay_remaining == 0.75
+    assert key_info(by_name["inspect_free"]) == KeyInfo(
+        held=False, token=None, lease_remaining=0.0, waiters=0, held_for=0.0, lock_delay_remaining=0.0,
+        flags=InspectFlag(0))
+    # an unknown flag bit is kept; a token without TOKEN_MATCH/SESSION is not shown
+    odd = Response(op=Op.INSPECT, status=Status.OK, id=1, token=9, data=bytes.fromhex("000000000000000000000031"))
+    info = key_info(odd)
+    assert info.held and info.token is None and int(info.flags) == 0x31
     with pytest.raises(ex.ProtocolError):
-        key_info(Response(op=Op.INSPECT, status=Status.OK, id=1, data=b"\0" * 7))
+        key_info(Response(op=Op.INSPECT, status=Status.OK, id=1, data=b"\0" * 11))

@@ -4,21 +4,35 @@ Blocking::
 
     import ticketing
 
-    with ticketing.Client(["127.0.0.1:7070"]) as client:
+    with ticketing.Client("127.0.0.1:7070") as client:
         with client.lock("order-1234", lease=30, wait_timeout=5) as lock:
             use(lock.token)
 
 asyncio: ``ticketing.asyncio.Client``, the same API with ``await`` / ``async with``.
 """
 
-from ._common import KeyInfo
+from ._common import KeyInfo, KeyLike
 from .client import Client
-from .constants import VERSION, WAIT_FOREVER, Field, Limit, Op, Status
+from .constants import (
+    VERSION,
+    WAIT_FOREVER,
+    ExpiredReason,
+    Field,
+    GoawayReason,
+    InspectFlag,
+    Limit,
+    LostReason,
+    Op,
+    Status,
+)
 from .exceptions import (
+    AlreadyHeld,
     AuthFailed,
     Busy,
     Cancelled,
+    ClientClosed,
     ConnectionLost,
+    InvalidArgument,
     InvalidRequest,
     LockLost,
     NotAcquired,
@@ -27,35 +41,49 @@ from .exceptions import (
     ProtocolError,
     RequestTimeout,
     ServerError,
+    ServerRestarted,
     ShuttingDown,
     TicketingError,
+    TLSError,
+    Unavailable,
     UnknownStatus,
     UnsupportedVersion,
 )
 from .lock import Lock, LockContext
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Client",
     "KeyInfo",
+    "KeyLike",
     "Lock",
     "LockContext",
+    "LostReason",
     "VERSION",
     "WAIT_FOREVER",
     "Op",
     "Status",
     "Field",
     "Limit",
+    "ExpiredReason",
+    "GoawayReason",
+    "InspectFlag",
     "TicketingError",
-    "ConnectionLost",
-    "ProtocolError",
-    "RequestTimeout",
+    "InvalidArgument",
+    "InvalidRequest",
+    "AlreadyHeld",
     "LockLost",
-    "NotHeld",
+    "Unavailable",
+    "TLSError",
+    "ConnectionLost",
+    "ServerRestarted",
+    "RequestTimeout",
+    "ClientClosed",
+    "ProtocolError",
     "ServerError",
     "NotAcquired",
-    "InvalidRequest",
+    "NotHeld",
     "NotLeader",
     "Busy",
     "ShuttingDown",

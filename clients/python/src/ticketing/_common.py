@@ -1,76 +1,108 @@
-"""Helpers shared by the blocking and the asyncio client: endpoints, durations, keys, options,
-and :class:`KeyInfo` (the answer to ``inspect``)."""
+"""Helpers shared by the blocking and the asyncio client: argument checks, endpoints, option
+defaults, the local deadline, :class:`KeyInfo` (the answer to ``inspect``) and the fork hook."""
 
 from __future__ import annotations
 
+import math
+import os
 import ssl as _ssl
 import struct
+import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Union
 
-from .constants import DEFAULT_PORT, INSPECT_DATA_SIZE, MAX_KEY_LEN, WAIT_FOREVER
-from .exceptions import ProtocolError
+from .constants import (
+    CLOCK_RATE_BOUND_PPM,
+    DEFAULT_PORT,
+    INSPECT_DATA_SIZE,
+    LOST_MARGIN_MS,
+    MAX_KEY_LEN,
+    WAIT_FOREVER,
+    InspectFlag,
+)
+from .exceptions import InvalidArgument, ProtocolError
 from .protocol import Response
 
 Endpoint = tuple[str, int]
-KeyLike = Union[str, bytes]
+#: A key: ``str`` (sent as UTF-8) or bytes (``bytes``, ``bytearray``, ``memoryview``).
+KeyLike = Union[str, bytes, bytearray, memoryview]
 
 #: Default endpoint list: one server on loopback.
 DEFAULT_ENDPOINTS: tuple[str, ...] = ("127.0.0.1:7070",)
 #: Seconds allowed to connect (TCP, TLS and the handshake) to one endpoint.
 DEFAULT_CONNECT_TIMEOUT = 5.0
-#: Seconds to wait for the answer to RELEASE, EXTEND, PING, INSPECT, or for an ACQUIRE's answer
-#: beyond its wait timeout.
+#: Seconds to wait for any answer, not counting the time an ACQUIRE spends queued.
 DEFAULT_REQUEST_TIMEOUT = 10.0
-#: How many times one call follows NOT_LEADER / SHUTTING_DOWN before it gives up.
-DEFAULT_MAX_REDIRECTS = 8
-#: Seconds slept before the second retry of a call, doubling each time (capped at 1 s).
-DEFAULT_RETRY_BACKOFF = 0.05
+#: Seconds without receiving anything after which the client sends a PING.
+DEFAULT_HEARTBEAT = 2.0
+#: Seconds a cancelled acquire waits for its clean-up (CANCEL's answer, the release of a grant
+#: that raced it) before returning; the clean-up then finishes in the background.
+DEFAULT_CLEANUP_TIMEOUT = 5.0
+#: Reconnect backoff: the first pause, doubling up to the second, with jitter.
+BACKOFF_MIN = 0.05
+BACKOFF_MAX = 2.0
+
+_RHO = CLOCK_RATE_BOUND_PPM / 1_000_000
+_MAX_U64 = (1 << 64) - 1
+
+
+# --- endpoints and options ------------------------------------------------------------------
 
 
 def parse_endpoint(spec: str) -> Endpoint:
     """``"host:port"``, ``"[v6addr]:port"``, or ``"host"`` (port 7070) -> (host, port)."""
+    if not isinstance(spec, str):
+        raise InvalidArgument(f"an endpoint must be a 'host:port' string, not {type(spec).__name__}")
     s = spec.strip()
     if not s:
-        raise ValueError("empty endpoint")
+        raise InvalidArgument("empty endpoint: want 'host:port'")
     if s.startswith("["):
         end = s.find("]")
         if end < 0:
-            raise ValueError(f"bad endpoint {spec!r}")
+            raise InvalidArgument(f"bad endpoint {spec!r}: want 'host:port' or '[v6addr]:port'")
         host, rest = s[1:end], s[end + 1:]
         if not rest:
             return host, DEFAULT_PORT
         if not rest.startswith(":"):
-            raise ValueError(f"bad endpoint {spec!r}")
+            raise InvalidArgument(f"bad endpoint {spec!r}: want 'host:port' or '[v6addr]:port'")
         return host, _port(rest[1:], spec)
     if s.count(":") == 1:
         host, port = s.split(":")
-        return host or "127.0.0.1", _port(port, spec)
-    if ":" in s:  # a bare IPv6 address
-        return s, DEFAULT_PORT
-    return s, DEFAULT_PORT
+        if not host:
+            raise InvalidArgument(f"bad endpoint {spec!r}: no host")
+        return host, _port(port, spec)
+    return s, DEFAULT_PORT  # a host name, or a bare IPv6 address
 
 
 def _port(text: str, spec: str) -> int:
     try:
         port = int(text)
     except ValueError:
-        raise ValueError(f"bad port in endpoint {spec!r}") from None
+        raise InvalidArgument(f"bad port in endpoint {spec!r}") from None
     if not 0 < port < 65536:
-        raise ValueError(f"bad port in endpoint {spec!r}")
+        raise InvalidArgument(f"bad port in endpoint {spec!r}: want 1..65535")
     return port
 
 
 def parse_endpoints(endpoints: str | Sequence[str]) -> list[Endpoint]:
-    items = [endpoints] if isinstance(endpoints, str) else list(endpoints)
+    """One endpoint string, or a non-empty sequence of them."""
+    if isinstance(endpoints, str):
+        items: list[str] = [endpoints]
+    elif isinstance(endpoints, (list, tuple)):
+        items = list(endpoints)
+    else:
+        raise InvalidArgument(f"endpoints must be a 'host:port' string or a list of them, "
+                              f"not {type(endpoints).__name__}")
     if not items:
-        raise ValueError("at least one endpoint is needed")
+        raise InvalidArgument("at least one endpoint is needed")
     return [parse_endpoint(e) for e in items]
 
 
 def format_endpoint(ep: Endpoint) -> str:
+    """(host, port) -> ``host:port`` (``[v6]:port`` for IPv6)."""
     host, port = ep
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -83,53 +115,143 @@ def ssl_context(value: _ssl.SSLContext | bool | None) -> _ssl.SSLContext | None:
         return _ssl.create_default_context()
     if isinstance(value, _ssl.SSLContext):
         return value
-    raise TypeError("ssl must be an ssl.SSLContext, True, or None")
+    raise InvalidArgument("ssl must be an ssl.SSLContext, True, or None")
 
 
 def token_bytes(token: str | bytes | None) -> bytes | None:
+    """The shared auth token as bytes (a str is its UTF-8); None: no token."""
     if token is None:
         return None
-    return token.encode("utf-8") if isinstance(token, str) else bytes(token)
+    if isinstance(token, str):
+        if not token:
+            raise InvalidArgument("token must not be empty (None: no token)")
+        try:
+            return token.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgument("token is not encodable as UTF-8") from None
+    if isinstance(token, (bytes, bytearray)):
+        if not token:
+            raise InvalidArgument("token must not be empty (None: no token)")
+        return bytes(token)
+    raise InvalidArgument(f"token must be str or bytes, not {type(token).__name__}")
+
+
+def seconds_option(name: str, value: float | None, *, allow_zero: bool = False) -> float | None:
+    """Check a duration option in float seconds: None, or finite and positive (or zero where
+    allowed)."""
+    if value is None:
+        return None
+    return seconds_required(name, value, allow_zero=allow_zero)
+
+
+def seconds_required(name: str, value: float, *, allow_zero: bool = False) -> float:
+    """Check a duration in float seconds: finite and positive (or zero where allowed)."""
+    if value is None:
+        raise InvalidArgument(f"{name} must be a number of seconds, not None")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"{name} must be a number of seconds, not {type(value).__name__}")
+    v = float(value)
+    if math.isnan(v) or math.isinf(v):
+        raise InvalidArgument(f"{name} must be a finite number of seconds, got {value!r}")
+    if v < 0 or (v == 0 and not allow_zero):
+        raise InvalidArgument(f"{name} must be {'at least 0' if allow_zero else 'positive'}, got {value!r}")
+    return v
+
+
+# --- request arguments ----------------------------------------------------------------------
 
 
 def key_bytes(key: KeyLike) -> bytes:
-    """Keys are opaque bytes; a str is sent as its UTF-8."""
-    b = key.encode("utf-8") if isinstance(key, str) else bytes(key)
+    """A key as bytes: ``str`` is sent as its UTF-8, bytes-like as given; 1..65,535 bytes.
+    Anything else (int, list, None) is an :class:`InvalidArgument`."""
+    if isinstance(key, str):
+        try:
+            b = key.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgument("key is not encodable as UTF-8 (lone surrogate?)") from None
+    elif isinstance(key, (bytes, bytearray, memoryview)):
+        b = bytes(key)
+    else:
+        raise InvalidArgument(f"key must be str or bytes, not {type(key).__name__}")
     if not b:
-        raise ValueError("key must not be empty")
+        raise InvalidArgument("key must not be empty")
     if len(b) > MAX_KEY_LEN:
-        raise ValueError(f"key longer than {MAX_KEY_LEN} bytes")
+        raise InvalidArgument(f"key is {len(b)} bytes, longer than the protocol's {MAX_KEY_LEN}")
     return b
 
 
 def lease_ms(lease: float) -> int:
-    """A lease in float seconds -> ms (at least 1)."""
+    """A lease in float seconds -> whole milliseconds: at least 1 ms, below 2^32 ms."""
     if isinstance(lease, bool) or not isinstance(lease, (int, float)):
-        raise TypeError("lease must be a number of seconds")
-    if not lease > 0:
-        raise ValueError("lease must be positive")
-    ms = max(1, round(lease * 1000))
+        raise InvalidArgument(f"lease must be a number of seconds, not {type(lease).__name__}")
+    if math.isnan(lease) or math.isinf(lease):
+        raise InvalidArgument(f"lease must be a finite number of seconds, got {lease!r}")
+    if lease * 1000 < 1:
+        raise InvalidArgument(f"lease {lease!r} s is below 1 ms: leases are float seconds (lease=30 is 30 s)")
+    ms = round(lease * 1000)
     if ms > 0xFFFFFFFF:
-        raise ValueError("lease too long")
+        raise InvalidArgument(f"lease {lease!r} s is too long: leases are float seconds, below 2^32 ms")
     return ms
 
 
 def wait_ms(wait_timeout: float | None) -> int:
-    """A wait timeout in float seconds -> ms; None -> WAIT_FOREVER; 0 -> try once."""
+    """A wait timeout in float seconds -> ms; None -> wait without limit; 0 -> try once."""
     if wait_timeout is None:
         return WAIT_FOREVER
     if isinstance(wait_timeout, bool) or not isinstance(wait_timeout, (int, float)):
-        raise TypeError("wait_timeout must be a number of seconds or None")
+        raise InvalidArgument(f"wait_timeout must be a number of seconds or None, not {type(wait_timeout).__name__}")
+    if math.isnan(wait_timeout) or math.isinf(wait_timeout):
+        raise InvalidArgument(f"wait_timeout must be finite (None waits without limit), got {wait_timeout!r}")
     if wait_timeout < 0:
-        raise ValueError("wait_timeout must not be negative")
-    return min(round(wait_timeout * 1000), WAIT_FOREVER - 1)
+        raise InvalidArgument(f"wait_timeout must not be negative, got {wait_timeout!r}")
+    ms = round(wait_timeout * 1000)
+    if ms == 0 and wait_timeout > 0:
+        ms = 1
+    if ms >= WAIT_FOREVER:
+        raise InvalidArgument(f"wait_timeout {wait_timeout!r} s is too long (None waits without limit)")
+    return ms
 
 
-def call_timeout(wait_timeout: float | None, request_timeout: float | None) -> float | None:
-    """How long the client waits locally for an ACQUIRE's answer."""
-    if wait_timeout is None or request_timeout is None:
-        return None
-    return wait_timeout + request_timeout
+def check_token(token: int) -> int:
+    """A fencing token: a positive 64-bit integer."""
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise InvalidArgument(f"token must be an int, not {type(token).__name__}")
+    if not 0 < token <= _MAX_U64:
+        raise InvalidArgument(f"token must be a positive 64-bit integer, got {token}")
+    return token
+
+
+def describe_wait(wait_timeout: float | None) -> str:
+    """A wait timeout for messages."""
+    if wait_timeout is None:
+        return "wait without limit"
+    if wait_timeout == 0:
+        return "try once"
+    return f"wait timeout {wait_timeout:g} s"
+
+
+# --- the lost signal ------------------------------------------------------------------------
+
+
+def lost_at(t_send: float, queued_ms: int, granted_ms: int, *, first_send: float | None = None) -> float:
+    """When the lost signal fires, in ``time.monotonic()`` seconds: ``deadline - margin`` with
+    ``deadline = t_send + (queued + lease) * (1 - 2 rho)`` and ``margin = min(5 ms, lease / 10)``
+    (PROTOCOL.md, "The lost signal"). ``t_send`` is when the request went to the wire; pass
+    ``queued_ms = 0`` for an EXTEND.
+
+    For a retried ACQUIRE (``first_send``: when the original went out; ``t_send``: the retry)
+    the grant happened no earlier than both the retry and ``first_send + queued`` (whichever
+    arrival ``queued`` counts from), so ``deadline = max(first_send + queued * (1 - 2 rho),
+    t_send) + lease * (1 - 2 rho)``. For a lock the session already held (``queued`` 0, ``lease``
+    = time left) that is PROTOCOL.md's ``t_send(retry) + lease * (1 - 2 rho)``; for a waiter that
+    was still queued and granted after the retry it keeps the time queued after the retry."""
+    factor = 1 - 2 * _RHO
+    if first_send is None:
+        start = t_send + queued_ms * factor / 1000
+    else:
+        start = max(first_send + queued_ms * factor / 1000, t_send)
+    deadline = start + granted_ms * factor / 1000
+    return deadline - min(LOST_MARGIN_MS, granted_ms / 10) / 1000
 
 
 class RecentTokens:
@@ -138,28 +260,37 @@ class RecentTokens:
 
     def __init__(self, size: int = 256) -> None:
         self._size = size
-        self._items: OrderedDict[int, None] = OrderedDict()
+        self._items: OrderedDict[int, str] = OrderedDict()
 
-    def add(self, token: int) -> None:
-        self._items[token] = None
+    def add(self, token: int, reason: str) -> None:
+        """Remember that ``token`` was lost for ``reason``."""
+        self._items[token] = reason
         while len(self._items) > self._size:
             self._items.popitem(last=False)
 
-    def pop(self, token: int) -> bool:
-        return self._items.pop(token, 0) is None
+    def pop(self, token: int) -> str | None:
+        """The reason ``token`` was lost, if it was (and forget it)."""
+        return self._items.pop(token, None)
+
+    def clear(self) -> None:
+        """Forget every token."""
+        self._items.clear()
 
 
-_INSPECT_DATA = struct.Struct(">II")  # ms since the grant, ms of lock-delay left
+# --- inspect --------------------------------------------------------------------------------
+
+_INSPECT_DATA = struct.Struct(">III")  # ms since the grant, ms of lock-delay left, flags
 
 
 @dataclass(frozen=True, slots=True)
 class KeyInfo:
     """What the server reports about a key (``client.inspect(key)``), as of the moment it answered.
+    A key nobody holds or waits for reports ``held=False`` and zeros."""
 
-    A key nobody holds or waits for reports ``token=None`` and zeros.
-    """
-
-    #: The holder's fencing token, or None when nobody holds the key.
+    #: Somebody holds the key.
+    held: bool
+    #: The holder's fencing token, only when this client's session holds the key (or a token
+    #: asked about matches); else None: looking at a key does not hand out the means to release it.
     token: int | None
     #: Seconds left on the holder's lease (0.0 when not held).
     lease_remaining: float
@@ -170,14 +301,50 @@ class KeyInfo:
     #: Seconds of lock-delay left: after a lease expiry the server may keep the key unavailable
     #: for a while (0.0 when not in lock-delay, or when the server has no lock-delay).
     lock_delay_remaining: float
+    #: The raw flags word (:class:`InspectFlag`): ``HELD``, ``TOKEN_MATCH``, ``SESSION``, ``STALLED``.
+    flags: InspectFlag
 
 
 def key_info(resp: Response) -> KeyInfo:
     """The :class:`KeyInfo` of an INSPECT OK answer (``data`` is u32 ms held-for, u32 ms of
-    lock-delay left; longer data is allowed for later additions)."""
+    lock-delay left, u32 flags; longer data is allowed for later additions). Unknown flag bits
+    are kept in ``flags``."""
     if len(resp.data) < INSPECT_DATA_SIZE:
         raise ProtocolError(f"INSPECT answer has {len(resp.data)} bytes of data, want {INSPECT_DATA_SIZE}",
                             "length")
-    held_ms, delay_ms = _INSPECT_DATA.unpack_from(resp.data)
-    return KeyInfo(token=resp.token or None, lease_remaining=resp.lease_ms / 1000, waiters=resp.detail,
-                   held_for=held_ms / 1000, lock_delay_remaining=delay_ms / 1000)
+    held_ms, delay_ms, raw_flags = _INSPECT_DATA.unpack_from(resp.data)
+    flags = InspectFlag(raw_flags)
+    shows_token = bool(flags & (InspectFlag.TOKEN_MATCH | InspectFlag.SESSION))
+    return KeyInfo(held=bool(flags & InspectFlag.HELD), token=resp.token if shows_token and resp.token else None,
+                   lease_remaining=resp.lease_ms / 1000, waiters=resp.detail, held_for=held_ms / 1000,
+                   lock_delay_remaining=delay_ms / 1000, flags=flags)
+
+
+# --- fork -----------------------------------------------------------------------------------
+
+_fork_hooks: weakref.WeakSet[ForkAware] = weakref.WeakSet()
+_fork_lock = threading.Lock()
+
+
+class ForkAware:
+    """A client that starts a new session in a child process after ``os.fork``."""
+
+    def _after_fork_in_child(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+def register_for_fork(obj: ForkAware) -> None:
+    """Call ``obj._after_fork_in_child()`` in the child after every fork while ``obj`` lives."""
+    with _fork_lock:
+        _fork_hooks.add(obj)
+
+
+def _after_fork() -> None:
+    global _fork_lock
+    _fork_lock = threading.Lock()  # it may have been held by another thread at fork time
+    for obj in list(_fork_hooks):
+        obj._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)

@@ -1,5 +1,6 @@
-"""One timer thread per blocking client: fires each held lock's local deadline (the lost signal)
-without a thread per lock."""
+"""One timer thread per blocking client: fires each held lock's lost signal, the heartbeat and the
+session grace without a thread per timer. The thread starts on first use and ends after a second
+with nothing scheduled."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ from collections.abc import Callable
 
 log = logging.getLogger("ticketing")
 
+_IDLE_EXIT = 1.0  # seconds with an empty heap after which the thread ends
+
 
 class Timer:
+    """A scheduled callback; :meth:`cancel` stops it from running."""
+
     __slots__ = ("when", "fn", "cancelled")
 
     def __init__(self, when: float, fn: Callable[[], None]) -> None:
@@ -22,12 +27,13 @@ class Timer:
         self.cancelled = False
 
     def cancel(self) -> None:
+        """Do not run the callback (if it has not run yet)."""
         self.cancelled = True
 
 
 class Scheduler:
-    """Runs callbacks at ``time.monotonic()`` instants on one daemon thread, started on first use.
-    Callbacks must be short; they run one after another."""
+    """Runs callbacks at ``time.monotonic()`` instants on one daemon thread. Callbacks must be
+    short; they run one after another."""
 
     def __init__(self, name: str = "ticketing-timers") -> None:
         self._name = name
@@ -35,13 +41,11 @@ class Scheduler:
         self._heap: list[tuple[float, int, Timer]] = []
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
-        self._closed = False
 
     def call_at(self, when: float, fn: Callable[[], None]) -> Timer:
+        """Run ``fn()`` at monotonic time ``when`` (at once if it has passed)."""
         timer = Timer(when, fn)
         with self._cond:
-            if self._closed:
-                return timer
             heapq.heappush(self._heap, (when, next(self._seq), timer))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
@@ -49,31 +53,30 @@ class Scheduler:
             self._cond.notify()
         return timer
 
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._heap.clear()
-            self._cond.notify()
+    def call_later(self, delay: float, fn: Callable[[], None]) -> Timer:
+        """Run ``fn()`` in ``delay`` seconds."""
+        return self.call_at(time.monotonic() + delay, fn)
 
     def _run(self) -> None:
         while True:
             with self._cond:
                 while True:
-                    if self._closed:
-                        return
                     heap = self._heap
                     while heap and heap[0][2].cancelled:
                         heapq.heappop(heap)
-                    if heap:
-                        wait = heap[0][0] - time.monotonic()
-                        if wait <= 0:
-                            timer = heapq.heappop(heap)[2]
-                            break
-                        self._cond.wait(wait)
-                    else:
-                        self._cond.wait()
+                    if not heap:
+                        self._cond.wait(_IDLE_EXIT)
+                        if not self._heap:
+                            self._thread = None
+                            return
+                        continue
+                    wait = heap[0][0] - time.monotonic()
+                    if wait <= 0:
+                        timer = heapq.heappop(heap)[2]
+                        break
+                    self._cond.wait(wait)
             if not timer.cancelled:
                 try:
                     timer.fn()
                 except Exception:
-                    log.exception("ticketing: timer callback failed")
+                    log.exception("timer callback failed")

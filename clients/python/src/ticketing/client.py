@@ -1,86 +1,112 @@
-"""The blocking client: one connection shared by any number of threads."""
+"""The blocking client: one session and one connection shared by any number of threads."""
 
 from __future__ import annotations
 
-import itertools
 import logging
-import secrets
+import random
 import ssl as _ssl
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
+from typing import TypeVar
 
 from ._common import (
+    BACKOFF_MAX,
+    BACKOFF_MIN,
+    DEFAULT_CLEANUP_TIMEOUT,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_ENDPOINTS,
-    DEFAULT_MAX_REDIRECTS,
+    DEFAULT_HEARTBEAT,
     DEFAULT_REQUEST_TIMEOUT,
-    DEFAULT_RETRY_BACKOFF,
     Endpoint,
+    ForkAware,
     KeyInfo,
     KeyLike,
     RecentTokens,
-    call_timeout,
+    check_token,
+    describe_wait,
     format_endpoint,
     key_bytes,
     key_info,
     lease_ms,
+    lost_at,
     parse_endpoint,
     parse_endpoints,
+    register_for_fork,
+    seconds_option,
+    seconds_required,
     ssl_context,
     token_bytes,
     wait_ms,
 )
-from ._timers import Scheduler
-from .connection import Connection
-from .constants import SESSION_ID_SIZE, Op, Status
+from ._session import Call, Event, Expired, Follow, Restarted, Session
+from ._timers import Scheduler, Timer
+from .connection import Connection, _Transport, dial
+from .constants import InspectFlag, LostReason, Op, Status
 from .exceptions import (
+    AlreadyHeld,
     AuthFailed,
-    ConnectionLost,
-    ServerError,
+    ClientClosed,
+    NotHeld,
+    NotLeader,
+    RequestTimeout,
     TicketingError,
+    TLSError,
+    Unavailable,
     UnsupportedVersion,
+    describe_key,
     error_for_status,
 )
 from .lock import Lock, LockContext
-from .protocol import Request, Response
+from .protocol import Response, Welcome
 
 __all__ = ["Client"]
 
 log = logging.getLogger("ticketing")
 
+T = TypeVar("T")
 
-class Client:
-    """A Ticketing client for threads. One connection, shared: many threads may call at once and
-    their requests pipeline; a background reader thread dispatches answers by request id.
+#: How many leader hints one reconnect round follows.
+_MAX_HINTS = 3
+
+
+class Client(ForkAware):
+    """A Ticketing client for threads: one session and one connection, shared by any number of
+    threads; requests pipeline and a reader thread matches answers by request id.
 
     ::
 
-        with Client(["127.0.0.1:7070"], token="s3cret") as client:
+        with ticketing.Client("127.0.0.1:7070", token="s3cret") as client:
             with client.lock("order-1234", lease=30, wait_timeout=5) as lock:
                 use(lock.token)
 
-    Arguments (all but ``endpoints`` keyword-only):
+    Arguments (all but ``endpoints`` keyword-only; durations are float seconds):
 
-    - ``endpoints``: ``"host:port"`` or a list of them, tried in order; default ``127.0.0.1:7070``.
-    - ``token``: the shared auth token (str or bytes); default None (no auth). With a token the
-      client refuses a server that does not prove it holds the same token.
-    - ``ssl``: an ``ssl.SSLContext`` to use TLS (``True``: the system's default trust); default
-      None (plain TCP).
-    - ``connect_timeout``: seconds to connect and finish the handshake with one endpoint;
-      default 5.0; None waits forever.
-    - ``request_timeout``: seconds to wait for an answer beyond the request's own wait (RELEASE,
-      EXTEND, PING, INSPECT, or an ACQUIRE past its ``wait_timeout``); default 10.0; None waits
-      forever.
-    - ``max_redirects``: how often one call follows NOT_LEADER / SHUTTING_DOWN to another
-      endpoint before giving up; default 8.
-    - ``retry_backoff``: seconds slept before the second such retry, doubling up to 1 s;
-      default 0.05.
+    - ``endpoints``: ``"host:port"`` or a list of them, tried in order (a leader hint first when
+      the server gives one). Default ``"127.0.0.1:7070"``.
+    - ``token``: the shared auth token (str or bytes). Default None (no auth). With a token the
+      client refuses a server that cannot prove it holds the same token.
+    - ``ssl``: an :class:`ssl.SSLContext` for TLS (``True``: the system's default trust); load a
+      client certificate into it for mutual TLS. Default None (plain TCP).
+    - ``server_hostname``: the name to verify the server's certificate against. Default: the
+      endpoint's host.
+    - ``connect_timeout``: TCP + TLS + handshake, per endpoint. Default 5.0.
+    - ``request_timeout``: how long any call waits for its answer, not counting the time an
+      ACQUIRE spends queued (its ``wait_timeout`` bounds that). Default 10.0; None: no limit.
+    - ``heartbeat``: after this long without receiving anything, send PING; a PING unanswered
+      within ``request_timeout`` fails the connection. Default 2.0; 0 or None disables it.
+    - ``release_on_close``: :meth:`close` releases every lock still held. Default False: locks
+      stay held on the server until their lease ends.
+    - ``cleanup_timeout``: how long an acquire interrupted while it waits (KeyboardInterrupt)
+      waits for its CANCEL answer and the release of a grant that raced it. Default 5.0.
 
-    The client connects on first use (or :meth:`connect`). If the connection drops, calls in
-    flight raise :class:`ConnectionLost` and the next call reconnects, trying the endpoints in
-    order. A 16-byte random session id (:attr:`session_id`) is kept across reconnects.
+    The client connects on first use (or :meth:`connect`). If the connection drops it reconnects
+    by itself (50 ms backoff doubling to 2 s, with jitter) and resumes its session: calls in
+    flight are re-sent with their original request ids and a queued acquire keeps its place.
+    A server that restarted (a new state id) loses every lock (reason ``"server restarted"``)
+    and fails calls in flight with :class:`ServerRestarted`. After ``os.fork()`` the child
+    starts a new session of its own.
     """
 
     def __init__(
@@ -89,67 +115,130 @@ class Client:
         *,
         token: str | bytes | None = None,
         ssl: _ssl.SSLContext | bool | None = None,
-        connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+        server_hostname: str | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
-        max_redirects: int = DEFAULT_MAX_REDIRECTS,
-        retry_backoff: float = DEFAULT_RETRY_BACKOFF,
+        heartbeat: float | None = DEFAULT_HEARTBEAT,
+        release_on_close: bool = False,
+        cleanup_timeout: float = DEFAULT_CLEANUP_TIMEOUT,
     ) -> None:
         self._endpoints = parse_endpoints(endpoints)
         self._token = token_bytes(token)
         self._ssl = ssl_context(ssl)
-        self._connect_timeout = connect_timeout
-        self._request_timeout = request_timeout
-        self._max_redirects = max_redirects
-        self._retry_backoff = retry_backoff
-        #: The session id sent in every HELLO, random per client instance.
-        self.session_id = secrets.token_bytes(SESSION_ID_SIZE)
-        self._ids = itertools.count(1)
-        self._id_lock = threading.Lock()
+        self._server_hostname = server_hostname
+        self._connect_timeout = seconds_required("connect_timeout", connect_timeout)
+        self._request_timeout = seconds_option("request_timeout", request_timeout)
+        self._heartbeat = seconds_option("heartbeat", heartbeat, allow_zero=True) or 0.0
+        self._hb_timeout = self._request_timeout or DEFAULT_REQUEST_TIMEOUT
+        self._release_on_close = bool(release_on_close)
+        self._cleanup_timeout = seconds_required("cleanup_timeout", cleanup_timeout, allow_zero=True)
+        self._init_state()
+        register_for_fork(self)
+
+    def _init_state(self) -> None:
+        self._mu = threading.Lock()  # guards everything below, the session and the lock registry
+        self._wake = threading.Condition(self._mu)  # the connector's backoff wait
+        self._session = Session()
+        self._session.failover_limit = len(self._endpoints) - 1
+        self._conn: Connection | None = None
+        self._connector: threading.Thread | None = None
+        self._dial_sock: object | None = None
         self._preferred = 0
         self._hint: Endpoint | None = None
-        self._conn: Connection | None = None
-        self._connect_lock = threading.Lock()
-        self._locks_mutex = threading.Lock()
+        self._ever_connected = False
+        self._down = False  # the session grace passed without a reconnect: calls fail fast
+        self._last_error = ""
+        self._grace_timer: Timer | None = None
         self._locks: dict[int, Lock] = {}
-        self._early_expired = RecentTokens()
+        self._early_lost = RecentTokens()
         self._timers = Scheduler()
         self._closed = False
+        self._closing = False
 
     # --- lifecycle ----------------------------------------------------------------------------
 
     def connect(self) -> None:
-        """Connect now (otherwise the first call does)."""
-        self._connection()
+        """Connect now (otherwise the first call does). Raises :class:`Unavailable`,
+        :class:`AuthFailed`, :class:`TLSError`... when no endpoint can be connected to."""
+        self._request(Call(Op.PING), self._connect_budget())
 
     def close(self) -> None:
-        """Close the connection. Calls in flight raise :class:`ConnectionLost`; locks still held
-        stay held on the server until their lease ends, and are reported lost here (reason
-        ``"closed"``) since this client can no longer extend or watch them."""
-        with self._connect_lock:
+        """Close the client; bounded in time even when the server is frozen. Calls in flight
+        raise :class:`ClientClosed`. Locks still held are *not* released (unless
+        ``release_on_close``): the server keeps them until their lease ends, and their lost
+        signal still fires at their local deadline."""
+        with self._mu:
+            if self._closed or self._closing:
+                return
+            self._closing = True
+            held = [lk for lk in self._locks.values() if lk._is_held()]
+        if self._release_on_close and held:
+            self._release_all(held)
+        with self._mu:
             self._closed = True
+            self._session.close(lambda c: ClientClosed(f"the client was closed ({c.describe()})"))
             conn, self._conn = self._conn, None
+            dial_sock, self._dial_sock = self._dial_sock, None
+            if self._grace_timer is not None:
+                self._grace_timer.cancel()
+            self._wake.notify_all()
+            locks = list(self._locks.values())
+            finished = self._session.take_finished()
+        _shutdown_any(dial_sock)
         if conn is not None:
             conn.close("client closed")
-        with self._locks_mutex:
-            locks = list(self._locks.values())
         for lock in locks:
-            lock._set_lost("closed")
-        self._timers.close()
+            lock._stop_keepalive()
+        self._handle(finished, [], None)
+
+    def _release_all(self, locks: list[Lock]) -> None:
+        """Release ``locks`` at once (pipelined), bounded by the request timeout in all (10 s
+        when it is None: close is always bounded)."""
+        deadline = time.monotonic() + self._hb_timeout
+        pending: list[tuple[Lock, Call, threading.Event]] = []
+        for lock in locks:
+            call = Call(Op.RELEASE, key=lock._key_bytes, token=lock.token)
+            ev = threading.Event()
+            call.callbacks.append(_setter(ev))
+            try:
+                self._submit(call)
+            except TicketingError:
+                continue
+            pending.append((lock, call, ev))
+        for lock, call, ev in pending:
+            if ev.wait(max(0.0, deadline - time.monotonic())) and call.response is not None and call.response.status == Status.OK:
+                lock._mark_released()
+            else:
+                log.warning("release on close of %s (token %d) did not finish", describe_key(lock._key_bytes),
+                            lock.token)
 
     @property
     def closed(self) -> bool:
+        """:meth:`close` was called."""
         return self._closed
 
     @property
     def connected(self) -> bool:
-        conn = self._conn
-        return conn is not None and conn.usable
+        """A connection is up and its handshake done."""
+        return self._conn is not None and self._session.ready
 
     @property
     def endpoint(self) -> str | None:
         """The ``host:port`` of the current connection, if any."""
         conn = self._conn
-        return format_endpoint(conn.endpoint) if conn is not None and conn.usable else None
+        return format_endpoint(conn.endpoint) if conn is not None else None
+
+    @property
+    def session_id(self) -> bytes:
+        """This client's session id (16 random bytes; new after a server restart and in a
+        forked child)."""
+        return self._session.session_id
+
+    @property
+    def locks(self) -> list[Lock]:
+        """The locks this client holds now (neither released nor lost)."""
+        with self._mu:
+            return [lk for lk in self._locks.values() if lk._is_held()]
 
     def __enter__(self) -> Client:
         self.connect()
@@ -159,230 +248,538 @@ class Client:
                  tb: TracebackType | None) -> None:
         self.close()
 
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"connected to {self.endpoint}" if self.connected else "not connected"
+        return f"<ticketing.Client {state} session={self.session_id.hex()}>"
+
     # --- locks --------------------------------------------------------------------------------
 
-    def acquire(self, key: KeyLike, lease: float, wait_timeout: float | None = None, *,
-                keepalive: bool = False) -> Lock:
+    def acquire(self, key: KeyLike, lease: float, wait_timeout: float | None = None, *, keepalive: bool = False,
+                max_hold: float | None = None, refuse_held: bool = False) -> Lock:
         """Acquire ``key`` for ``lease`` seconds, waiting in the key's FIFO queue up to
         ``wait_timeout`` seconds (None: without limit; 0: try once).
 
-        Returns the held :class:`Lock`. Raises :class:`NotAcquired` when the wait timeout passed.
-        With ``keepalive=True`` a background thread extends the lease every ~lease/3 until the
-        lock is released or lost.
+        Returns the held :class:`Lock`. Raises :class:`NotAcquired` when the wait timeout passed,
+        :class:`AlreadyHeld` with ``refuse_held=True`` when this client already holds ``key``
+        (without it the call queues behind this client's own lock: the owner is the token, not
+        the thread). ``keepalive=True`` extends the lease every lease/3 in the background until
+        the lock is released or lost, for at most ``max_hold`` seconds (None: no cap).
+
+        Leases are float seconds: ``lease=30`` is 30 s (1 ms at least).
         """
         k = key_bytes(key)
         lm = lease_ms(lease)
-        req = Request(op=Op.ACQUIRE, id=self._next_id(), lease_ms=lm, wait_ms=wait_ms(wait_timeout), key=k)
-        resp, t_send = self._call(req, call_timeout(wait_timeout, self._request_timeout))
+        wm = wait_ms(wait_timeout)
+        cap = seconds_option("max_hold", max_hold)
+        if refuse_held and self._holds(k):
+            raise AlreadyHeld(f"this client already holds key {describe_key(k)} (refuse_held=True)")
+        call = Call(Op.ACQUIRE, key=k, lease_ms=lm, wait_ms=wm)
+        timeout = None if wait_timeout is None or self._request_timeout is None else wait_timeout + self._request_timeout
+        resp = self._request(call, timeout, interruptible_cleanup=True)
         if resp.status != Status.OK:
-            raise error_for_status(resp.status, resp.detail, resp.data)
-        lock = Lock(self, key, k, resp.token, lm, resp.lease_ms,
-                    t_send + (resp.detail + resp.lease_ms) / 1000)
-        self._register(lock)
-        lock._start(keepalive)
-        return lock
+            raise error_for_status(resp.status, resp.detail, resp.data,
+                                   f"key {describe_key(k)}, lease {lm / 1000:g} s, {describe_wait(wait_timeout)}")
+        return self._new_lock(key, k, call, resp, lm, keepalive, cap)
 
-    def try_acquire(self, key: KeyLike, lease: float, *, keepalive: bool = False) -> Lock:
-        """Acquire ``key`` only if it is free now; raises :class:`NotAcquired` otherwise."""
-        return self.acquire(key, lease, 0, keepalive=keepalive)
+    def try_acquire(self, key: KeyLike, lease: float, *, keepalive: bool = False, max_hold: float | None = None,
+                    refuse_held: bool = False) -> Lock | None:
+        """Acquire ``key`` only if it is free now: the :class:`Lock`, or None when it is taken."""
+        k = key_bytes(key)
+        lm = lease_ms(lease)
+        cap = seconds_option("max_hold", max_hold)
+        if refuse_held and self._holds(k):
+            raise AlreadyHeld(f"this client already holds key {describe_key(k)} (refuse_held=True)")
+        call = Call(Op.ACQUIRE, key=k, lease_ms=lm, wait_ms=0)
+        resp = self._request(call, self._request_timeout, interruptible_cleanup=True)
+        if resp.status == Status.TIMED_OUT:
+            return None
+        if resp.status != Status.OK:
+            raise error_for_status(resp.status, resp.detail, resp.data, f"key {describe_key(k)}, try once")
+        return self._new_lock(key, k, call, resp, lm, keepalive, cap)
 
-    def lock(self, key: KeyLike, lease: float, wait_timeout: float | None = None, *,
-             keepalive: bool = False) -> LockContext:
-        """A context manager that acquires on entry and releases on exit::
+    def lock(self, key: KeyLike, lease: float, wait_timeout: float | None = None, *, keepalive: bool = False,
+             max_hold: float | None = None, refuse_held: bool = False, raise_on_lost: bool = True) -> LockContext:
+        """A context manager (and decorator) that acquires on entry and releases on exit::
 
             with client.lock("order-1234", lease=30, wait_timeout=5) as lock:
                 use(lock.token)
+
+            @client.lock("daily-batch", lease=60, keepalive=True)
+            def batch() -> None: ...
+
+        If the lock was lost while the body ran, leaving raises :class:`LockLost` (naming the
+        reason) after the release: work that outlived its lock does not pass silently. Pass
+        ``raise_on_lost=False`` to opt out (check ``lock.lost`` yourself). An exception from the
+        body wins over the lost report.
         """
-        return LockContext(self, key, lease, wait_timeout, keepalive)
+        return LockContext(self, key, lease, wait_timeout, keepalive=keepalive, max_hold=max_hold,
+                           refuse_held=refuse_held, raise_on_lost=raise_on_lost)
 
     def release(self, key: KeyLike, token: int) -> None:
-        """Release ``key`` held with ``token`` (from any client or thread). Raises
-        :class:`NotHeld` when that token does not hold the key."""
-        with self._locks_mutex:
-            lock = self._locks.get(token)
-        if lock is not None and lock._key_bytes == key_bytes(key):
-            lock.release()
+        """Release ``key`` held with ``token``, from any client or thread (the owner is the
+        token). Raises :class:`NotHeld` when that token does not hold the key."""
+        k = key_bytes(key)
+        check_token(token)
+        resp = self._request(Call(Op.RELEASE, key=k, token=token), self._request_timeout)
+        lock = self._lock_for(k, token)
+        if resp.status == Status.OK:
+            if lock is not None:
+                lock._mark_released()
             return
-        self._release(key_bytes(key), token)
+        if resp.status == Status.NOT_HELD and lock is not None:
+            lock._set_lost(LostReason.NOT_HELD)
+        raise error_for_status(resp.status, resp.detail, resp.data, f"key {describe_key(k)}, token {token}")
 
     def extend(self, key: KeyLike, token: int, lease: float) -> float:
-        """Set the lease of ``key`` held with ``token`` to ``lease`` seconds from now; returns the
-        lease granted, in seconds. Raises :class:`NotHeld` when that token does not hold the key."""
-        with self._locks_mutex:
-            lock = self._locks.get(token)
-        if lock is not None and lock._key_bytes == key_bytes(key):
-            lock.extend(lease)
-            return lock.lease
-        resp, _ = self._extend(key_bytes(key), token, lease_ms(lease))
-        return resp.lease_ms / 1000
+        """Set the lease of ``key`` held with ``token`` to ``lease`` seconds from now, from any
+        client; returns the lease granted, in seconds. Raises :class:`NotHeld` when that token
+        does not hold the key."""
+        k = key_bytes(key)
+        check_token(token)
+        lm = lease_ms(lease)
+        call = Call(Op.EXTEND, key=k, token=token, lease_ms=lm)
+        resp = self._request(call, self._request_timeout)
+        lock = self._lock_for(k, token)
+        if resp.status == Status.OK:
+            if lock is not None:
+                lock._extended(call, resp)
+            return resp.lease_ms / 1000
+        if resp.status == Status.NOT_HELD and lock is not None:
+            lock._set_lost(LostReason.NOT_HELD)
+        raise error_for_status(resp.status, resp.detail, resp.data,
+                               f"key {describe_key(k)}, token {token}, lease {lm / 1000:g} s")
+
+    def verify(self, key: KeyLike, token: int) -> bool:
+        """Ask the server whether ``token`` holds ``key`` now (INSPECT with the token)."""
+        k = key_bytes(key)
+        check_token(token)
+        resp = self._request(Call(Op.INSPECT, key=k, token=token), self._request_timeout)
+        if resp.status != Status.OK:
+            raise error_for_status(resp.status, resp.detail, resp.data, f"key {describe_key(k)}, token {token}")
+        return bool(key_info(resp).flags & InspectFlag.TOKEN_MATCH)
 
     def ping(self) -> float:
         """Round trip to the server, in seconds."""
-        resp, t_send = self._call(Request(op=Op.PING, id=self._next_id()), self._request_timeout)
+        call = Call(Op.PING)
+        resp = self._request(call, self._request_timeout)
         if resp.status != Status.OK:
             raise error_for_status(resp.status, resp.detail, resp.data)
-        return time.monotonic() - t_send
+        return max(0.0, time.monotonic() - call.t_send)
 
     def inspect(self, key: KeyLike) -> KeyInfo:
-        """What the server knows about ``key`` now: the holder's token (None when nobody holds
-        it), the lease left, the acquires queued, how long it has been held, and the lock-delay
-        left. Changes nothing; meant for operators and tests, not for deciding whether to acquire
-        (the answer is stale the moment it arrives)."""
-        req = Request(op=Op.INSPECT, id=self._next_id(), key=key_bytes(key))
-        resp, _ = self._call(req, self._request_timeout)
+        """What the server knows about ``key`` now (see :class:`KeyInfo`). Changes nothing;
+        meant for operators and tests, not for deciding whether to acquire (the answer is stale
+        the moment it arrives). The holder's token is shown only to the session holding it."""
+        k = key_bytes(key)
+        resp = self._request(Call(Op.INSPECT, key=k), self._request_timeout)
         if resp.status != Status.OK:
-            raise error_for_status(resp.status, resp.detail, resp.data)
+            raise error_for_status(resp.status, resp.detail, resp.data, f"key {describe_key(k)}")
         return key_info(resp)
 
-    # --- internals used by Lock ---------------------------------------------------------------
+    # --- locks: internals ---------------------------------------------------------------------
 
-    def _release(self, key: bytes, token: int) -> None:
-        req = Request(op=Op.RELEASE, id=self._next_id(), token=token, key=key)
-        resp, _ = self._call(req, self._request_timeout)
-        if resp.status != Status.OK:
-            raise error_for_status(resp.status, resp.detail, resp.data)
+    def _new_lock(self, key: KeyLike, k: bytes, call: Call, resp: Response, requested_ms: int, keepalive: bool,
+                  max_hold: float | None) -> Lock:
+        fire_at = lost_at(call.t_send, resp.detail, resp.lease_ms, first_send=call.t_first if call.retried else None)
+        lock = Lock(self, key, k, resp.token, requested_ms, resp.lease_ms, fire_at)
+        with self._mu:
+            if self._session.restarts != call.epoch:
+                reason: str | None = LostReason.SERVER_RESTARTED
+            else:
+                reason = self._early_lost.pop(resp.token)
+            self._locks[resp.token] = lock
+        lock._start(keepalive and not self._closed, max_hold)
+        if reason is not None:
+            lock._set_lost(LostReason(reason))
+        return lock
 
-    def _extend(self, key: bytes, token: int, ms: int) -> tuple[Response, float]:
-        req = Request(op=Op.EXTEND, id=self._next_id(), token=token, lease_ms=ms, key=key)
-        resp, t_send = self._call(req, self._request_timeout)
-        if resp.status != Status.OK:
-            raise error_for_status(resp.status, resp.detail, resp.data)
-        return resp, t_send
+    def _holds(self, k: bytes) -> bool:
+        with self._mu:
+            return any(lk._key_bytes == k and lk._is_held() for lk in self._locks.values())
 
-    def _register(self, lock: Lock) -> None:
-        with self._locks_mutex:
-            self._locks[lock.token] = lock
-            expired = self._early_expired.pop(lock.token)
-        if expired:
-            lock._set_lost("expired")
+    def _lock_for(self, k: bytes, token: int) -> Lock | None:
+        with self._mu:
+            lock = self._locks.get(token)
+        return lock if lock is not None and lock._key_bytes == k else None
 
     def _unregister(self, lock: Lock) -> None:
-        with self._locks_mutex:
+        with self._mu:
             if self._locks.get(lock.token) is lock:
                 del self._locks[lock.token]
 
-    def _on_expired(self, token: int, key: bytes) -> None:
-        """EXPIRED notice (reader thread)."""
-        with self._locks_mutex:
-            lock = self._locks.get(token)
-            if lock is None:
-                self._early_expired.add(token)
-        if lock is not None:
-            lock._set_lost("expired")
+    # --- requests -----------------------------------------------------------------------------
 
-    # --- requests, connections, failover ------------------------------------------------------
+    def _request(self, call: Call, timeout: float | None, *, interruptible_cleanup: bool = False) -> Response:
+        """Submit ``call`` and wait for its answer up to ``timeout`` seconds."""
+        ev = threading.Event()
+        call.callbacks.append(lambda _c: ev.set())
+        self._submit(call)
+        try:
+            answered = ev.wait(timeout)
+        except BaseException:  # KeyboardInterrupt: withdraw it, release a grant that raced it
+            self._locked(lambda: self._session.abandon(call, time.monotonic()))
+            if interruptible_cleanup:
+                self._wait_cleanup(call)
+            raise
+        if not answered:
+            gave_up = self._locked(lambda: self._give_up(call))
+            if gave_up:
+                raise self._timeout_error(call, timeout)
+        if call.error is not None:
+            raise call.error
+        assert call.response is not None
+        return call.response
 
-    def _next_id(self) -> int:
-        with self._id_lock:
-            return next(self._ids)
+    def _give_up(self, call: Call) -> bool:
+        """With the lock held: abandon ``call`` unless it finished meanwhile."""
+        if call.done:
+            return False
+        self._session.abandon(call, time.monotonic())
+        return True
 
-    def _call(self, req: Request, timeout: float | None) -> tuple[Response, float]:
-        """Send ``req`` and wait for its answer, following NOT_LEADER and SHUTTING_DOWN (with the
-        same request id, so a cluster can recognise the retry). Returns the answer and the
-        monotonic time it was sent."""
-        delay = self._retry_backoff
-        attempt = 0
-        while True:
-            conn = self._connection()
-            waiter = conn.send(req)
-            try:
-                resp = waiter.wait(timeout)
-            except BaseException:
-                conn.abandon(waiter)
-                raise
-            if resp.status == Status.NOT_LEADER:
-                leader = resp.data.decode("utf-8", "replace")
-                self._redirect(conn, leader)
-            elif resp.status == Status.SHUTTING_DOWN:
-                self._failover(conn)
+    def _wait_cleanup(self, call: Call) -> None:
+        deadline = time.monotonic() + self._cleanup_timeout
+        ev = threading.Event()
+        call.callbacks.append(lambda _c: ev.set())
+        if call.done:
+            ev.set()
+        if not ev.wait(max(0.0, deadline - time.monotonic())):
+            return
+        cleanup = call.cleanup
+        if cleanup is not None:
+            ev2 = threading.Event()
+            cleanup.callbacks.append(lambda _c: ev2.set())
+            if cleanup.done:
+                ev2.set()
+            ev2.wait(max(0.0, deadline - time.monotonic()))
+
+    def _timeout_error(self, call: Call, timeout: float | None) -> RequestTimeout:
+        if self._conn is not None:
+            where = f"from {self.endpoint}"
+        else:
+            where = f"(not connected: {self._last_error})" if self._last_error else "(not connected)"
+        return RequestTimeout(f"no answer {where} within {timeout:g} s ({call.describe()})")
+
+    def _submit(self, call: Call) -> None:
+        with self._mu:
+            if self._closed or (self._closing and call.op != Op.RELEASE):
+                raise ClientClosed(f"the client is closed ({call.describe()})")
+            self._session.submit(call, time.monotonic())
+            if not self._session.ready:
+                self._ensure_connector_locked(wake=self._down or not self._ever_connected)
+            self._flush_locked()
+
+    def _locked(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` under the lock, write what it queued, then run what finished."""
+        with self._mu:
+            result = fn()
+            self._flush_locked()
+            finished = self._session.take_finished()
+            events = self._session.take_events()
+            conn = self._conn
+        self._handle(finished, events, conn)
+        return result
+
+    def _flush_locked(self) -> None:
+        if self._session.out and self._conn is not None:
+            self._conn.write(self._session.take_out())
+
+    def _handle(self, finished: list[Call], events: list[Event], conn: Connection | None) -> None:
+        """Act on session events, then run the callbacks of finished calls (never under the lock):
+        locks are marked lost before the callers whose calls failed with them wake up."""
+        for ev in events:
+            if isinstance(ev, Expired):
+                with self._mu:
+                    lock = self._locks.get(ev.token)
+                    if lock is None:
+                        self._early_lost.add(ev.token, ev.reason)
+                if lock is not None:
+                    lock._set_lost(ev.reason)
+            elif isinstance(ev, Follow):
+                self._follow(ev, conn)
+            elif isinstance(ev, Restarted):
+                with self._mu:
+                    locks = list(self._locks.values())
+                    self._early_lost.clear()
+                log.warning("the server restarted (new state id): %d lock(s) lost", len(locks))
+                for lock in locks:
+                    lock._set_lost(LostReason.SERVER_RESTARTED)
+        for call in finished:
+            for cb in call.callbacks:
+                try:
+                    cb(call)
+                except Exception:
+                    log.exception("callback failed")
+
+    # --- the connection -----------------------------------------------------------------------
+
+    def _on_frames(self, conn: Connection, frames: list[Response]) -> None:
+        """Reader thread: frames received on ``conn``."""
+        with self._mu:
+            if self._conn is not conn:
+                return
+            now = time.monotonic()
+            for frame in frames:
+                self._session.on_response(frame, now)
+            self._flush_locked()
+            finished = self._session.take_finished()
+            events = self._session.take_events()
+        self._handle(finished, events, conn)
+
+    def _on_conn_closed(self, conn: Connection, reason: str) -> None:
+        with self._mu:
+            if self._conn is not conn:
+                return
+            self._conn = None
+            self._session.connection_lost()
+            self._last_error = f"{format_endpoint(conn.endpoint)}: {reason}"
+            log.info("connection to %s lost: %s", format_endpoint(conn.endpoint), reason)
+            if not self._closed:
+                grace = self._session.grace
+                if grace <= 0:
+                    self._session.grace_expired(f"connection lost ({reason}); the server keeps no session")
+                    self._down = True
+                else:
+                    self._grace_timer = self._timers.call_later(grace, self._grace_expired)
+                self._ensure_connector_locked(wake=True)
+            finished = self._session.take_finished()
+            events = self._session.take_events()
+        self._handle(finished, events, None)
+
+    def _grace_expired(self) -> None:
+        with self._mu:
+            if self._conn is not None or self._closed:
+                return
+            self._grace_timer = None
+            self._down = True
+            self._session.grace_expired(f"connection lost and not resumed within the session grace of "
+                                        f"{self._session.grace:g} s (last error: {self._last_error})")
+            finished = self._session.take_finished()
+        self._handle(finished, [], None)
+
+    def _heartbeat_check(self, conn: Connection) -> None:
+        """Timer: PING after ``heartbeat`` s of silence; fail the connection when a PING stays
+        unanswered for ``request_timeout`` s."""
+        dead = ""
+        with self._mu:
+            if self._conn is not conn or self._closed:
+                return
+            now = time.monotonic()
+            hb = self._session.heartbeat
+            if hb is not None and now - hb.t_send >= self._hb_timeout:
+                dead = f"no answer to a heartbeat PING within {self._hb_timeout:g} s"
             else:
-                return resp, waiter.t_send
-            attempt += 1
-            if attempt > self._max_redirects:
-                raise error_for_status(resp.status, resp.detail, resp.data)
-            if attempt > 1:
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                if hb is None and now - conn.last_received >= self._heartbeat:
+                    hb = self._session.send_heartbeat(now)
+                    self._flush_locked()
+                due = hb.t_send + self._hb_timeout if hb is not None else conn.last_received + self._heartbeat
+                self._timers.call_at(max(due, now + 0.01), lambda: self._heartbeat_check(conn))
+        if dead:
+            conn.close(dead)
 
-    def _redirect(self, conn: Connection, leader: str) -> None:
-        """NOT_LEADER: go to the hinted leader, or else to the next endpoint."""
-        hint: Endpoint | None = None
-        if leader:
-            try:
-                hint = parse_endpoint(leader)
-            except ValueError:
-                log.warning("ticketing: unusable leader hint %r", leader)
-        log.debug("ticketing: %s is not the leader; leader hint %r", format_endpoint(conn.endpoint), leader)
-        with self._connect_lock:
-            if hint is not None and hint in self._endpoints:
-                self._preferred = self._endpoints.index(hint)
-                self._hint = None
-            elif hint is not None:
+    def _follow(self, ev: Follow, conn: Connection | None) -> None:
+        """GOAWAY, NOT_LEADER, or SHUTTING_DOWN with another endpoint: reconnect elsewhere."""
+        with self._mu:
+            if self._closed or conn is None or self._conn is not conn:
+                return
+            hint = None
+            if ev.leader:
+                try:
+                    hint = parse_endpoint(ev.leader)
+                except TicketingError:
+                    log.warning("unusable leader address %r", ev.leader)
+            if hint is not None:
                 self._hint = hint
             else:
                 self._advance_locked(conn.endpoint)
-            if self._conn is conn:
-                self._conn = None
-        conn.retire()
-
-    def _failover(self, conn: Connection) -> None:
-        """SHUTTING_DOWN: move on to the next endpoint."""
-        with self._connect_lock:
-            self._advance_locked(conn.endpoint)
-            if self._conn is conn:
-                self._conn = None
-        conn.retire()
+        log.info("%s from %s: reconnecting to %s", ev.why, format_endpoint(conn.endpoint),
+                 ev.leader or "the next endpoint")
+        conn.close(f"{ev.why}: moving to {ev.leader or 'the next endpoint'}")
 
     def _advance_locked(self, current: Endpoint) -> None:
-        """Prefer the endpoint after ``current``. self._connect_lock must be held."""
         if current in self._endpoints:
             self._preferred = (self._endpoints.index(current) + 1) % len(self._endpoints)
         self._hint = None
 
-    def _connection(self) -> Connection:
-        conn = self._conn
-        if conn is not None and conn.usable:
-            return conn
-        with self._connect_lock:
-            if self._closed:
-                raise ConnectionLost("the client is closed")
-            conn = self._conn
-            if conn is not None and conn.usable:
-                return conn
-            conn = self._dial_locked()
-            self._conn = conn
-            return conn
+    def _needs_connection_locked(self) -> bool:
+        """Somebody waits for the connection: a call, a held lock (to watch its state id), or,
+        until the session grace has passed, the clean-up of abandoned calls."""
+        s = self._session
+        return bool(s.backlog or any(lk._is_held() for lk in self._locks.values())
+                    or any(not (c.abandoned or c.internal) or not self._down for c in s.pending.values()))
 
-    def _dial_locked(self) -> Connection:
-        """Try the leader hint, then every endpoint from the preferred one on, in order.
-        self._connect_lock must be held."""
-        n = len(self._endpoints)
-        candidates = [self._endpoints[(self._preferred + i) % n] for i in range(n)]
-        if self._hint is not None and self._hint not in candidates[:1]:
-            candidates.insert(0, self._hint)
-        errors: list[str] = []
-        last: TicketingError | None = None
-        for ep in candidates:
-            try:
-                conn = Connection.open(
-                    ep, session_id=self.session_id, token=self._token, ssl_context=self._ssl,
-                    timeout=self._connect_timeout, next_id=self._next_id,
-                    on_expired=self._on_expired, on_close=self._on_connection_closed)
-            except (AuthFailed, UnsupportedVersion):
-                raise
-            except TicketingError as e:
-                errors.append(f"{format_endpoint(ep)}: {e}")
-                last = e
+    def _ensure_connector_locked(self, *, wake: bool) -> None:
+        if self._closed:
+            return
+        if self._connector is None:
+            self._connector = threading.Thread(target=self._connector_loop, name="ticketing-connector", daemon=True)
+            self._connector.start()
+        elif wake:
+            self._wake.notify_all()
+
+    def _connect_budget(self) -> float | None:
+        rt = self._request_timeout
+        return None if rt is None else self._connect_timeout * (len(self._endpoints) + _MAX_HINTS) + rt
+
+    def _connector_loop(self) -> None:
+        delay = BACKOFF_MIN
+        while True:
+            with self._mu:
+                if self._closed or self._conn is not None or not self._needs_connection_locked():
+                    self._connector = None
+                    return
+            result = self._dial_round()
+            if isinstance(result, tuple):
+                if self._install(*result):
+                    delay = BACKOFF_MIN
                 continue
-            if ep in self._endpoints:
-                self._preferred = self._endpoints.index(ep)
-            self._hint = None
-            return conn
-        if isinstance(last, ServerError):
-            raise last
-        raise ConnectionLost("could not connect to any endpoint: " + "; ".join(errors))
+            errors = result
+            with self._mu:
+                self._last_error = "; ".join(f"{format_endpoint(ep)}: {e}" for ep, e in errors) or "closed"
+                if self._closed:
+                    self._connector = None
+                    return
+                if self._down or not self._ever_connected:
+                    while self._session.backlog:
+                        call = self._session.backlog.popleft()
+                        self._session._finish(call, error=_round_error(errors))
+                finished = self._session.take_finished()
+            self._handle(finished, [], None)
+            with self._mu:
+                if not self._closed and self._needs_connection_locked():
+                    self._wake.wait(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, BACKOFF_MAX)
 
-    def _on_connection_closed(self, conn: Connection) -> None:
-        # Called from whichever thread closed it; a later call reconnects.
-        if self._conn is conn:
-            self._conn = None
+    def _dial_round(self) -> tuple[Endpoint, _Transport, bytes, Welcome] | list[tuple[Endpoint, TicketingError]]:
+        """Try the leader hint, then every endpoint from the preferred one on, once each."""
+        with self._mu:
+            n = len(self._endpoints)
+            candidates = [self._endpoints[(self._preferred + i) % n] for i in range(n)]
+            if self._hint is not None:
+                candidates.insert(0, self._hint)
+        errors: list[tuple[Endpoint, TicketingError]] = []
+        hints = 0
+        i = 0
+        while i < len(candidates):
+            ep = candidates[i]
+            i += 1
+            with self._mu:
+                if self._closed:
+                    return errors
+                sid = self._session.session_id
+            try:
+                transport, leftover, welcome = dial(
+                    ep, session_id=sid, token=self._token, ssl_context=self._ssl,
+                    server_hostname=self._server_hostname, timeout=self._connect_timeout,
+                    on_socket=self._set_dial_sock)
+            except NotLeader as e:
+                errors.append((ep, e))
+                if e.leader and hints < _MAX_HINTS:
+                    try:
+                        candidates.insert(i, parse_endpoint(e.leader))
+                        hints += 1
+                    except TicketingError:
+                        pass
+                continue
+            except TicketingError as e:
+                log.debug("connecting to %s failed: %s", format_endpoint(ep), e)
+                errors.append((ep, e))
+                continue
+            return ep, transport, leftover, welcome
+        return errors
+
+    def _set_dial_sock(self, sock: object | None) -> None:
+        with self._mu:
+            self._dial_sock = sock
+            closed = self._closed
+        if closed:
+            _shutdown_any(sock)
+
+    def _install(self, ep: Endpoint, transport: _Transport, leftover: bytes, welcome: Welcome) -> bool:
+        """A handshake succeeded: apply the WELCOME and make the connection current. Returns
+        False when the state id changed (redial at once with the new session id)."""
+        with self._mu:
+            if self._closed:
+                _shutdown_any(transport.sock)
+                return True
+            now = time.monotonic()
+            ok = self._session.welcome(welcome, now)
+            conn: Connection | None = None
+            if ok:
+                conn = Connection(ep, transport, leftover, welcome, on_frames=self._on_frames,
+                                  on_closed=self._on_conn_closed)
+                self._conn = conn
+                if ep in self._endpoints:
+                    self._preferred = self._endpoints.index(ep)
+                self._hint = None
+                self._ever_connected = True
+                self._down = False
+                if self._grace_timer is not None:
+                    self._grace_timer.cancel()
+                    self._grace_timer = None
+                conn.write(self._session.take_out())
+                conn.start()
+                if self._heartbeat > 0:
+                    self._timers.call_later(self._heartbeat, lambda: self._heartbeat_check(conn))
+                log.debug("connected to %s (resumed: %s)", format_endpoint(ep), welcome.resumed)
+            finished = self._session.take_finished()
+            events = self._session.take_events()
+        if not ok:
+            _shutdown_any(transport.sock)
+        self._handle(finished, events, conn)
+        return ok
+
+    # --- fork ---------------------------------------------------------------------------------
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: a new session; the parent's connection, threads and locks stay the
+        parent's (the child closes its copy of the socket without shutting it down)."""
+        conn = self._conn
+        closed = self._closed
+        self._init_state()
+        self._closed = closed
+        if conn is not None:
+            conn.forget_after_fork()
+
+
+def _setter(ev: threading.Event) -> Callable[[Call], None]:
+    return lambda _call: ev.set()
+
+
+def _shutdown_any(sock: object | None) -> None:
+    import socket
+
+    if isinstance(sock, socket.socket):
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+
+def _round_error(errors: list[tuple[Endpoint, TicketingError]]) -> TicketingError:
+    """The error for a failed connect round: the most telling kind, with every endpoint's error."""
+    if not errors:
+        return ClientClosed("the client is closed")
+    for kind in (AuthFailed, UnsupportedVersion, TLSError):
+        for _ep, e in errors:
+            if isinstance(e, kind):
+                return _rebuild(e)
+    if len(errors) == 1 and not isinstance(errors[0][1], Unavailable):
+        return _rebuild(errors[0][1])
+    text = "; ".join(str(e) if isinstance(e, Unavailable) else f"{format_endpoint(ep)}: {e}" for ep, e in errors)
+    return Unavailable(f"could not connect to any endpoint: {text}")
+
+
+def _rebuild(e: TicketingError) -> TicketingError:
+    """A fresh exception equal to ``e`` (one per waiting caller, never shared between threads)."""
+    from .exceptions import ServerError
+
+    if isinstance(e, NotLeader):
+        return NotLeader(e.message, status=e.status, detail=e.detail, context=e.context, leader=e.leader)
+    if isinstance(e, ServerError):
+        return type(e)(e.message, status=e.status, detail=e.detail, context=e.context)
+    return type(e)(str(e))

@@ -20,19 +20,26 @@ from .constants import (
     CHALLENGE_SIZE,
     HEADER_SIZE,
     HELLO_SIZE,
+    MAX_CHALLENGE_DATA,
     MAX_DATA_LEN,
     MAX_KEY_LEN,
     NONCE_SIZE,
     PROOF_SIZE,
     SESSION_ID_SIZE,
+    STATE_ID_SIZE,
     VERSION,
+    WELCOME_RESUMED,
     WELCOME_SIZE,
+    Field,
+    Limit,
     Op,
     Status,
 )
 from .exceptions import (
     AuthFailed,
     Busy,
+    InvalidRequest,
+    NotLeader,
     ProtocolError,
     ShuttingDown,
     UnsupportedVersion,
@@ -53,6 +60,7 @@ __all__ = [
     "encode_response",
     "decode_response",
     "frame_size",
+    "challenge_size",
     "client_proof",
     "server_proof",
 ]
@@ -61,9 +69,13 @@ __all__ = [
 _HEADER = struct.Struct(">IBBHQQII")
 _LEN = struct.Struct(">I")
 _HELLO = struct.Struct(">IBBH16s32s")
-_CHALLENGE = struct.Struct(">IBBBB32s")
+# length, op, status, version, flags, detail, data_len, reserved, server_nonce
+_CHALLENGE = struct.Struct(">IBBBBIHH32s")
 _AUTH = struct.Struct(">IB3x32s")
-_WELCOME = struct.Struct(">IBB2x32s")
+# length, op, status, flags, reserved, detail, session_grace_ms, state_id, server_proof
+_WELCOME = struct.Struct(">IBBBxII16s32s")
+# WELCOME[5..31]: the part the server proof covers
+_WELCOME_SIGNED = struct.Struct(">BBxII16s")
 
 _CLIENT_LABEL = b"ticketing/1 client"
 _SERVER_LABEL = b"ticketing/1 server"
@@ -98,12 +110,13 @@ class Request:
     flags: int = 0
 
     def encode(self) -> bytes:
+        """The bytes of this request (:func:`encode_request`)."""
         return encode_request(self)
 
 
 @dataclass(frozen=True, slots=True)
 class Response:
-    """A response frame (server -> client), or an EXPIRED notice (``id`` 0)."""
+    """A response frame (server -> client), or a push (EXPIRED, GOAWAY: ``id`` 0)."""
 
     op: int
     status: int
@@ -114,6 +127,7 @@ class Response:
     data: bytes = b""
 
     def encode(self) -> bytes:
+        """The bytes of this response (:func:`encode_response`)."""
         return encode_response(self)
 
 
@@ -173,12 +187,14 @@ def decode_response(buf: bytes | bytearray | memoryview, max_data: int = MAX_DAT
 
 class FrameBuffer:
     """Accumulates received bytes and yields whole response frames; a frame split across reads
-    is completed by the next :meth:`feed`."""
+    is completed by the next :meth:`feed`. A length above ``HEADER_SIZE + max_data`` is refused
+    from the first 4 bytes, before the body arrives."""
 
-    __slots__ = ("_buf",)
+    __slots__ = ("_buf", "_max")
 
-    def __init__(self) -> None:
+    def __init__(self, max_data: int = MAX_DATA_LEN) -> None:
         self._buf = bytearray()
+        self._max = max_data
 
     def feed(self, data: bytes) -> list[Response]:
         """Add ``data``; return every response now complete (raises :class:`ProtocolError`)."""
@@ -189,10 +205,10 @@ class FrameBuffer:
         while True:
             view = memoryview(buf)[pos:]
             try:
-                size = frame_size(view, MAX_DATA_LEN)
+                size = frame_size(view, self._max)
                 if size is None or len(view) < size:
                     break
-                resp, _ = decode_response(view, MAX_DATA_LEN)
+                resp, _ = decode_response(view, self._max)
             finally:
                 view.release()
             out.append(resp)
@@ -202,7 +218,9 @@ class FrameBuffer:
         return out
 
     def __len__(self) -> int:
+        """Bytes buffered (an incomplete frame)."""
         return len(self._buf)
+
 
 
 # --- handshake frames -------------------------------------------------------------------------
@@ -218,12 +236,14 @@ class Hello:
     flags: int = 0
 
     def encode(self) -> bytes:
+        """The 56 bytes of this HELLO."""
         _check(self.session_id, SESSION_ID_SIZE, "session id")
         _check(self.nonce, NONCE_SIZE, "nonce")
         return _HELLO.pack(HELLO_SIZE - 4, Op.HELLO, self.version, self.flags, self.session_id, self.nonce)
 
     @classmethod
     def decode(cls, buf: bytes) -> Hello:
+        """Decode a whole HELLO frame (raises :class:`ProtocolError`)."""
         _fixed(buf, HELLO_SIZE, Op.HELLO)
         _, _, version, flags, session_id, nonce = _HELLO.unpack(buf)
         return cls(session_id=session_id, nonce=nonce, version=version, flags=flags)
@@ -231,26 +251,58 @@ class Hello:
 
 @dataclass(frozen=True, slots=True)
 class Challenge:
-    """CHALLENGE (server -> client): status, server version, flags, server nonce."""
+    """CHALLENGE (server -> client): status, server version, flags, detail, server nonce and
+    data (the leader's address for NOT_LEADER, a message for other errors)."""
 
     status: int
     version: int
     flags: int
     nonce: bytes
+    detail: int = 0
+    data: bytes = b""
 
     @property
     def auth_required(self) -> bool:
+        """The server holds a token (flag ``AUTH_REQUIRED``)."""
         return bool(self.flags & CHALLENGE_AUTH_REQUIRED)
 
     def encode(self) -> bytes:
+        """The ``48 + len(data)`` bytes of this CHALLENGE."""
         _check(self.nonce, NONCE_SIZE, "nonce")
-        return _CHALLENGE.pack(CHALLENGE_SIZE - 4, Op.CHALLENGE, self.status, self.version, self.flags, self.nonce)
+        if len(self.data) > MAX_CHALLENGE_DATA:
+            raise ValueError(f"CHALLENGE data longer than {MAX_CHALLENGE_DATA} bytes")
+        n = len(self.data)
+        return _CHALLENGE.pack(CHALLENGE_SIZE - 4 + n, Op.CHALLENGE, self.status, self.version, self.flags,
+                               self.detail, n, 0, self.nonce) + self.data
 
     @classmethod
     def decode(cls, buf: bytes) -> Challenge:
-        _fixed(buf, CHALLENGE_SIZE, Op.CHALLENGE)
-        _, _, status, version, flags, nonce = _CHALLENGE.unpack(buf)
-        return cls(status=_status(status), version=version, flags=flags, nonce=nonce)
+        """Decode a whole CHALLENGE frame (raises :class:`ProtocolError`)."""
+        size = challenge_size(buf)
+        if size is None or len(buf) < CHALLENGE_SIZE:
+            raise ProtocolError("incomplete CHALLENGE frame", "short")
+        if buf[4] != Op.CHALLENGE:
+            raise ProtocolError(f"expected CHALLENGE (0x02), got op 0x{buf[4]:02x}", "wrong_op")
+        _, _, status, version, flags, detail, n, _, nonce = _CHALLENGE.unpack_from(buf)
+        if size != CHALLENGE_SIZE + n or len(buf) != size:
+            raise ProtocolError(f"CHALLENGE data_len {n} disagrees with its length", "length")
+        return cls(status=_status(status), version=version, flags=flags, nonce=nonce, detail=detail,
+                   data=bytes(buf[CHALLENGE_SIZE:size]))
+
+
+def challenge_size(buf: bytes | bytearray | memoryview) -> int | None:
+    """The size of the CHALLENGE frame at the start of ``buf`` from its length field (None with
+    fewer than 4 bytes); raises :class:`ProtocolError` for a length outside 44..44 + 1024. A
+    length that looks like a TLS record says so: the server speaks TLS."""
+    if len(buf) < 4:
+        return None
+    if buf[0] in (0x15, 0x16) and buf[1] == 0x03:
+        raise ProtocolError("the server answered with a TLS record: is the server using TLS?", "too_large")
+    length: int = _LEN.unpack_from(buf)[0]
+    if not CHALLENGE_SIZE - 4 <= length <= CHALLENGE_SIZE - 4 + MAX_CHALLENGE_DATA:
+        raise ProtocolError(f"CHALLENGE frame length {length} outside "
+                            f"{CHALLENGE_SIZE - 4}..{CHALLENGE_SIZE - 4 + MAX_CHALLENGE_DATA}", "length")
+    return 4 + length
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,11 +312,13 @@ class Auth:
     proof: bytes
 
     def encode(self) -> bytes:
+        """The 40 bytes of this AUTH."""
         _check(self.proof, PROOF_SIZE, "proof")
         return _AUTH.pack(AUTH_SIZE - 4, Op.AUTH, self.proof)
 
     @classmethod
     def decode(cls, buf: bytes) -> Auth:
+        """Decode a whole AUTH frame (raises :class:`ProtocolError`)."""
         _fixed(buf, AUTH_SIZE, Op.AUTH)
         _, _, proof = _AUTH.unpack(buf)
         return cls(proof=proof)
@@ -272,20 +326,40 @@ class Auth:
 
 @dataclass(frozen=True, slots=True)
 class Welcome:
-    """WELCOME (server -> client): status and the server proof; ends the handshake."""
+    """WELCOME (server -> client): status, the resumed flag, the session grace, the state id and
+    the server proof; ends the handshake."""
 
     status: int
     proof: bytes
+    flags: int = 0
+    detail: int = 0
+    session_grace_ms: int = 0
+    state_id: bytes = bytes(STATE_ID_SIZE)
+
+    @property
+    def resumed(self) -> bool:
+        """The session named in HELLO was live and is resumed (flag ``RESUMED``)."""
+        return bool(self.flags & WELCOME_RESUMED)
+
+    def signed_part(self) -> bytes:
+        """``WELCOME[5..31]``: the 27 bytes the server proof covers."""
+        _check(self.state_id, STATE_ID_SIZE, "state id")
+        return _WELCOME_SIGNED.pack(self.status, self.flags, self.detail, self.session_grace_ms, self.state_id)
 
     def encode(self) -> bytes:
+        """The 64 bytes of this WELCOME."""
         _check(self.proof, PROOF_SIZE, "proof")
-        return _WELCOME.pack(WELCOME_SIZE - 4, Op.WELCOME, self.status, self.proof)
+        _check(self.state_id, STATE_ID_SIZE, "state id")
+        return _WELCOME.pack(WELCOME_SIZE - 4, Op.WELCOME, self.status, self.flags, self.detail,
+                             self.session_grace_ms, self.state_id, self.proof)
 
     @classmethod
     def decode(cls, buf: bytes) -> Welcome:
+        """Decode a whole WELCOME frame (raises :class:`ProtocolError`)."""
         _fixed(buf, WELCOME_SIZE, Op.WELCOME)
-        _, _, status, proof = _WELCOME.unpack(buf)
-        return cls(status=_status(status), proof=proof)
+        _, _, status, flags, detail, grace, state_id, proof = _WELCOME.unpack(buf)
+        return cls(status=_status(status), proof=proof, flags=flags, detail=detail, session_grace_ms=grace,
+                   state_id=state_id)
 
 
 def _check(value: bytes, size: int, what: str) -> None:
@@ -303,18 +377,17 @@ def _fixed(buf: bytes, size: int, op: Op) -> None:
         raise ProtocolError(f"expected {op.name} (0x{op:02x}), got op 0x{buf[4]:02x}", "wrong_op")
 
 
-def _proof(label: bytes, token: bytes, session_id: bytes, client_nonce: bytes, server_nonce: bytes) -> bytes:
-    return hmac.new(token, label + session_id + client_nonce + server_nonce, hashlib.sha256).digest()
-
-
 def client_proof(token: bytes, session_id: bytes, client_nonce: bytes, server_nonce: bytes) -> bytes:
     """HMAC-SHA256(token, "ticketing/1 client" || session_id || client_nonce || server_nonce)."""
-    return _proof(_CLIENT_LABEL, token, session_id, client_nonce, server_nonce)
+    return hmac.new(token, _CLIENT_LABEL + session_id + client_nonce + server_nonce, hashlib.sha256).digest()
 
 
-def server_proof(token: bytes, session_id: bytes, client_nonce: bytes, server_nonce: bytes) -> bytes:
-    """HMAC-SHA256(token, "ticketing/1 server" || session_id || client_nonce || server_nonce)."""
-    return _proof(_SERVER_LABEL, token, session_id, client_nonce, server_nonce)
+def server_proof(token: bytes, session_id: bytes, client_nonce: bytes, server_nonce: bytes,
+                 welcome_signed: bytes) -> bytes:
+    """HMAC-SHA256(token, "ticketing/1 server" || session_id || client_nonce || server_nonce ||
+    WELCOME[5..31]); ``welcome_signed`` is :meth:`Welcome.signed_part`."""
+    msg = _SERVER_LABEL + session_id + client_nonce + server_nonce + welcome_signed
+    return hmac.new(token, msg, hashlib.sha256).digest()
 
 
 class ClientHandshake:
@@ -322,12 +395,13 @@ class ClientHandshake:
 
         hs = ClientHandshake(session_id, token)
         send(hs.hello())
-        send(hs.on_challenge(read_exactly(CHALLENGE_SIZE)))   # the AUTH frame
-        hs.on_welcome(read_exactly(WELCOME_SIZE))             # raises unless the handshake is done
+        send(hs.on_challenge(read_challenge()))   # the AUTH frame
+        welcome = hs.on_welcome(read_exactly(WELCOME_SIZE))   # raises unless it succeeded
 
-    Errors: :class:`UnsupportedVersion`, :class:`Busy` (connection limit), :class:`AuthFailed`
-    (rejected proof, a server proof that does not verify, or a server without auth while a token
-    is configured), :class:`ShuttingDown`, :class:`ProtocolError`.
+    Errors: :class:`UnsupportedVersion`, :class:`Busy` (connection or session limit),
+    :class:`NotLeader` (``.leader`` is the leader hint), :class:`AuthFailed` (rejected proof, a
+    server proof that does not verify, or a server without auth while a token is configured),
+    :class:`ShuttingDown`, :class:`InvalidRequest`, :class:`ProtocolError`.
     """
 
     def __init__(self, session_id: bytes, token: bytes | None, client_nonce: bytes | None = None) -> None:
@@ -337,48 +411,61 @@ class ClientHandshake:
         self.client_nonce = client_nonce if client_nonce is not None else secrets.token_bytes(NONCE_SIZE)
         _check(self.client_nonce, NONCE_SIZE, "nonce")
         self.server_nonce = bytes(NONCE_SIZE)
+        self.auth_required = False
 
     def hello(self) -> bytes:
+        """The HELLO frame to send first."""
         return Hello(session_id=self.session_id, nonce=self.client_nonce).encode()
 
     def on_challenge(self, frame: bytes) -> bytes:
         """Check the CHALLENGE and return the AUTH frame to send."""
         ch = Challenge.decode(frame)
+        message = " ".join(ch.data.decode("utf-8", "replace").split())
+        if ch.status == Status.NOT_LEADER:
+            raise NotLeader(status=Status.NOT_LEADER, leader=ch.data.decode("utf-8", "replace") or None)
         if ch.status == Status.UNSUPPORTED_VERSION:
-            raise UnsupportedVersion(
-                f"the server does not speak protocol version {VERSION} (it speaks {ch.version})",
-                status=Status.UNSUPPORTED_VERSION)
+            raise UnsupportedVersion(message, status=Status.UNSUPPORTED_VERSION,
+                                     context=f"server speaks version {ch.version}, client {VERSION}")
         if ch.status == Status.BUSY:
-            raise Busy("the server has too many connections", status=Status.BUSY, detail=1)
+            raise Busy(message, status=Status.BUSY, detail=ch.detail or Limit.CONNECTIONS)
+        if ch.status == Status.INVALID:
+            raise InvalidRequest(message, status=Status.INVALID, detail=ch.detail or Field.HANDSHAKE)
+        if ch.status == Status.SHUTTING_DOWN:
+            raise ShuttingDown(message, status=Status.SHUTTING_DOWN)
         if ch.status != Status.OK:
-            raise error_for_status(ch.status)
+            raise error_for_status(ch.status, ch.detail, ch.data)
         if ch.version != VERSION:
-            raise UnsupportedVersion(f"the server speaks protocol version {ch.version}, not {VERSION}",
-                                     status=Status.UNSUPPORTED_VERSION)
+            raise UnsupportedVersion(status=Status.UNSUPPORTED_VERSION,
+                                     context=f"server speaks version {ch.version}, client {VERSION}")
         if self.token is not None and not ch.auth_required:
-            raise AuthFailed("a token is configured but the server does not require auth: it cannot "
-                             "prove it holds the token, refusing it", status=Status.AUTH_FAILED)
+            raise AuthFailed("a token is configured but the server does not require auth, so it cannot "
+                             "prove it holds the token: refusing it", status=Status.AUTH_FAILED)
         self.server_nonce = ch.nonce
+        self.auth_required = ch.auth_required
         if ch.auth_required and self.token is not None:
             proof = client_proof(self.token, self.session_id, self.client_nonce, ch.nonce)
         else:
             proof = _ZERO_PROOF
-        self._auth_required = ch.auth_required
         return Auth(proof=proof).encode()
 
-    def on_welcome(self, frame: bytes) -> None:
-        """Check the WELCOME; returns when the handshake succeeded."""
+    def on_welcome(self, frame: bytes) -> Welcome:
+        """Check the WELCOME; returns it when the handshake succeeded (and, with a token, the
+        server proved it holds the token over the state id and the resumed flag)."""
         w = Welcome.decode(frame)
         if w.status == Status.AUTH_FAILED:
             if self.token is None:
                 raise AuthFailed("the server requires a token and none is configured", status=Status.AUTH_FAILED)
             raise AuthFailed("the server rejected the token", status=Status.AUTH_FAILED)
+        if w.status == Status.BUSY:
+            raise Busy(status=Status.BUSY, detail=w.detail or Limit.SESSIONS)
         if w.status == Status.SHUTTING_DOWN:
-            raise ShuttingDown("the server is shutting down", status=Status.SHUTTING_DOWN)
+            raise ShuttingDown(status=Status.SHUTTING_DOWN)
         if w.status != Status.OK:
-            raise error_for_status(w.status)
+            raise error_for_status(w.status, w.detail)
         if self.token is not None:
-            want = server_proof(self.token, self.session_id, self.client_nonce, self.server_nonce)
+            want = server_proof(self.token, self.session_id, self.client_nonce, self.server_nonce,
+                                w.signed_part())
             if not hmac.compare_digest(want, w.proof):
                 raise AuthFailed("the server's proof did not verify: it does not hold the token",
                                  status=Status.AUTH_FAILED)
+        return w

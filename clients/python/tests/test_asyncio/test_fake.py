@@ -1,8 +1,11 @@
-"""asyncio client against a scripted fake server. Mirrors tests/test_fake.py."""
+"""asyncio client against a scripted fake server. Mirrors tests/test_fake.py, plus task
+cancellation (asyncio's own way to cancel a call)."""
 
 from __future__ import annotations
 
 import asyncio
+import math
+import os
 import time
 from collections.abc import Awaitable, Callable
 
@@ -10,11 +13,12 @@ import pytest
 
 import ticketing
 import ticketing.asyncio
-from ticketing.constants import Op, Status
-from ticketing.protocol import Response
+from ticketing import LostReason
+from ticketing.constants import ExpiredReason, GoawayReason, Op, Status
+from ticketing.protocol import Challenge, Response
 
-from ..fakeserver import FakeConn, FakeServer
-from ..test_fake import leader, released, serve
+from ..fakeserver import FakeConn, FakeServer, leader, serve
+from ..test_fake import BAD_KEYS, BAD_LEASES, BAD_TOKENS, BAD_WAITS
 
 
 def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
@@ -32,174 +36,525 @@ async def wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:
         await asyncio.sleep(0.005)
 
 
-def test_cancelled_task_granted_anyway_releases() -> None:
-    """The waiting task is cancelled, so the client sends CANCEL; the server had granted the
-    lock already and answers OK: the client releases that token."""
+async def lost(lock: ticketing.asyncio.Lock, timeout: float = 5.0) -> None:
+    await asyncio.wait_for(lock.lost.wait(), timeout)
+
+
+# --- sessions: resume, restart, not resumed -------------------------------------------------
+
+
+def test_resume_resends_with_original_ids() -> None:
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        if len(fake.conns) == 1:
+            c.recv()  # the ACQUIRE, left queued; then the connection drops
+            return
+        retry = c.recv()
+        c.answer(retry, token=55, lease_ms=retry.lease_ms)
+        serve(c)
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            t0 = time.monotonic()
+            lock = await client.acquire("k", 10)
+            assert lock.token == 55 and lock.held
+            acquires = [r for r in fake.requests if r.op == Op.ACQUIRE]
+            assert len(acquires) == 2 and acquires[0] == acquires[1]
+            assert [h.session_id for h in fake.hellos] == [client.session_id] * 2
+            assert lock.deadline > t0 + 9.9
+            await client.ping()
+            assert fake.requests[-1].id > acquires[0].id
+
+    with FakeServer(script) as fake:
+        run(main)
+        assert not fake.errors
+
+
+def test_restart_loses_locks_and_fails_waiters() -> None:
+    states = [bytes(16), b"\x01" * 16, b"\x01" * 16]
+
+    def script(c: FakeConn) -> None:
+        n = len(fake.conns)
+        c.handshake(state_id=states[min(n, 3) - 1], resumed=n == 2)
+        if n == 1:
+            acq = c.recv()
+            c.answer(acq, token=7, lease_ms=acq.lease_ms)
+            c.recv()
+            return
+        serve(c, first_token=1000)
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            lock = await client.acquire("held", 30)
+            reasons: list[LostReason | None] = []
+            lock.on_lost(lambda lk: reasons.append(lk.lost_reason))
+            with pytest.raises(ticketing.ServerRestarted):
+                await client.acquire("queued", 30)
+            assert lock.lost.is_set() and lock.lost_reason is LostReason.SERVER_RESTARTED
+            assert reasons == [LostReason.SERVER_RESTARTED]
+            with pytest.raises(ticketing.LockLost) as e:
+                await lock.release()
+            assert e.value.reason is LostReason.SERVER_RESTARTED
+            await wait_for(lambda: len(fake.hellos) >= 3)
+            assert fake.hellos[0].session_id == fake.hellos[1].session_id != fake.hellos[2].session_id
+            assert client.session_id == fake.hellos[2].session_id
+            assert [r.op for r in fake.conns[1].requests] == []
+            assert (await client.acquire("new", 5)).token == 1001
+
+    with FakeServer(script) as fake:
+        run(main)
+        assert not fake.errors
+
+
+def test_not_resumed_fails_unanswered_and_keeps_locks() -> None:
+    def script(c: FakeConn) -> None:
+        c.handshake(resumed=False)
+        if len(fake.conns) == 1:
+            acq = c.recv()
+            c.answer(acq, token=3, lease_ms=acq.lease_ms)
+            c.recv(answer_pings=False)
+            return
+        serve(c)
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr, heartbeat=0) as client:
+            lock = await client.acquire("k", 30)
+            with pytest.raises(ticketing.ConnectionLost, match="did not resume"):
+                await client.ping()
+            assert lock.held and not lock.lost.is_set()
+            await client.ping()
+
+    with FakeServer(script) as fake:
+        run(main)
+
+
+def test_grace_passes_without_reconnect() -> None:
+    def script(c: FakeConn) -> None:
+        c.handshake(grace_ms=300)
+        c.recv()
+        fake.listener.close()
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr, heartbeat=0) as client:
+            t0 = time.monotonic()
+            with pytest.raises(ticketing.ConnectionLost, match="session grace"):
+                await client.acquire("k", 5)
+            assert 0.25 < time.monotonic() - t0 < 3
+            with pytest.raises(ticketing.Unavailable):
+                await client.ping()
+
+    with FakeServer(script) as fake:
+        run(main)
+
+
+# --- following the leader -------------------------------------------------------------------
+
+
+def test_goaway_moves_to_the_hinted_leader_and_resumes() -> None:
+    def old_leader(c: FakeConn) -> None:
+        c.handshake()
+        acq = c.recv()
+        c.answer(acq, token=11, lease_ms=acq.lease_ms)
+        c.recv()
+        c.send(Response(op=Op.GOAWAY, status=Status.OK, id=0, detail=GoawayReason.LEADERSHIP,
+                        data=new.addr.encode()))
+        c.recv()
+
+    def new_leader(c: FakeConn) -> None:
+        c.handshake()
+        retry = c.recv()
+        assert retry.op == Op.ACQUIRE
+        c.answer(retry, token=12, lease_ms=retry.lease_ms)
+        serve(c, 100)
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(old.addr) as client:
+            held = await client.acquire("a", 30)
+            second = await client.acquire("b", 30)
+            assert second.token == 12 and client.endpoint == new.addr
+            assert old.requests[-1] == new.requests[0]
+            assert held.held and not held.lost.is_set()
+
+    with FakeServer(new_leader) as new, FakeServer(old_leader, state_id=new.state_id) as old:
+        old.sessions = new.sessions
+        run(main)
+        assert not old.errors and not new.errors
+
+
+def test_not_leader_answer_is_resent_at_the_leader() -> None:
+    def follower(c: FakeConn) -> None:
+        c.handshake()
+        while True:
+            req = c.recv()
+            c.answer(req, Status.NOT_LEADER, data=the_leader.addr.encode())
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client([node.addr]) as client:
+            lock = await client.acquire("k", 5)
+            assert lock.token == 101 and client.endpoint == the_leader.addr
+            assert node.requests[-1] == the_leader.requests[0]
+            assert {h.session_id for h in node.hellos + the_leader.hellos} == {client.session_id}
+
+    with FakeServer(leader) as the_leader, FakeServer(follower, state_id=the_leader.state_id) as node:
+        the_leader.sessions = node.sessions
+        run(main)
+
+
+def test_challenge_not_leader_hint_is_followed() -> None:
+    def follower(c: FakeConn) -> None:
+        c.handshake(challenge=Challenge(status=Status.NOT_LEADER, version=1, flags=0, nonce=bytes(32),
+                                        data=the_leader.addr.encode()))
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(node.addr) as client:
+            await client.ping()
+            assert client.endpoint == the_leader.addr
+
+    with FakeServer(leader) as the_leader, FakeServer(follower) as node:
+        run(main)
+
+
+def test_shutting_down_single_endpoint_raises() -> None:
+    def stopping(c: FakeConn) -> None:
+        c.handshake()
+        while True:
+            c.answer(c.recv(), Status.SHUTTING_DOWN, data=b"server shutting down")
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(a.addr) as client:
+            with pytest.raises(ticketing.ShuttingDown, match="shutting down.*key 'k'"):
+                await client.acquire("k", 5)
+
+    with FakeServer(stopping) as a:
+        run(main)
+
+
+def test_shutting_down_moves_to_the_next_endpoint() -> None:
+    def stopping(c: FakeConn) -> None:
+        c.handshake()
+        while True:
+            req = c.recv()
+            c.answer(req, Status.OK if req.op == Op.PING else Status.SHUTTING_DOWN)
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client([a.addr, b.addr]) as client:
+            assert (await client.acquire("k", 5)).token == 101 and client.endpoint == b.addr
+
+    with FakeServer(leader) as b, FakeServer(stopping, state_id=b.state_id) as a:
+        b.sessions = a.sessions
+        run(main)
+
+
+# --- timeouts, heartbeat, clean-up, cancellation --------------------------------------------
+
+
+def test_frozen_server_request_timeout_and_heartbeat() -> None:
+    def frozen(c: FakeConn) -> None:
+        c.handshake()
+        if len(fake.conns) == 1:
+            c.answer(c.recv(answer_pings=False))
+        while True:
+            c.recv(answer_pings=False)
+
+    async def main() -> None:
+        client = ticketing.asyncio.Client(fake.addr, request_timeout=0.3, heartbeat=0.1, connect_timeout=1)
+        await client.connect()
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.RequestTimeout, match="within 0.3 s"):
+            await client.ping()
+        assert time.monotonic() - t0 < 2
+        await wait_for(lambda: len(fake.hellos) >= 2)
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.RequestTimeout):
+            await client.acquire("k", 5, wait_timeout=0.1)
+        assert time.monotonic() - t0 < 2
+        t0 = time.monotonic()
+        await client.close()
+        assert time.monotonic() - t0 < 2
+
+    with FakeServer(frozen) as fake:
+        run(main)
+
+
+def test_abandoned_acquire_granted_anyway_is_released() -> None:
     def script(c: FakeConn) -> None:
         c.handshake()
         acq = c.recv()
         cancel = c.recv()
         assert cancel.op == Op.CANCEL and cancel.token == acq.id
-        c.send(Response(op=Op.ACQUIRE, status=Status.OK, id=acq.id, token=77, lease_ms=acq.lease_ms))
-        c.send(Response(op=Op.CANCEL, status=Status.OK, id=cancel.id, detail=0))
+        c.answer(acq, token=77, lease_ms=acq.lease_ms)
+        c.answer(cancel, detail=0)
         serve(c)
 
     async def main() -> None:
-        with FakeServer(script) as fake:
-            async with ticketing.asyncio.Client(fake.addr) as client:
-                task = asyncio.create_task(client.acquire("k1", 10))
-                await wait_for(lambda: len(fake.requests) == 1)
-                task.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await task
-                await wait_for(lambda: released(fake, 77))
-                rel = [r for r in fake.requests if r.op == Op.RELEASE][0]
-                assert rel.key == b"k1"
-                assert not fake.errors
+        async with ticketing.asyncio.Client(fake.addr, request_timeout=0.1) as client:
+            with pytest.raises(ticketing.RequestTimeout):
+                await client.acquire("k1", 10, wait_timeout=0.1)
+            await wait_for(lambda: any(r.op == Op.RELEASE and r.token == 77 for r in fake.requests))
 
-    run(main)
+    with FakeServer(script) as fake:
+        run(main)
+        assert not fake.errors
 
 
-def test_cancel_after_answer_arrived_releases() -> None:
-    """The answer OK is already in the future when the task is cancelled: released too."""
-    def script(c: FakeConn) -> None:
-        c.handshake()
-        serve(c)
-
-    async def main() -> None:
-        with FakeServer(script) as fake:
-            async with ticketing.asyncio.Client(fake.addr) as client:
-                await client.ping()
-                conn = client._conn
-                assert conn is not None
-                task: asyncio.Task[ticketing.asyncio.Lock] | None = None
-                dispatch = conn._dispatch
-
-                def dispatch_then_cancel(resp: Response) -> None:
-                    dispatch(resp)  # the answer is now the future's result...
-                    if resp.op == Op.ACQUIRE and task is not None:
-                        task.cancel()  # ...and the task is cancelled before it resumes
-
-                conn._dispatch = dispatch_then_cancel  # type: ignore[method-assign]
-                task = asyncio.create_task(client.acquire("k2", 10))
-                with pytest.raises(asyncio.CancelledError):
-                    await task
-                await wait_for(lambda: released(fake, 101))
-
-    run(main)
-
-
-def test_cancelled_task_withdrawn_is_not_released() -> None:
+def test_cancelled_task_withdraws_and_releases_a_racing_grant() -> None:
+    """Cancel the waiting task: CANCEL goes out; the grant that raced it is released before the
+    cancellation propagates (within cleanup_timeout)."""
     def script(c: FakeConn) -> None:
         c.handshake()
         acq = c.recv()
         cancel = c.recv()
-        c.send(Response(op=Op.ACQUIRE, status=Status.CANCELLED, id=acq.id))
-        c.send(Response(op=Op.CANCEL, status=Status.OK, id=cancel.id, detail=1))
+        assert cancel.op == Op.CANCEL and cancel.token == acq.id
+        c.answer(acq, token=88, lease_ms=acq.lease_ms)
+        c.answer(cancel, detail=0)
+        rel = c.recv()
+        assert rel.op == Op.RELEASE and rel.token == 88
+        c.answer(rel)
         serve(c)
 
     async def main() -> None:
-        with FakeServer(script) as fake:
-            async with ticketing.asyncio.Client(fake.addr) as client:
-                task = asyncio.create_task(client.acquire("k1", 10))
-                await wait_for(lambda: len(fake.requests) == 1)
-                task.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await task
-                await client.ping()
-                assert [r.op for r in fake.requests] == [Op.ACQUIRE, Op.CANCEL, Op.PING]
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            task = asyncio.create_task(client.acquire("k", 10))
+            await wait_for(lambda: Op.ACQUIRE in fake.ops())
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert fake.ops()[-2:] == [Op.CANCEL, Op.RELEASE]  # done before the task ended
+            assert client.locks == []
 
-    run(main)
+    with FakeServer(script) as fake:
+        run(main)
+        assert not fake.errors
 
 
-def test_request_timeout_abandons_and_releases() -> None:
+def test_cancelled_task_withdrawn_nothing_released() -> None:
     def script(c: FakeConn) -> None:
         c.handshake()
         acq = c.recv()
         cancel = c.recv()
-        c.send(Response(op=Op.ACQUIRE, status=Status.OK, id=acq.id, token=77, lease_ms=acq.lease_ms))
-        c.send(Response(op=Op.CANCEL, status=Status.OK, id=cancel.id, detail=0))
+        c.answer(acq, Status.CANCELLED)
+        c.answer(cancel, detail=1)
         serve(c)
 
     async def main() -> None:
-        with FakeServer(script) as fake:
-            async with ticketing.asyncio.Client(fake.addr, request_timeout=0.1) as client:
-                with pytest.raises(ticketing.RequestTimeout):
-                    await client.acquire("k1", 10, wait_timeout=0.1)
-                await wait_for(lambda: released(fake, 77))
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            task = asyncio.create_task(client.acquire("k", 10))
+            await wait_for(lambda: Op.ACQUIRE in fake.ops())
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await client.ping()
+            assert fake.ops() == [Op.PING, Op.ACQUIRE, Op.CANCEL, Op.PING]
 
-    run(main)
+    with FakeServer(script) as fake:
+        run(main)
 
 
-def test_not_leader_moves_to_the_hinted_leader_and_retries() -> None:
+def test_request_ids_reach_the_wire_in_order() -> None:
     async def main() -> None:
-        with FakeServer(leader) as the_leader:
-            def follower(c: FakeConn) -> None:
-                c.handshake()
-                while True:
-                    req = c.recv()
-                    c.send(Response(op=req.op, status=Status.NOT_LEADER, id=req.id, data=the_leader.addr.encode()))
-
-            with FakeServer(follower) as node:
-                async with ticketing.asyncio.Client([node.addr]) as client:
-                    lock = await client.acquire("k", 5)
-                    assert lock.token == 101
-                    assert client.endpoint == the_leader.addr
-                    assert node.requests[0].id == the_leader.requests[0].id == 1
-                    assert node.hellos[0].session_id == the_leader.hellos[0].session_id == client.session_id
-                    await lock.release()
-
-    run(main)
-
-
-def test_not_leader_without_hint_tries_next_endpoint() -> None:
-    def follower(c: FakeConn) -> None:
-        c.handshake()
-        while True:
-            req = c.recv()
-            c.send(Response(op=req.op, status=Status.NOT_LEADER, id=req.id))
-
-    async def main() -> None:
-        with FakeServer(follower) as a, FakeServer(leader) as b:
-            async with ticketing.asyncio.Client([a.addr, b.addr]) as client:
-                assert (await client.acquire("k", 5)).token == 101
-                assert client.endpoint == b.addr
-
-    run(main)
-
-
-def test_not_leader_everywhere_gives_up() -> None:
-    def follower(c: FakeConn) -> None:
-        c.handshake()
-        while True:
-            req = c.recv()
-            c.send(Response(op=req.op, status=Status.NOT_LEADER, id=req.id))
-
-    async def main() -> None:
-        with FakeServer(follower) as a:
-            async with ticketing.asyncio.Client([a.addr], max_redirects=2, retry_backoff=0.001) as client:
-                with pytest.raises(ticketing.NotLeader):
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            async def pings() -> None:
+                for _ in range(50):
                     await client.ping()
-                assert len(a.requests) == 3
 
-    run(main)
+            await asyncio.gather(*(pings() for _ in range(8)))
+            ids = [r.id for r in fake.requests]
+            assert ids == sorted(ids) and len(set(ids)) == len(ids) == 401
+
+    with FakeServer(leader) as fake:
+        run(main)
 
 
-def test_shutting_down_moves_to_next_endpoint() -> None:
-    def stopping(c: FakeConn) -> None:
+def test_ack_after_many_answers() -> None:
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            for _ in range(600):
+                await client.ping()
+            acks = [r for r in fake.requests if r.op == Op.ACK]
+            assert len(acks) == 1 and acks[0].token == acks[0].id
+
+    with FakeServer(leader) as fake:
+        run(main)
+
+
+# --- the lost signal ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("reason", "want"), [(ExpiredReason.LEASE, LostReason.EXPIRED),
+                                              (ExpiredReason.STOPPING, LostReason.SERVER_STOPPING),
+                                              (99, LostReason.EXPIRED)])
+def test_expired_push_fires_lost(reason: int, want: LostReason) -> None:
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        acq = c.recv()
+        c.answer(acq, token=9, lease_ms=acq.lease_ms)
+        c.send(Response(op=Op.EXPIRED, status=Status.OK, id=0, token=9, detail=reason, data=acq.key))
+        while True:
+            c.answer(c.recv(), Status.NOT_HELD)
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            lock = await client.acquire("k", 60)
+            seen: list[LostReason | None] = []
+            lock.on_lost(lambda lk: seen.append(lk.lost_reason))
+            await lost(lock)
+            assert lock.lost_reason is want and seen == [want] and not lock.held
+            with pytest.raises(ticketing.LockLost) as e:
+                await lock.extend()
+            assert e.value.reason is want and "token 9" in str(e.value)
+            with pytest.raises(ticketing.LockLost) as e:
+                await lock.release()
+            assert e.value.reason is want and seen == [want]
+            assert fake.ops()[-1] == Op.RELEASE
+
+    with FakeServer(script) as fake:
+        run(main)
+
+
+def test_lost_fires_before_the_server_expiry() -> None:
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        acq = c.recv()
+        c.answer(acq, token=5, lease_ms=acq.lease_ms, detail=100)
+        serve(c)
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            t0 = time.monotonic()
+            lock = await client.acquire("k", 0.3)
+            fired: list[float] = []
+            lock.on_lost(lambda _lk: fired.append(time.monotonic()))
+            await lost(lock, 3)
+            assert lock.lost_reason is LostReason.EXPIRED
+            assert lock.deadline - t0 <= (0.1 + 0.3) * 0.998 - 0.005 + 0.001
+            assert fired[0] - t0 < 0.4
+            assert fired[0] >= lock.deadline
+
+    with FakeServer(script) as fake:
+        run(main)
+
+
+def test_scoped_helper_raises_when_the_lock_was_lost() -> None:
+    def script(c: FakeConn) -> None:
         c.handshake()
         while True:
             req = c.recv()
-            c.send(Response(op=req.op, status=Status.SHUTTING_DOWN, id=req.id))
+            if req.op == Op.ACQUIRE:
+                c.answer(req, token=21, lease_ms=req.lease_ms)
+                c.send(Response(op=Op.EXPIRED, status=Status.OK, id=0, token=21, detail=1, data=req.key))
+            else:
+                c.answer(req, Status.NOT_HELD)
 
     async def main() -> None:
-        with FakeServer(stopping) as a, FakeServer(leader) as b:
-            async with ticketing.asyncio.Client([a.addr, b.addr]) as client:
-                lock = await client.acquire("k", 5, wait_timeout=None)
-                assert lock.token == 101 and client.endpoint == b.addr
-                assert a.requests[0].id == b.requests[0].id
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            with pytest.raises(ticketing.LockLost, match="lost: expired") as e:
+                async with client.lock("k", 30) as lock:
+                    await lost(lock)
+            assert e.value.reason is LostReason.EXPIRED
+            async with client.lock("k", 30, raise_on_lost=False) as lock:
+                await lost(lock)
+            with pytest.raises(KeyError):
+                async with client.lock("k", 30) as lock:
+                    await lost(lock)
+                    raise KeyError("body")
+            assert fake.ops().count(Op.RELEASE) == 3
 
-    run(main)
+    with FakeServer(script) as fake:
+        run(main)
+
+
+# --- helpers and options --------------------------------------------------------------------
+
+
+def test_try_acquire_returns_none_and_acquire_zero_raises() -> None:
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        while True:
+            c.answer(c.recv(), Status.TIMED_OUT)
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            assert await client.try_acquire("k", 5) is None
+            with pytest.raises(ticketing.NotAcquired, match="key 'k', lease 5 s, try once"):
+                await client.acquire("k", 5, wait_timeout=0)
+
+    with FakeServer(script) as fake:
+        run(main)
+        assert [r.wait_ms for r in fake.requests if r.op == Op.ACQUIRE] == [0, 0]
+
+
+def test_refuse_held_and_decorator_and_release_on_close() -> None:
+    async def main() -> None:
+        client = ticketing.asyncio.Client(fake.addr, release_on_close=True)
+        lock = await client.acquire("k", 30)
+        n = len(fake.requests)
+        with pytest.raises(ticketing.AlreadyHeld, match="already holds key 'k'"):
+            await client.acquire("k", 30, refuse_held=True)
+        assert len(fake.requests) == n
+
+        calls: list[int] = []
+
+        @client.lock("job", lease=5)
+        async def job(x: int) -> int:
+            calls.append(x)
+            return x * 2
+
+        assert await job(2) == 4 and await job(3) == 6 and calls == [2, 3]
+        assert [r.op for r in fake.requests[n:]] == [Op.ACQUIRE, Op.RELEASE] * 2
+        assert client.locks == [lock]
+        await client.close()
+        assert fake.requests[-1].op == Op.RELEASE and fake.requests[-1].token == lock.token
+        assert lock.released and not lock.lost.is_set()
+
+    with FakeServer(leader) as fake:
+        run(main)
+
+
+def test_close_does_not_release_by_default() -> None:
+    async def main() -> None:
+        client = ticketing.asyncio.Client(fake.addr)
+        lock = await client.acquire("k", 30)
+        await client.close()
+        assert Op.RELEASE not in fake.ops() and lock.held
+        with pytest.raises(ticketing.ClientClosed):
+            await client.ping()
+
+    with FakeServer(leader) as fake:
+        run(main)
+
+
+def test_keepalive_extends_until_max_hold() -> None:
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            lock = await client.acquire("k", 0.15, keepalive=True, max_hold=0.4)
+            await lost(lock, 3)
+            extends = [r for r in fake.requests if r.op == Op.EXTEND]
+            assert 2 <= len(extends) <= 8 and all(r.lease_ms == 150 and r.token == lock.token for r in extends)
+            assert lock.lost_reason is LostReason.EXPIRED
+
+    with FakeServer(leader) as fake:
+        run(main)
+
+
+def test_verify_and_owned() -> None:
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        while True:
+            req = c.recv()
+            if req.op == Op.ACQUIRE:
+                c.answer(req, token=8, lease_ms=req.lease_ms)
+            else:
+                flags = 0x7 if req.token == 8 else 0x1
+                c.answer(req, token=req.token if flags & 2 else 0, data=bytes(8) + flags.to_bytes(4, "big"))
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            lock = await client.acquire("k", 5)
+            assert await lock.verify() and await lock.owned()
+            assert not await client.verify("k", 9)
+
+    with FakeServer(script) as fake:
+        run(main)
 
 
 def test_server_without_the_token_is_refused() -> None:
@@ -207,71 +562,145 @@ def test_server_without_the_token_is_refused() -> None:
         c.handshake(token=b"secret", proof_token=b"not the secret")
 
     async def main() -> None:
-        with FakeServer(script) as fake:
-            client = ticketing.asyncio.Client(fake.addr, token="secret")
-            with pytest.raises(ticketing.AuthFailed, match="proof did not verify"):
-                await client.connect()
-            await client.close()
+        client = ticketing.asyncio.Client(fake.addr, token="secret")
+        with pytest.raises(ticketing.AuthFailed, match="proof did not verify"):
+            await client.connect()
+        await client.close()
+
+    with FakeServer(script) as fake:
+        run(main)
+
+
+def test_tls_answer_to_plaintext_says_so() -> None:
+    def tls_server(c: FakeConn) -> None:
+        c._read(56)
+        c.sock.sendall(bytes.fromhex("15030300020232"))
+
+    async def main() -> None:
+        with pytest.raises(ticketing.TLSError, match="is the server using TLS"):
+            await ticketing.asyncio.Client(fake.addr).connect()
+
+    with FakeServer(tls_server) as fake:
+        run(main)
+
+
+def test_unreachable_is_unavailable() -> None:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    dead = "127.0.0.1:%d" % s.getsockname()[1]
+    s.close()
+
+    async def main() -> None:
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.Unavailable, match=dead):
+            await ticketing.asyncio.Client(dead, connect_timeout=1).connect()
+        assert time.monotonic() - t0 < 2
 
     run(main)
 
 
-def test_expired_push_fires_lost() -> None:
-    def script(c: FakeConn) -> None:
+def test_half_open_server_fails_within_the_connect_timeout() -> None:
+    def silent(c: FakeConn) -> None:
+        c._read(1 << 20)
+
+    async def main() -> None:
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.Unavailable, match="handshake timed out after 0.5 s"):
+            await ticketing.asyncio.Client(fake.addr, connect_timeout=0.5).connect()
+        assert time.monotonic() - t0 < 2
+
+    with FakeServer(silent) as fake:
+        run(main)
+
+
+def test_keys_are_str_or_bytes() -> None:
+    def refuse(c: FakeConn) -> None:
         c.handshake()
-        acq = c.recv()
-        c.send(Response(op=Op.ACQUIRE, status=Status.OK, id=acq.id, token=9, lease_ms=acq.lease_ms))
-        time.sleep(0.05)
-        c.send(Response(op=Op.EXPIRED, status=Status.OK, id=0, token=9, data=acq.key))
         while True:
-            req = c.recv()
-            c.send(Response(op=req.op, status=Status.NOT_HELD, id=req.id))
+            c.answer(c.recv(), Status.NOT_HELD)
 
     async def main() -> None:
-        with FakeServer(script) as fake:
-            async with ticketing.asyncio.Client(fake.addr) as client:
-                lock = await client.acquire("k", 60)
-                seen: list[str | None] = []
-                lock.on_lost(lambda lk: seen.append(lk.lost_reason))
-                await asyncio.wait_for(lock.lost.wait(), 5)
-                assert lock.lost_reason == "expired" and seen == ["expired"]
-                with pytest.raises(ticketing.LockLost):
-                    await lock.extend()
-                with pytest.raises(ticketing.NotHeld):
-                    await lock.release()
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            keys: list[tuple[ticketing.KeyLike, bytes]] = [
+                ("ключ", "ключ".encode()), (b"\x00\xff", b"\x00\xff"), (bytearray(b"ba"), b"ba"), (memoryview(b"mv"), b"mv")]
+            for key, want in keys:
+                lock = await client.acquire(key, 5)
+                assert fake.requests[-1].key == want and lock.key == key
+        async with ticketing.asyncio.Client(other.addr) as c2:
+            with pytest.raises(ticketing.NotHeld, match=r"key 0x00ff, token 1"):
+                await c2.release(b"\x00\xff", 1)
 
-    run(main)
+    with FakeServer(leader) as fake, FakeServer(refuse) as other:
+        run(main)
 
 
-def test_session_id_and_request_ids_survive_reconnect() -> None:
-    def script(c: FakeConn) -> None:
-        c.handshake()
-        req = c.recv()
-        c.send(Response(op=req.op, status=Status.OK, id=req.id))
+def test_argument_checks_before_anything_is_sent() -> None:
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            n = len(fake.requests)
+
+            async def rejects(fn: Callable[[], Awaitable[object]]) -> None:
+                with pytest.raises(ticketing.InvalidArgument) as e:
+                    await fn()
+                assert isinstance(e.value, ValueError) and isinstance(e.value, TypeError)
+
+            for key in BAD_KEYS:
+                await rejects(lambda: client.acquire(key, 5))  # type: ignore[arg-type]
+                await rejects(lambda: client.try_acquire(key, 5))  # type: ignore[arg-type]
+                await rejects(lambda: client.inspect(key))  # type: ignore[arg-type]
+                await rejects(lambda: client.release(key, 1))  # type: ignore[arg-type]
+            for lease in BAD_LEASES:
+                await rejects(lambda: client.acquire("k", lease))  # type: ignore[arg-type]
+                await rejects(lambda: client.extend("k", 1, lease))  # type: ignore[arg-type]
+            for wait in BAD_WAITS:
+                await rejects(lambda: client.acquire("k", 5, wait))  # type: ignore[arg-type]
+            for token in BAD_TOKENS:
+                await rejects(lambda: client.release("k", token))  # type: ignore[arg-type]
+                await rejects(lambda: client.extend("k", token, 5))  # type: ignore[arg-type]
+            await rejects(lambda: client.acquire("k", 5, max_hold=-1))
+            assert len(fake.requests) == n
+
+    with FakeServer(leader) as fake:
+        run(main)
+    for endpoints in ([], 5, [5], "", ["h:0"], ["h:x"], None):
+        with pytest.raises(ticketing.InvalidArgument):
+            ticketing.asyncio.Client(endpoints)  # type: ignore[arg-type]
+    options: list[dict[str, object]] = [{"request_timeout": -1}, {"connect_timeout": math.nan}, {"heartbeat": "2"},
+                                        {"token": ""}, {"token": 5}, {"ssl": "yes"}]
+    for option in options:
+        with pytest.raises(ticketing.InvalidArgument):
+            ticketing.asyncio.Client("127.0.0.1:1", **option)  # type: ignore[arg-type]
+
+
+def test_fork_starts_a_new_session_in_the_child() -> None:
+    def fork_and_ping(client: ticketing.asyncio.Client) -> tuple[int, bytes]:
+        """Runs on a thread without an event loop; the child uses the client from a new loop."""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                asyncio.run(client.ping())
+                os.write(w, client.session_id)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        _, status = os.waitpid(pid, 0)
+        sid = os.read(r, 16)
+        os.close(r)
+        return os.waitstatus_to_exitcode(status), sid
 
     async def main() -> None:
-        with FakeServer(script) as fake:
-            async with ticketing.asyncio.Client(fake.addr) as client:
-                await client.ping()
-                await wait_for(lambda: not client.connected)
-                await client.ping()
-                assert [h.session_id for h in fake.hellos] == [client.session_id] * 2
-                assert [r.id for r in fake.requests] == [1, 2]
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            parent_sid = client.session_id
+            code, child_sid = await asyncio.get_running_loop().run_in_executor(None, fork_and_ping, client)
+            assert code == 0 and child_sid != parent_sid and len(child_sid) == 16
+            await client.ping()
+            assert client.session_id == parent_sid
+            assert {h.session_id for h in fake.hellos} == {parent_sid, child_sid}
 
-    run(main)
-
-
-def test_connection_drop_fails_calls_in_flight() -> None:
-    def script(c: FakeConn) -> None:
-        c.handshake()
-        c.recv()
-        c.recv()
-
-    async def main() -> None:
-        with FakeServer(script) as fake:
-            async with ticketing.asyncio.Client(fake.addr) as client:
-                results = await asyncio.gather(client.acquire("k", 5), client.acquire("k", 5),
-                                               return_exceptions=True)
-                assert all(isinstance(r, ticketing.ConnectionLost) for r in results), results
-
-    run(main)
+    with FakeServer(leader) as fake:
+        run(main)

@@ -1,9 +1,12 @@
-"""A held lock of the asyncio client: its fencing token, release, extend, the lost signal and the
-opt-in keep-alive. Mirrors :mod:`ticketing.lock` of the blocking client."""
+"""A held lock of the asyncio client: its fencing token, release, extend, verify, the lost
+signal and the opt-in keep-alive; and :class:`LockContext`, the ``async with`` / decorator form.
+Mirrors :mod:`ticketing.lock` of the blocking client."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import copy
 import inspect
 import logging
 import time
@@ -11,8 +14,11 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from .._common import KeyLike, lease_ms
-from ..exceptions import LockLost, NotHeld, TicketingError
+from .._common import KeyLike, lease_ms, lost_at
+from .._session import Call
+from ..constants import LostReason, Op, Status
+from ..exceptions import ClientClosed, LockLost, TicketingError, describe_key, error_for_status
+from ..protocol import Response
 
 if TYPE_CHECKING:
     from .client import Client
@@ -23,34 +29,39 @@ log = logging.getLogger("ticketing")
 
 
 class Lock:
-    """A lock held with fencing token :attr:`token`. Returned by :meth:`Client.acquire`; used
-    with ``async with`` it releases on exit.
+    """A lock held with fencing token :attr:`token`, returned by :meth:`Client.acquire`. Used
+    with ``async with`` it releases on exit (and raises :class:`LockLost` if it was lost).
 
-    The lock is *lost* — :attr:`lost` (an :class:`asyncio.Event`) is set and the :meth:`on_lost`
-    callbacks run — at the first of: the local deadline (:attr:`deadline`, never later than the
-    server's), the server's EXPIRED notice for this token, or a NOT_HELD answer to
-    :meth:`extend`. Once lost it stays lost. Releasing never sets :attr:`lost`.
+    The lock is *lost* — :attr:`lost` (an :class:`asyncio.Event`) is set, :attr:`lost_reason`
+    says why and the :meth:`on_lost` callbacks run, once — at the first of: its local deadline
+    (:attr:`deadline`, before the server's expiry even with clocks that drift), the server's
+    EXPIRED notice for the token, a NOT_HELD answer to :meth:`extend` or :meth:`release`, or a
+    reconnect to a server that restarted. Once lost it stays lost; a successful :meth:`release`
+    never makes it lost. A dropped connection does not lose it.
+
+    Any task may call any method: the owner is the token, not a task.
     """
 
-    def __init__(self, client: Client, key: KeyLike, key_bytes: bytes, token: int, lease_ms: int,
-                 granted_ms: int, deadline: float) -> None:
+    def __init__(self, client: Client, key: KeyLike, key_bytes: bytes, token: int, requested_ms: int,
+                 granted_ms: int, fire_at: float) -> None:
         self._client = client
         self._key = key
         self._key_bytes = key_bytes
         self._token = token
-        self._lease_ms = lease_ms
-        self._granted_ms = granted_ms
-        self._deadline = deadline
+        self._lease_ms = requested_ms  # what keep-alive and extend() ask for
+        self._granted_ms = granted_ms  # the lease the server last granted
+        self._fire_at = fire_at
         #: Set when the lock is lost (never by a release).
         self.lost = asyncio.Event()
-        self._lost_reason: str | None = None
-        self._deferred_lost: str | None = None
+        self._lost_reason: LostReason | None = None
+        self._deferred_lost: LostReason | None = None
         self._released = False
         self._releasing = False
         self._release_mutex = asyncio.Lock()
         self._callbacks: list[Callable[[Lock], object]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._keepalive: asyncio.Task[None] | None = None
+        self._hold_until: float | None = None
 
     # --- properties ---------------------------------------------------------------------------
 
@@ -71,36 +82,42 @@ class Lock:
 
     @property
     def deadline(self) -> float:
-        """The local deadline, in ``time.monotonic()`` seconds: the lock is certainly held until
-        then (unless released); after it, it is treated as lost."""
-        return self._deadline
+        """When the lost signal fires unless the lease is extended, in ``time.monotonic()``
+        seconds: ``t_send + (queued + lease) * (1 - 0.002) - min(5 ms, lease / 10)``, where
+        ``t_send`` is when the ACQUIRE (or the last EXTEND) went out."""
+        return self._fire_at
 
     @property
-    def lost_reason(self) -> str | None:
-        """Why the lock was lost: ``"expired"``, ``"deadline"``, ``"not_held"``, ``"closed"``;
-        None while not lost."""
+    def lost_reason(self) -> LostReason | None:
+        """Why the lock was lost (a :class:`LostReason`: ``"expired"``, ``"not held"``,
+        ``"server restarted"``, ``"server stopping"``); None while not lost."""
         return self._lost_reason
 
     @property
     def released(self) -> bool:
+        """:meth:`release` succeeded."""
         return self._released
 
     @property
     def held(self) -> bool:
-        """Neither released nor lost, and the local deadline has not passed."""
-        return not self._released and self._lost_reason is None and time.monotonic() < self._deadline
+        """Neither released nor lost."""
+        return self._is_held()
 
     def remaining(self) -> float:
-        """Seconds left until the local deadline (0 when passed)."""
-        return max(0.0, self._deadline - time.monotonic())
+        """Seconds until :attr:`deadline` (0.0 once passed, released or lost)."""
+        if not self._is_held():
+            return 0.0
+        return max(0.0, self._fire_at - time.monotonic())
 
     # --- operations ---------------------------------------------------------------------------
 
     async def release(self) -> None:
-        """Release the lock; the next waiter gets it at once. Idempotent once it succeeded.
+        """Release the lock; the next waiter gets it at once. Does nothing once it succeeded.
 
-        Raises :class:`NotHeld` when the server says this token no longer holds the key (its
-        lease ran out): the work done under the lock was not protected to the end.
+        A lock lost earlier is still released on the server (if it still holds), then
+        :class:`LockLost` is raised: the work done under it was not protected to the end. A
+        NOT_HELD answer raises :class:`LockLost` (reason ``"not held"``, unless it was lost
+        earlier for another reason).
         """
         async with self._release_mutex:
             if self._released:
@@ -108,43 +125,55 @@ class Lock:
             self._releasing = True
             self._stop_keepalive()
             try:
-                await self._client._release(self._key_bytes, self._token)
-            except NotHeld:
-                self._releasing = False
-                self._set_lost("not_held")
-                raise
+                resp = await self._client._request(Call(Op.RELEASE, key=self._key_bytes, token=self._token),
+                                                   self._client._request_timeout)
             except BaseException:
-                self._releasing = False
-                if self._deferred_lost is not None:
-                    self._set_lost(self._deferred_lost)
+                self._end_release(ok=False)
                 raise
-            self._released = True
-            self._releasing = False
-            self._cancel_timer()
-            self._client._unregister(self)
+            if resp.status == Status.OK:
+                reason = self._end_release(ok=True)
+                if reason is not None:
+                    raise LockLost(reason, self._key_bytes, self._token)
+                return
+            self._end_release(ok=False)
+            if resp.status == Status.NOT_HELD:
+                self._set_lost(LostReason.NOT_HELD)
+                raise LockLost(self._lost_reason or LostReason.NOT_HELD, self._key_bytes, self._token)
+            raise error_for_status(resp.status, resp.detail, resp.data, self._context())
 
-    async def extend(self, lease: float | None = None) -> None:
-        """Set the lease to ``lease`` seconds from now (default: the lease asked for at acquire).
+    async def extend(self, lease: float | None = None) -> float:
+        """Set the lease to ``lease`` seconds from now (default: the lease asked for at acquire);
+        returns the lease granted, in seconds.
 
-        Raises :class:`NotHeld` (and the lock is lost) when the server says the token no longer
-        holds the key, :class:`LockLost` when the lock was already lost or released.
+        Raises :class:`LockLost` when the lock is lost or released, or when the server answers
+        NOT_HELD (the lock is then lost with reason ``"not held"``).
         """
+        ms = self._lease_ms if lease is None else lease_ms(lease)
+        self._check_usable()
+        call = Call(Op.EXTEND, key=self._key_bytes, token=self._token, lease_ms=ms)
+        resp = await self._client._request(call, self._client._request_timeout)
+        if resp.status == Status.NOT_HELD:
+            self._set_lost(LostReason.NOT_HELD)
+            raise LockLost(self._lost_reason or LostReason.NOT_HELD, self._key_bytes, self._token)
+        if resp.status != Status.OK:
+            raise error_for_status(resp.status, resp.detail, resp.data, self._context())
         if lease is not None:
-            self._lease_ms = lease_ms(lease)
+            self._lease_ms = ms
+        self._extended(call, resp)
         self._check_usable()
-        try:
-            resp, t_send = await self._client._extend(self._key_bytes, self._token, self._lease_ms)
-        except NotHeld:
-            self._set_lost("not_held")
-            raise
-        self._check_usable()
-        self._granted_ms = resp.lease_ms
-        self._deadline = t_send + resp.lease_ms / 1000
-        self._schedule()
+        return resp.lease_ms / 1000
+
+    async def verify(self) -> bool:
+        """Ask the server whether this token still holds the key (INSPECT with the token)."""
+        return await self._client.verify(self._key_bytes, self._token)
+
+    async def owned(self) -> bool:
+        """The same as :meth:`verify` (the name redis-py uses)."""
+        return await self.verify()
 
     def on_lost(self, callback: Callable[[Lock], object]) -> None:
-        """Call ``callback(lock)`` when the lock is lost (soon, if it already is). A callback
-        may be a coroutine function; its coroutine is run as a task."""
+        """Call ``callback(lock)`` once when the lock is lost (soon, if it already is). A
+        coroutine function's coroutine runs as a task."""
         if self._lost_reason is None:
             self._callbacks.append(callback)
         else:
@@ -155,61 +184,95 @@ class Lock:
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        await _release_on_exit(self, exc is not None)
+        await _release_on_exit(self, exc is not None, raise_on_lost=True)
 
     def __repr__(self) -> str:
         state = "released" if self._released else f"lost ({self._lost_reason})" if self._lost_reason else "held"
-        return f"<Lock key={self._key!r} token={self._token} {state}>"
+        return f"<Lock key={describe_key(self._key_bytes)} token={self._token} {state}>"
 
     # --- internals ----------------------------------------------------------------------------
 
-    def _check_usable(self) -> None:
-        if self._released:
-            raise LockLost("the lock was released")
-        if self._lost_reason is not None:
-            raise LockLost(f"the lock was lost ({self._lost_reason})")
+    def _context(self) -> str:
+        return f"key {describe_key(self._key_bytes)}, token {self._token}"
 
-    def _start(self, keepalive: bool) -> None:
+    def _is_held(self) -> bool:
+        return not self._released and self._lost_reason is None
+
+    def _check_usable(self) -> None:
+        if self._lost_reason is not None:
+            raise LockLost(self._lost_reason, self._key_bytes, self._token)
+        if self._released:
+            raise LockLost(LostReason.NOT_HELD, self._key_bytes, self._token,
+                           f"lock on key {describe_key(self._key_bytes)} (token {self._token}) was released")
+
+    def _start(self, keepalive: bool, max_hold: float | None) -> None:
         self._schedule()
         if keepalive:
+            self._hold_until = None if max_hold is None else time.monotonic() + max_hold
             self._keepalive = asyncio.get_running_loop().create_task(
                 self._keepalive_loop(), name=f"ticketing-keepalive-{self._token}")
 
     def _schedule(self) -> None:
+        """Arm the lost timer (the loop's clock is ``time.monotonic()``)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_at(self._fire_at, self._on_deadline)
+
+    def _on_deadline(self) -> None:
+        self._timer = None
+        if time.monotonic() < self._fire_at:  # the loop's clock ran a hair early
+            if self._is_held():
+                self._schedule()
+            return
+        self._set_lost(LostReason.EXPIRED)
+
+    def _extended(self, call: Call, resp: Response) -> None:
+        """EXTEND ``call`` was answered OK: move the deadline."""
+        if self._lost_reason is not None or self._released:
+            return
+        self._granted_ms = resp.lease_ms
+        self._fire_at = lost_at(call.t_send, 0, resp.lease_ms)
+        self._schedule()
+
+    def _end_release(self, *, ok: bool) -> LostReason | None:
+        """The RELEASE finished. Returns the lost reason of a lock lost before the release."""
+        self._releasing = False
+        deferred, self._deferred_lost = self._deferred_lost, None
+        if ok:
+            self._released = True
+            self._cancel_timer()
+            self._client._unregister(self)
+            return self._lost_reason
+        if deferred is not None:
+            self._set_lost(deferred)
+        return None
+
+    def _mark_released(self) -> None:
+        """Released by token through the client (or on close)."""
+        if self._released:
+            return
+        self._released = True
         self._cancel_timer()
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(max(0.0, self._deadline - time.monotonic()), self._on_deadline)
+        self._stop_keepalive()
+        self._client._unregister(self)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
-    def _on_deadline(self) -> None:
-        self._timer = None
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            self._set_lost("deadline")
-        else:  # the loop's clock ran a hair early
-            self._timer = asyncio.get_running_loop().call_later(left, self._on_deadline)
-
-    def _stop_keepalive(self) -> None:
-        task, self._keepalive = self._keepalive, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-
-    def _set_lost(self, reason: str) -> None:
+    def _set_lost(self, reason: LostReason) -> None:
         if self._lost_reason is not None or self._released:
             return
         if self._releasing:
-            self._deferred_lost = reason  # the release in flight decides
+            self._deferred_lost = self._deferred_lost or reason  # the release in flight decides
             return
         self._lost_reason = reason
         self._cancel_timer()
         self._stop_keepalive()
         self._client._unregister(self)
         self.lost.set()
-        log.debug("ticketing: lock %r token %d lost (%s)", self._key, self._token, reason)
+        log.info("lock on %s (token %d) lost: %s", describe_key(self._key_bytes), self._token, reason)
         callbacks, self._callbacks = self._callbacks, []
         for cb in callbacks:
             self._run_callback(cb)
@@ -220,48 +283,87 @@ class Lock:
             if inspect.isawaitable(result):
                 asyncio.ensure_future(result)
         except Exception:
-            log.exception("ticketing: on_lost callback failed")
+            log.exception("on_lost callback failed")
+
+    def _stop_keepalive(self) -> None:
+        task, self._keepalive = self._keepalive, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
 
     async def _keepalive_loop(self) -> None:
+        retry = False
         while True:
-            interval = max(self._lease_ms / 3000, 0.001)
-            interval = min(interval, max(self.remaining() / 3, 0.001))
-            await asyncio.sleep(interval)
+            interval = self._granted_ms / 3000
+            if retry:  # a failed extend is retried well before the deadline
+                interval = min(interval, max(self.remaining() / 3, 0.01))
+            if self._hold_until is not None:
+                left = self._hold_until - time.monotonic()
+                if left <= 0:
+                    log.info("keep-alive of %s stopped after max_hold", describe_key(self._key_bytes))
+                    return
+                interval = min(interval, left)
+            await asyncio.sleep(max(interval, 0.001))
+            if self._hold_until is not None and time.monotonic() >= self._hold_until:
+                continue
             try:
                 await self.extend()
-            except LockLost:
+                retry = False
+            except (LockLost, ClientClosed):
                 return
             except TicketingError as e:
-                log.debug("ticketing: keep-alive of %r failed: %s", self._key, e)
+                retry = True
+                log.debug("keep-alive of %s failed: %s", describe_key(self._key_bytes), e)
 
 
-class LockContext:
-    """``async with client.lock(key, lease, wait_timeout) as lock:`` acquires on entry and
-    releases on exit."""
+class LockContext(contextlib.AsyncContextDecorator):
+    """``async with client.lock(key, lease) as lock:`` acquires on entry and releases on exit;
+    also a decorator of coroutine functions (``@client.lock(key, lease)``).
 
-    def __init__(self, client: Client, key: KeyLike, lease: float, wait_timeout: float | None,
-                 keepalive: bool) -> None:
+    If the lock was lost while the body ran, leaving raises :class:`LockLost` naming the reason
+    (unless ``raise_on_lost=False``); an exception from the body wins.
+    """
+
+    def __init__(self, client: Client, key: KeyLike, lease: float, wait_timeout: float | None, *,
+                 keepalive: bool, max_hold: float | None, refuse_held: bool, raise_on_lost: bool) -> None:
         self._client = client
-        self._args = (key, lease, wait_timeout, keepalive)
+        self._key = key
+        self._lease = lease
+        self._wait_timeout = wait_timeout
+        self._keepalive = keepalive
+        self._max_hold = max_hold
+        self._refuse_held = refuse_held
+        self._raise_on_lost = raise_on_lost
         self._lock: Lock | None = None
 
+    def _recreate_cm(self) -> LockContext:
+        # A decorated coroutine function may run in many tasks at once: one context per call.
+        return copy.copy(self)
+
     async def __aenter__(self) -> Lock:
-        key, lease, wait_timeout, keepalive = self._args
-        self._lock = await self._client.acquire(key, lease, wait_timeout, keepalive=keepalive)
+        self._lock = await self._client.acquire(self._key, self._lease, self._wait_timeout,
+                                                keepalive=self._keepalive, max_hold=self._max_hold,
+                                                refuse_held=self._refuse_held)
         return self._lock
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        if self._lock is not None:
-            await _release_on_exit(self._lock, exc is not None)
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            await _release_on_exit(lock, exc is not None, raise_on_lost=self._raise_on_lost)
 
 
-async def _release_on_exit(lock: Lock, body_failed: bool) -> None:
-    """Release at the end of an ``async with`` block. A NotHeld (the lease ran out during the
-    block) is raised when the block itself succeeded; when the block raised, its exception wins."""
+async def _release_on_exit(lock: Lock, body_failed: bool, *, raise_on_lost: bool) -> None:
+    """Release at the end of an ``async with`` block. A lost lock raises :class:`LockLost` when
+    the block itself succeeded (and ``raise_on_lost``); when the block raised, its exception
+    wins."""
     try:
         await lock.release()
+    except LockLost:
+        if raise_on_lost and not body_failed:
+            raise
+        log.warning("the lock on %s (token %d) was lost before the end of its block (%s)",
+                    describe_key(lock._key_bytes), lock.token, lock.lost_reason)
     except TicketingError:
         if not body_failed:
             raise
-        log.warning("ticketing: releasing %r after an error failed", lock.key, exc_info=True)
+        log.warning("releasing %s after an error failed", describe_key(lock._key_bytes), exc_info=True)

@@ -1,0 +1,829 @@
+/**
+ * The session: one client's identity on the server (its 16-byte id), the requests it has not
+ * had an answer for, and the connection that carries them, replaced whenever it fails.
+ *
+ * - Request ids are taken when a frame is written (JavaScript runs one thing at a time, so the
+ *   order of ids is the order on the wire), starting at 1 per session.
+ * - Requests made while there is no connection wait in `#queue` (no id yet), each bounded by
+ *   its own timer; written requests wait in `#sent` (by id, in id order) for their answer.
+ * - After a reconnect, WELCOME decides: the same state id and RESUMED → every request in `#sent`
+ *   is re-sent with its id, in id order, before anything new; the same state id without RESUMED
+ *   → those requests fail "connection lost"; another state id → they fail "server restarted",
+ *   the client's locks are lost, nothing is re-sent, and a new session starts.
+ * - A given-up ACQUIRE (timeout, abort, connection lost) stays in `#sent`, marked abandoned:
+ *   a CANCEL goes out for it, and a grant that still arrives is released.
+ * - A heartbeat PING after `heartbeatMs` without any bytes received; no answer within the
+ *   request timeout fails the connection.
+ * - ACK at least every 1,024 answers (here: every 512), one at a time.
+ *
+ * @module
+ * @internal
+ */
+import { randomBytes } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import type * as tls from 'node:tls';
+import { Connection, formatEndpoint, tryParseEndpoint, type Endpoint } from './connection.js';
+import {
+  AuthFailedError,
+  ClientClosedError,
+  ConnectionLostError,
+  NotLeaderError,
+  ServerRestartedError,
+  TicketingError,
+  TimeoutError,
+  UnavailableError,
+  UnsupportedVersionError,
+} from './errors.js';
+import { ClientRules, GoawayReason, Op, Sizes, Status, encodeRequest, type Response } from './protocol.js';
+
+/** Send ACK after this many answers (half of ACK_EVERY, so that a slow ACK never breaks the rule). */
+const ACK_AFTER = ClientRules.ACK_EVERY / 2;
+
+/** What the session needs to know. */
+export interface SessionOptions {
+  endpoints: Endpoint[];
+  token: Buffer | undefined;
+  tls: tls.ConnectionOptions | undefined;
+  connectTimeoutMs: number;
+  heartbeatMs: number;
+  requestTimeoutMs: number;
+  cleanupTimeoutMs: number;
+  minBackoffMs: number;
+  maxBackoffMs: number;
+  maxRedirects: number;
+}
+
+/** What the session tells its client. */
+export interface SessionHooks {
+  /** An EXPIRED push (or any push other than GOAWAY). */
+  onPush(r: Response): void;
+  /** The server's state id changed: every lock is lost. Called before the failed calls reject. */
+  onRestarted(endpoint: string): void;
+  /** True while the client holds locks (so the session reconnects after a drop). */
+  holdsLocks(): boolean;
+  /** A connection is up. */
+  onConnect(endpoint: string): void;
+  /** The connection dropped. */
+  onDisconnect(err: TicketingError): void;
+}
+
+/** A request as the client asks for it. */
+export interface CallSpec {
+  op: number;
+  key?: Buffer;
+  token?: bigint;
+  leaseMs?: number;
+  waitMs?: number;
+  /** Names the request in messages: `acquire "order-1"`. */
+  what: string;
+  /** The request timeout; for an ACQUIRE, counted until it is written and again after its wait timeout. 0: none. */
+  timeoutMs: number;
+}
+
+/** An answer and how it was obtained. */
+export interface Answer {
+  res: Response;
+  /** Monotonic ms (performance.now()) when the request was last written. */
+  tSend: number;
+  /** True when the answer is to a re-sent request (after a resume). */
+  retried: boolean;
+}
+
+type Done = (res: Response | undefined, err?: TicketingError) => void;
+
+/** One request's life: queued (no id), sent (an id, in `#sent`), done. */
+export class Call {
+  id = 0n;
+  state: 'queued' | 'sent' | 'done' = 'queued';
+  tSend = 0;
+  retried = false;
+  /** Answered NOT_LEADER (it did not run): re-sent on the next connection. */
+  notRun = false;
+  redirects = 0;
+  /** An ACQUIRE given up by its caller: its grant, if any, is released. */
+  abandoned = false;
+  timer: NodeJS.Timeout | undefined;
+  settled = false;
+  readonly promise: Promise<Answer>;
+  resolve!: (a: Answer) => void;
+  reject!: (e: unknown) => void;
+  /** Set for an abandoned acquire whose caller waits for the clean-up. */
+  cleanupError: TicketingError | undefined;
+  cleanupTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    readonly spec: CallSpec,
+    /** Internal calls (heartbeat, ACK, CANCEL, clean-up RELEASE) have a callback instead of a caller. */
+    readonly internal: Done | undefined,
+  ) {
+    this.promise = new Promise<Answer>((res, rej) => {
+      this.resolve = res;
+      this.reject = rej;
+    });
+    if (internal) this.promise.catch(() => {});
+  }
+}
+
+function jitter(ms: number): number {
+  return Math.round(ms * (0.5 + Math.random() * 0.5));
+}
+
+/** One client's session. */
+export class Session {
+  /** The session id sent in every HELLO; a new one after the server restarted. */
+  sessionId: Buffer = newSessionId();
+  #nextId = 1n;
+  readonly #queue: Call[] = [];
+  readonly #sent = new Map<bigint, Call>();
+  #conn: Connection | undefined;
+  #dialing: Promise<void> | undefined;
+  #dialAbort: AbortController | undefined;
+  #dialConn: Connection | undefined;
+  #closing = false;
+  #stateId: Buffer | undefined;
+  #graceMs = 0;
+  #graceTimer: NodeJS.Timeout | undefined;
+  #withinGrace = false;
+  #leaderHint: Endpoint | undefined;
+  #preferred = 0;
+  #lastError: TicketingError | undefined;
+  #connectWaiters: { resolve(): void; reject(e: unknown): void }[] = [];
+  #answersSinceAck = 0;
+  #ack: Call | undefined;
+  #hbTimer: NodeJS.Timeout | undefined;
+  #hbFailTimer: NodeJS.Timeout | undefined;
+  #hb: Call | undefined;
+  #backoffTimer: NodeJS.Timeout | undefined;
+  #wakeBackoff: (() => void) | undefined;
+  #pendingUser = 0;
+  #cleanups = 0;
+  #idleWaiters: (() => void)[] = [];
+  #closed = false;
+
+  constructor(
+    private readonly opts: SessionOptions,
+    private readonly hooks: SessionHooks,
+  ) {}
+
+  /** True while a connection is up. */
+  get isConnected(): boolean {
+    return this.#conn !== undefined;
+  }
+
+  /** `host:port` of the connected server, or undefined. */
+  get endpoint(): string | undefined {
+    return this.#conn?.name;
+  }
+
+  /** The state id of the server this session talks to (undefined before the first WELCOME). */
+  get stateId(): Buffer | undefined {
+    return this.#stateId;
+  }
+
+  // ---- requests ----
+
+  /** Sends a request for a caller: `call.promise` settles with its answer (any status) or rejects. */
+  request(spec: CallSpec): Call {
+    const call = new Call(spec, undefined);
+    if (this.#closed) {
+      call.settled = true;
+      call.reject(new ClientClosedError(`${spec.what}: the client is closed`));
+      return call;
+    }
+    this.#pendingUser++;
+    this.#updateRef();
+    if (spec.timeoutMs > 0) call.timer = setTimeout(() => this.#onTimeout(call), spec.timeoutMs);
+    this.#submit(call);
+    return call;
+  }
+
+  /** Sends a request for the client itself; `done` gets the answer, or an error when it is dropped. */
+  #internal(spec: CallSpec, done: Done): Call {
+    const call = new Call(spec, done);
+    if (spec.op === Op.RELEASE) this.#cleanups++;
+    this.#submit(call);
+    return call;
+  }
+
+  #submit(call: Call): void {
+    if (this.#conn && this.#queue.length === 0) this.#send(call, false);
+    else {
+      this.#queue.push(call);
+      this.#ensureDialing();
+    }
+  }
+
+  #send(call: Call, retry: boolean): void {
+    const conn = this.#conn!;
+    const first = call.state === 'queued';
+    if (call.id === 0n) call.id = this.#nextId++;
+    call.state = 'sent';
+    call.tSend = performance.now();
+    call.retried = retry;
+    this.#sent.set(call.id, call);
+    const s = call.spec;
+    conn.write(encodeRequest({ op: s.op, id: call.id, token: s.token ?? 0n, leaseMs: s.leaseMs ?? 0, waitMs: s.waitMs ?? 0, key: s.key }));
+    if (first && s.timeoutMs > 0) {
+      if (call.internal) {
+        call.timer = setTimeout(() => this.#onTimeout(call), s.timeoutMs).unref();
+      } else if (s.op === Op.ACQUIRE && !call.abandoned) {
+        // The time an ACQUIRE spends queued is bounded by its wait timeout and the heartbeat.
+        if (call.timer) clearTimeout(call.timer);
+        call.timer = s.waitMs === Sizes.WAIT_FOREVER ? undefined : setTimeout(() => this.#onTimeout(call), s.waitMs! + s.timeoutMs);
+      }
+    }
+  }
+
+  #onTimeout(call: Call): void {
+    call.timer = undefined;
+    const ms = call.spec.timeoutMs;
+    if (call.state === 'queued') {
+      this.#unqueue(call);
+      const why = this.#lastError ? ` (last error: ${this.#lastError.message})` : '';
+      const to = this.opts.endpoints.map(formatEndpoint).join(', ');
+      this.#fail(call, new TimeoutError(`${call.spec.what}: no connection to ${to} within ${ms} ms${why}`, { cause: this.#lastError }));
+    } else if (call.state === 'sent') {
+      const acquire = call.spec.op === Op.ACQUIRE;
+      const err = new TimeoutError(
+        acquire
+          ? `${call.spec.what}: no answer within ${ms} ms after the wait timeout (${call.spec.waitMs} ms); the request is withdrawn`
+          : `${call.spec.what}: no answer from ${this.#conn?.name ?? 'the server'} within ${ms} ms`,
+      );
+      if (acquire && !call.internal) this.abandon(call, err, false);
+      else {
+        this.#sent.delete(call.id);
+        this.#fail(call, err);
+      }
+    }
+  }
+
+  #unqueue(call: Call): void {
+    const i = this.#queue.indexOf(call);
+    if (i >= 0) this.#queue.splice(i, 1);
+  }
+
+  /** Settles a call with an error: its caller's promise rejects, or its callback runs. */
+  #fail(call: Call, err: TicketingError): void {
+    if (call.timer) clearTimeout(call.timer);
+    call.timer = undefined;
+    if (call.state !== 'done') call.state = 'done';
+    if (call.internal) {
+      if (call.spec.op === Op.RELEASE) this.#cleanupDone();
+      call.internal(undefined, err);
+      return;
+    }
+    this.#settle(call, () => call.reject(err));
+  }
+
+  #settle(call: Call, how: () => void): void {
+    if (call.settled) return;
+    call.settled = true;
+    if (call.timer) clearTimeout(call.timer);
+    if (call.cleanupTimer) clearTimeout(call.cleanupTimer);
+    call.timer = call.cleanupTimer = undefined;
+    how();
+    this.#pendingUser--;
+    this.#updateRef();
+    this.#checkIdle();
+  }
+
+  /** Gives up a call that is not an ACQUIRE: it rejects with `err`; its answer, if it comes, is ignored. */
+  drop(call: Call, err: TicketingError): void {
+    if (call.settled) return;
+    if (call.spec.op === Op.ACQUIRE) return this.abandon(call, err, true);
+    if (call.state === 'queued') this.#unqueue(call);
+    else if (call.state === 'sent' && this.#sent.get(call.id) === call) this.#sent.delete(call.id);
+    call.state = 'done';
+    this.#settle(call, () => call.reject(err));
+  }
+
+  /**
+   * Gives up an ACQUIRE: a queued one is dropped; a written one is withdrawn with CANCEL (now,
+   * or on the session's next connection) and any grant that still arrives is released. The
+   * caller's promise rejects with `err` at once, or, with `waitCleanup`, once the answer (and
+   * the release of a raced grant) came, or the cleanup timeout passed.
+   */
+  abandon(call: Call, err: TicketingError, waitCleanup: boolean): void {
+    if (call.settled || call.abandoned) return;
+    if (call.state === 'queued') {
+      this.#unqueue(call);
+      call.state = 'done';
+      this.#settle(call, () => call.reject(err));
+      return;
+    }
+    if (call.state !== 'sent') return;
+    call.abandoned = true;
+    this.#cleanups++;
+    if (call.timer) clearTimeout(call.timer);
+    call.timer = undefined;
+    if (waitCleanup) {
+      call.cleanupError = err;
+      call.cleanupTimer = setTimeout(() => this.#settle(call, () => call.reject(err)), this.opts.cleanupTimeoutMs);
+    } else {
+      this.#settle(call, () => call.reject(err));
+    }
+    this.#internal({ op: Op.CANCEL, token: call.id, what: `cancel ${call.spec.what}`, timeoutMs: this.opts.requestTimeoutMs }, () => {
+      // The ACQUIRE's answer (CANCELLED, or OK to release) comes first; if it is still missing,
+      // give it the cleanup timeout and then forget it (a grant then runs out its lease).
+      if (this.#sent.get(call.id) === call) {
+        setTimeout(() => this.#dropAbandoned(call), this.opts.cleanupTimeoutMs).unref();
+      }
+    });
+  }
+
+  #dropAbandoned(call: Call): void {
+    if (call.state === 'done') return;
+    if (this.#sent.get(call.id) === call) this.#sent.delete(call.id);
+    call.state = 'done';
+    this.#cleanupDone();
+    if (call.cleanupError) this.#settle(call, () => call.reject(call.cleanupError));
+  }
+
+  /** The answer to an abandoned ACQUIRE: release a grant, then let the caller go. */
+  #abandonedAnswer(call: Call, r: Response): void {
+    const finish = (): void => {
+      this.#cleanupDone();
+      if (call.cleanupError) this.#settle(call, () => call.reject(call.cleanupError));
+    };
+    if (r.status !== Status.OK) return finish();
+    this.releaseToken(call.spec.key!, r.token, call.spec.what, finish);
+  }
+
+  /** Releases a token nobody will use (a grant that raced a cancel); `done` runs when that is settled. */
+  releaseToken(key: Buffer, token: bigint, what: string, done: () => void = () => {}): void {
+    this.#internal({ op: Op.RELEASE, key, token, what: `release (clean-up of ${what}) token ${token}`, timeoutMs: this.opts.requestTimeoutMs }, () => done());
+  }
+
+  #cleanupDone(): void {
+    this.#cleanups--;
+    this.#checkIdle();
+  }
+
+  // ---- answers ----
+
+  #onFrame(conn: Connection, r: Response): void {
+    if (conn !== this.#conn) return;
+    if (r.id === 0n) {
+      if (r.op === Op.GOAWAY) return this.#goaway(conn, r);
+      return this.hooks.onPush(r);
+    }
+    const call = this.#sent.get(r.id);
+    if (!call) return; // not ours any more (timed out): ignore
+    if (r.status === Status.NOT_LEADER && call.redirects < this.opts.maxRedirects) {
+      // It did not run: re-send it, with its id, on a connection to the leader.
+      call.notRun = true;
+      call.redirects++;
+      this.#leaderHint = tryParseEndpoint(r.data.toString('utf8'));
+      if (!this.#leaderHint) this.#moveOn(conn);
+      conn.destroy(new ConnectionLostError(`${conn.name} is not the leader; reconnecting`));
+      return;
+    }
+    if (
+      r.status === Status.SHUTTING_DOWN &&
+      this.opts.endpoints.length > 1 &&
+      (call.spec.op === Op.ACQUIRE || call.spec.op === Op.EXTEND) &&
+      !call.abandoned &&
+      call.redirects < this.opts.maxRedirects
+    ) {
+      // Refused (nothing ran): ask another endpoint, as a new request.
+      this.#sent.delete(r.id);
+      call.redirects++;
+      call.id = 0n;
+      call.state = 'queued';
+      this.#queue.unshift(call);
+      this.#moveOn(conn);
+      conn.destroy(new ConnectionLostError(`${conn.name} is shutting down; moving to another endpoint`));
+      return;
+    }
+    this.#sent.delete(r.id);
+    call.state = 'done';
+    if (call.timer) clearTimeout(call.timer);
+    call.timer = undefined;
+    this.#answersSinceAck++;
+    if (call.abandoned) this.#abandonedAnswer(call, r);
+    else if (call.internal) {
+      if (call.spec.op === Op.RELEASE) this.#cleanupDone();
+      call.internal(r);
+    } else this.#settle(call, () => call.resolve({ res: r, tSend: call.tSend, retried: call.retried }));
+    this.#maybeAck();
+  }
+
+  #goaway(conn: Connection, r: Response): void {
+    const hint = r.data.toString('utf8');
+    this.#leaderHint = hint ? tryParseEndpoint(hint) : undefined;
+    if (!this.#leaderHint) this.#moveOn(conn);
+    const why = r.detail === GoawayReason.LEADERSHIP ? 'no longer the leader' : r.detail === GoawayReason.STOPPING ? 'stopping' : `going away (reason ${r.detail})`;
+    conn.destroy(new ConnectionLostError(`${conn.name} is ${why}${hint ? `; leader is ${hint}` : ''}; reconnecting`));
+  }
+
+  /** Prefers the endpoint after `conn`'s for the next dial. */
+  #moveOn(conn: Connection): void {
+    const n = this.opts.endpoints.length;
+    const i = this.opts.endpoints.findIndex((e) => e.host === conn.endpoint.host && e.port === conn.endpoint.port);
+    this.#preferred = ((i >= 0 ? i : this.#preferred) + 1) % n;
+  }
+
+  #maybeAck(): void {
+    if (this.#answersSinceAck < ACK_AFTER || this.#ack || !this.#conn) return;
+    let x = 0n;
+    for (const c of this.#sent.values()) {
+      if (c.spec.op !== Op.ACQUIRE && (x === 0n || c.id < x)) x = c.id;
+    }
+    if (x === 0n) x = this.#nextId; // nothing awaited: the id the ACK itself takes
+    this.#answersSinceAck = 0;
+    this.#ack = this.#internal({ op: Op.ACK, token: x, what: 'ack', timeoutMs: this.opts.requestTimeoutMs }, () => (this.#ack = undefined));
+  }
+
+  // ---- connections ----
+
+  /** Connects now (if not connected): resolves once a connection is up, rejects with the first round's failure. */
+  connect(): Promise<void> {
+    if (this.#closed) return Promise.reject(new ClientClosedError());
+    if (this.#conn) return Promise.resolve();
+    const p = new Promise<void>((resolve, reject) => this.#connectWaiters.push({ resolve, reject }));
+    this.#updateRef();
+    this.#ensureDialing(true);
+    return p.finally(() => this.#updateRef());
+  }
+
+  #needsConnection(): boolean {
+    if (this.#closed) return false;
+    if (this.#connectWaiters.length > 0) return true;
+    if (this.#queue.some((c) => !c.internal)) return true;
+    for (const c of this.#sent.values()) if (!c.internal && !c.abandoned) return true;
+    if (this.hooks.holdsLocks()) return true;
+    return this.#withinGrace && (this.#queue.length > 0 || this.#sent.size > 0);
+  }
+
+  #ensureDialing(force = false): void {
+    if (this.#conn || this.#closed) return;
+    if (this.#dialing) {
+      if (force) this.#wakeBackoff?.(); // an explicit connect(): try now, not after the backoff
+      return;
+    }
+    if (!force && !this.#needsConnection()) return;
+    this.#dialing = this.#dialLoop().finally(() => (this.#dialing = undefined));
+  }
+
+  async #dialLoop(): Promise<void> {
+    let delay = this.opts.minBackoffMs;
+    let restarts = 0;
+    for (let round = 0; !this.#closed; round++) {
+      let conn: Connection;
+      try {
+        conn = await this.#dialRound();
+      } catch (err) {
+        if (this.#closed) return;
+        const e = err instanceof TicketingError ? err : new UnavailableError(String(err), { cause: err });
+        this.#lastError = e;
+        this.#connectFailed(e);
+        if (!this.#needsConnection()) return;
+        await this.#backoff(jitter(delay));
+        delay = Math.min(delay * 2, this.opts.maxBackoffMs);
+        continue;
+      }
+      if (this.#closed) {
+        conn.destroy(new ClientClosedError());
+        return;
+      }
+      if (this.#install(conn)) return;
+      // The server restarted: dial again at once with the new session (a few times, then back off).
+      if (++restarts > 3) {
+        await this.#backoff(jitter(delay));
+        delay = Math.min(delay * 2, this.opts.maxBackoffMs);
+      }
+    }
+  }
+
+  #backoff(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const wake = (): void => {
+        if (this.#backoffTimer) clearTimeout(this.#backoffTimer);
+        this.#backoffTimer = undefined;
+        this.#wakeBackoff = undefined;
+        resolve();
+      };
+      this.#backoffTimer = setTimeout(wake, ms);
+      if (!this.#wantRef()) this.#backoffTimer.unref();
+      this.#wakeBackoff = wake;
+    });
+  }
+
+  /** A dial round failed: explicit connect() calls fail; so do queued calls, unless a session is waiting to be resumed. */
+  #connectFailed(err: TicketingError): void {
+    const waiters = this.#connectWaiters.splice(0);
+    for (const w of waiters) w.reject(err);
+    const fatal = err instanceof AuthFailedError || err instanceof UnsupportedVersionError;
+    let resumable = false;
+    for (const c of this.#sent.values()) if (!c.internal && !c.abandoned) resumable = true;
+    if (resumable && !fatal) return;
+    for (const c of [...this.#queue]) {
+      if (c.internal) continue;
+      this.#unqueue(c);
+      this.#fail(c, err);
+    }
+    if (fatal) {
+      for (const c of [...this.#sent.values()]) {
+        if (c.internal || c.abandoned) continue;
+        this.#sent.delete(c.id);
+        this.#fail(c, err);
+      }
+    }
+  }
+
+  /** Tries every endpoint once (the leader hint first), following CHALLENGE NOT_LEADER hints. */
+  async #dialRound(): Promise<Connection> {
+    const eps = this.opts.endpoints;
+    const order: Endpoint[] = [];
+    if (this.#leaderHint) order.push(this.#leaderHint);
+    this.#leaderHint = undefined;
+    for (let k = 0; k < eps.length; k++) order.push(eps[(this.#preferred + k) % eps.length]!);
+    const errors: TicketingError[] = [];
+    let hops = 0;
+    for (let i = 0; i < order.length; i++) {
+      if (this.#closed) throw new ClientClosedError();
+      const ep = order[i]!;
+      this.#dialAbort = new AbortController();
+      try {
+        const conn = await Connection.open({
+          endpoint: ep,
+          sessionId: this.sessionId,
+          token: this.opts.token,
+          tls: this.opts.tls,
+          connectTimeoutMs: this.opts.connectTimeoutMs,
+          ref: this.#wantRef(),
+          signal: this.#dialAbort.signal,
+          onOpening: (c) => (this.#dialConn = c),
+        });
+        const j = eps.findIndex((e) => e.host === ep.host && e.port === ep.port);
+        if (j >= 0) this.#preferred = j;
+        return conn;
+      } catch (err) {
+        const e = err instanceof TicketingError ? err : new UnavailableError(String(err), { cause: err });
+        if (this.#closed) throw new ClientClosedError();
+        errors.push(e);
+        if (e instanceof AuthFailedError || e instanceof UnsupportedVersionError) throw e;
+        if (e instanceof NotLeaderError && e.leader && hops < this.opts.maxRedirects) {
+          const hint = tryParseEndpoint(e.leader);
+          if (hint) {
+            order.splice(i + 1, 0, hint);
+            hops++;
+          }
+        }
+      } finally {
+        this.#dialAbort = undefined;
+        this.#dialConn = undefined;
+      }
+    }
+    const last = errors[errors.length - 1]!;
+    if (errors.every((e) => e.constructor === last.constructor)) {
+      if (errors.length === 1 || !(last instanceof UnavailableError)) throw last;
+    }
+    const names = order.map(formatEndpoint).join(', ');
+    throw new UnavailableError(`could not connect to ${names}: ${last.message}`, { cause: last });
+  }
+
+  /**
+   * Takes a fresh connection into service. Returns false when the server turned out to have
+   * restarted (the connection is then closed, and the caller dials again with the new session).
+   */
+  #install(conn: Connection): boolean {
+    const w = conn.welcome;
+    if (this.#stateId && !w.stateId.equals(this.#stateId)) {
+      this.#stateId = Buffer.from(w.stateId);
+      conn.destroy(new ConnectionLostError(`${conn.name} restarted; starting a new session`));
+      this.#restarted(conn.name);
+      return false;
+    }
+    this.#stateId = Buffer.from(w.stateId);
+    this.#graceMs = w.sessionGraceMs;
+    this.#clearGrace();
+    this.#conn = conn;
+    conn.setRef(this.#wantRef());
+    conn.attach(
+      (r) => this.#onFrame(conn, r),
+      (err) => this.#onClose(conn, err),
+    );
+    if (this.#conn !== conn) return true; // it closed at once; #onClose has taken over
+    if (w.resumed) {
+      // Every unanswered request, with its id, in id order, before anything new.
+      for (const call of [...this.#sent.values()]) this.#send(call, !call.notRun);
+    } else {
+      this.#answersSinceAck = 0;
+      this.#ack = undefined;
+      for (const call of [...this.#sent.values()]) {
+        if (call.notRun || (call.internal && call.spec.op === Op.RELEASE)) {
+          this.#send(call, false); // never ran, or safe to run again: send as new
+        } else if (call.abandoned) {
+          this.#sent.delete(call.id);
+          this.#dropAbandoned(call);
+        } else {
+          this.#sent.delete(call.id);
+          this.#fail(
+            call,
+            new ConnectionLostError(`${call.spec.what}: the connection was lost and ${conn.name} could not resume the session; the request may or may not have run`),
+          );
+        }
+      }
+      // CANCELs and ACKs of the ended session mean nothing now.
+      for (const c of [...this.#queue]) {
+        if (c.internal && c.spec.op !== Op.RELEASE) {
+          this.#unqueue(c);
+          this.#fail(c, new ConnectionLostError('session ended'));
+        }
+      }
+    }
+    const queued = this.#queue.splice(0);
+    for (const call of queued) this.#send(call, false);
+    this.#startHeartbeat(conn);
+    const waiters = this.#connectWaiters.splice(0);
+    for (const wt of waiters) wt.resolve();
+    this.hooks.onConnect(conn.name);
+    return true;
+  }
+
+  /** The server's state id changed: every request in flight fails, every lock is lost, a new session starts. */
+  #restarted(endpoint: string): void {
+    const msg = `${endpoint} restarted (its state id changed): every lock of this client is lost`;
+    this.#clearGrace();
+    this.#answersSinceAck = 0;
+    this.#ack = undefined;
+    this.sessionId = newSessionId();
+    this.#nextId = 1n;
+    const sent = [...this.#sent.values()];
+    this.#sent.clear();
+    const internals = this.#queue.filter((c) => c.internal);
+    for (const c of internals) this.#unqueue(c);
+    this.hooks.onRestarted(endpoint);
+    for (const c of sent) {
+      if (c.abandoned) this.#dropAbandoned(c);
+      else this.#fail(c, new ServerRestartedError(`${c.spec.what}: ${msg}; the request is not re-sent`));
+    }
+    for (const c of internals) this.#fail(c, new ServerRestartedError(msg));
+  }
+
+  #onClose(conn: Connection, err: TicketingError): void {
+    if (conn !== this.#conn) return;
+    this.#conn = undefined;
+    this.#stopHeartbeat();
+    this.#lastError = err;
+    // Heartbeats are never re-sent.
+    for (const c of [...this.#sent.values()]) {
+      if (c.internal && c.spec.op === Op.PING) {
+        this.#sent.delete(c.id);
+        this.#fail(c, err);
+      }
+    }
+    this.hooks.onDisconnect(err);
+    if (this.#closed) return;
+    this.#withinGrace = true;
+    if (this.#graceMs > 0) {
+      this.#graceTimer = setTimeout(() => this.#graceExpired(conn.name, err), this.#graceMs);
+      this.#graceTimer.unref();
+    } else {
+      this.#graceExpired(conn.name, err);
+    }
+    this.#ensureDialing();
+  }
+
+  #clearGrace(): void {
+    if (this.#graceTimer) clearTimeout(this.#graceTimer);
+    this.#graceTimer = undefined;
+    this.#withinGrace = false;
+  }
+
+  /** The session grace passed since the drop without a reconnect: unanswered requests fail. */
+  #graceExpired(endpoint: string, cause: TicketingError): void {
+    this.#graceTimer = undefined;
+    this.#withinGrace = false;
+    const grace = this.#graceMs > 0 ? `within the session grace (${this.#graceMs} ms)` : '(the server keeps no session after a drop)';
+    for (const call of [...this.#sent.values()]) {
+      if (call.internal || call.abandoned) continue;
+      const err = new ConnectionLostError(`${call.spec.what}: the connection to ${endpoint} was lost and not resumed ${grace}: ${cause.message}`, { cause });
+      if (call.spec.op === Op.ACQUIRE) this.abandon(call, err, false);
+      else {
+        this.#sent.delete(call.id);
+        this.#fail(call, err);
+      }
+    }
+  }
+
+  // ---- heartbeat ----
+
+  #startHeartbeat(conn: Connection): void {
+    this.#stopHeartbeat();
+    const every = this.opts.heartbeatMs;
+    if (every <= 0) return;
+    const check = (): void => {
+      this.#hbTimer = undefined;
+      if (conn !== this.#conn) return;
+      const idle = performance.now() - conn.lastReceived;
+      if (idle >= every && !this.#hb) {
+        const rt = this.opts.requestTimeoutMs;
+        this.#hb = this.#internal({ op: Op.PING, what: 'heartbeat', timeoutMs: 0 }, () => {
+          this.#hb = undefined;
+          if (this.#hbFailTimer) clearTimeout(this.#hbFailTimer);
+          this.#hbFailTimer = undefined;
+        });
+        this.#hbFailTimer = setTimeout(() => {
+          this.#hbFailTimer = undefined;
+          conn.destroy(new TimeoutError(`no answer from ${conn.name} to a heartbeat within ${rt} ms; reconnecting`));
+        }, rt);
+        this.#hbFailTimer.unref();
+      }
+      this.#hbTimer = setTimeout(check, idle >= every ? every : Math.max(1, every - idle));
+      this.#hbTimer.unref();
+    };
+    this.#hbTimer = setTimeout(check, every);
+    this.#hbTimer.unref();
+  }
+
+  #stopHeartbeat(): void {
+    if (this.#hbTimer) clearTimeout(this.#hbTimer);
+    if (this.#hbFailTimer) clearTimeout(this.#hbFailTimer);
+    this.#hbTimer = this.#hbFailTimer = undefined;
+    this.#hb = undefined;
+  }
+
+  // ---- process liveness ----
+
+  /** Keep the process alive while a caller waits for something: an answer, a connect, a close. */
+  #wantRef(): boolean {
+    return this.#pendingUser > 0 || this.#connectWaiters.length > 0 || this.#closing;
+  }
+
+  #updateRef(): void {
+    const on = this.#wantRef();
+    this.#conn?.setRef(on);
+    this.#dialConn?.setRef(on);
+    if (this.#backoffTimer) {
+      if (on) this.#backoffTimer.ref();
+      else this.#backoffTimer.unref();
+    }
+  }
+
+  // ---- closing ----
+
+  /** Resolves once no caller waits for an answer and no clean-up is in flight. */
+  #idle(): Promise<void> {
+    if (this.#pendingUser === 0 && this.#cleanups <= 0) return Promise.resolve();
+    return new Promise((resolve) => this.#idleWaiters.push(resolve));
+  }
+
+  #checkIdle(): void {
+    if (this.#pendingUser === 0 && this.#cleanups <= 0) {
+      const w = this.#idleWaiters.splice(0);
+      for (const f of w) f();
+    }
+  }
+
+  /** Waits (at most `ms`) for every answer and clean-up in flight, then closes. */
+  async close(ms: number): Promise<void> {
+    if (this.#closed) return;
+    this.#closing = true;
+    this.#updateRef();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.#idle(), new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
+    clearTimeout(timer);
+    const conn = this.#conn;
+    this.#shutdown(new ClientClosedError('the client was closed before the answer came'));
+    if (conn) await conn.end();
+  }
+
+  /** Closes at once: every call still waiting rejects with {@link ClientClosedError}. */
+  destroy(): void {
+    if (this.#closed) return;
+    const conn = this.#conn;
+    this.#shutdown(new ClientClosedError('the client was destroyed before the answer came'));
+    conn?.destroy(new ClientClosedError());
+  }
+
+  #shutdown(err: ClientClosedError): void {
+    this.#closed = true;
+    this.#conn = undefined;
+    this.#stopHeartbeat();
+    this.#clearGrace();
+    this.#dialAbort?.abort();
+    this.#wakeBackoff?.();
+    for (const w of this.#connectWaiters.splice(0)) w.reject(err);
+    const all = [...this.#queue.splice(0), ...this.#sent.values()];
+    this.#sent.clear();
+    for (const c of all) {
+      if (c.abandoned) {
+        c.state = 'done';
+        if (c.cleanupError) this.#settle(c, () => c.reject(c.cleanupError));
+        continue;
+      }
+      this.#fail(c, new ClientClosedError(`${c.spec.what}: ${err.message}`));
+    }
+    this.#cleanups = 0;
+    this.#checkIdle();
+  }
+}
+
+function newSessionId(): Buffer {
+  for (;;) {
+    const id = randomBytes(Sizes.SESSION_ID);
+    if (id.some((b) => b !== 0)) return id;
+  }
+}

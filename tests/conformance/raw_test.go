@@ -1,0 +1,448 @@
+package conformance
+
+import (
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/ticketing/ticketing/internal/wire"
+)
+
+// rawConn is one protocol connection built directly on internal/wire: the handshake, then
+// frames written as given and frames read by a loop that hands each to a callback. The runner's
+// observer "R" (rawClient) and the stub driver are built on it.
+type rawConn struct {
+	nc      net.Conn
+	Session [wire.SessionIDSize]byte
+	Welcome wire.Welcome
+
+	wmu  sync.Mutex
+	done chan struct{}
+	err  error // why the read loop ended (valid once done is closed)
+}
+
+// rawOptions configure a handshake.
+type rawOptions struct {
+	Token   string
+	TLS     *tls.Config // nil: plain TCP
+	Session *[wire.SessionIDSize]byte
+	Timeout time.Duration // dial + TLS + handshake; default 5 s
+}
+
+// handshakeError is a refused handshake: the status of CHALLENGE or WELCOME.
+type handshakeError struct {
+	Frame  string // "CHALLENGE" or "WELCOME"
+	Status wire.Status
+	Detail uint32
+	Msg    string
+}
+
+func (e *handshakeError) Error() string {
+	return fmt.Sprintf("%s %s (detail %d) %q", e.Frame, e.Status, e.Detail, e.Msg)
+}
+
+// errNoAuthRequired: a token was configured but the server does not ask for one.
+var errNoAuthRequired = errors.New("server does not require auth (CHALLENGE without AUTH_REQUIRED) but a token is configured")
+
+// errBadServerProof: the server's proof did not verify.
+var errBadServerProof = errors.New("server proof does not verify")
+
+// dialRaw connects and runs the handshake.
+func dialRaw(addr string, o rawOptions) (*rawConn, error) {
+	if o.Timeout == 0 {
+		o.Timeout = 5 * time.Second
+	}
+	deadline := time.Now().Add(o.Timeout)
+	nc, err := net.DialTimeout("tcp", addr, o.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	if o.TLS != nil {
+		tc := tls.Client(nc, o.TLS)
+		tc.SetDeadline(deadline)
+		if err := tc.Handshake(); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		nc = tc
+	}
+	c := &rawConn{nc: nc, done: make(chan struct{})}
+	if err := c.handshake(o, deadline); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *rawConn) handshake(o rawOptions, deadline time.Time) error {
+	c.nc.SetDeadline(deadline)
+	defer c.nc.SetDeadline(time.Time{})
+	if o.Session != nil {
+		c.Session = *o.Session
+	} else if _, err := rand.Read(c.Session[:]); err != nil {
+		return err
+	}
+	var hello wire.Hello
+	hello.Version = wire.Version
+	hello.SessionID = c.Session
+	if _, err := rand.Read(hello.Nonce[:]); err != nil {
+		return err
+	}
+	if _, err := c.nc.Write(wire.AppendHello(nil, &hello)); err != nil {
+		return err
+	}
+	var head [4]byte
+	if _, err := io.ReadFull(c.nc, head[:]); err != nil {
+		return fmt.Errorf("reading CHALLENGE: %w", err)
+	}
+	n, err := wire.ChallengeLen(head[:])
+	if err != nil {
+		return fmt.Errorf("CHALLENGE: %w", err)
+	}
+	buf := make([]byte, n)
+	copy(buf, head[:])
+	if _, err := io.ReadFull(c.nc, buf[4:]); err != nil {
+		return fmt.Errorf("reading CHALLENGE: %w", err)
+	}
+	var ch wire.Challenge
+	if err := wire.DecodeChallenge(buf, &ch); err != nil {
+		return fmt.Errorf("CHALLENGE: %w", err)
+	}
+	if ch.Status != wire.StatusOK {
+		return &handshakeError{"CHALLENGE", ch.Status, ch.Detail, string(ch.Data)}
+	}
+	authRequired := ch.Flags&wire.ChallengeAuthRequired != 0
+	if o.Token != "" && !authRequired {
+		return errNoAuthRequired
+	}
+	var auth wire.Auth
+	if authRequired && o.Token != "" {
+		auth.Proof = wire.ClientProof([]byte(o.Token), &c.Session, &hello.Nonce, &ch.Nonce)
+	}
+	if _, err := c.nc.Write(wire.AppendAuth(nil, &auth)); err != nil {
+		return err
+	}
+	wb := make([]byte, wire.WelcomeSize)
+	if _, err := io.ReadFull(c.nc, wb); err != nil {
+		return fmt.Errorf("reading WELCOME: %w", err)
+	}
+	if err := wire.DecodeWelcome(wb, &c.Welcome); err != nil {
+		return fmt.Errorf("WELCOME: %w", err)
+	}
+	if c.Welcome.Status != wire.StatusOK {
+		return &handshakeError{"WELCOME", c.Welcome.Status, c.Welcome.Detail, ""}
+	}
+	if o.Token != "" {
+		want := wire.ServerProof([]byte(o.Token), &c.Session, &hello.Nonce, &ch.Nonce, &c.Welcome)
+		if !wire.ProofEqual(&want, &c.Welcome.Proof) {
+			return errBadServerProof
+		}
+	}
+	return nil
+}
+
+// resumed reports the WELCOME flag RESUMED.
+func (c *rawConn) resumed() bool { return c.Welcome.Flags&wire.WelcomeResumed != 0 }
+
+// rawFrame is a response or push as read, with its data copied.
+type rawFrame struct {
+	wire.Response
+	At time.Time
+}
+
+// run starts the read loop: onFrame for every frame, then onClose once with the reason.
+func (c *rawConn) run(onFrame func(rawFrame), onClose func(error)) {
+	go func() {
+		err := c.readLoop(onFrame)
+		c.err = err
+		close(c.done)
+		if onClose != nil {
+			onClose(err)
+		}
+	}()
+}
+
+func (c *rawConn) readLoop(onFrame func(rawFrame)) error {
+	var head [4]byte
+	for {
+		if _, err := io.ReadFull(c.nc, head[:]); err != nil {
+			return err
+		}
+		n := 4 + int(binary.BigEndian.Uint32(head[:]))
+		if n < wire.HeaderSize || n > wire.HeaderSize+wire.MaxDataLen {
+			return fmt.Errorf("frame length %d out of range", n)
+		}
+		buf := make([]byte, n)
+		copy(buf, head[:])
+		if _, err := io.ReadFull(c.nc, buf[4:]); err != nil {
+			return err
+		}
+		var r wire.Response
+		if _, err := wire.DecodeResponse(buf, wire.MaxDataLen, &r); err != nil {
+			return fmt.Errorf("bad frame % x: %v", buf, err)
+		}
+		onFrame(rawFrame{Response: r, At: time.Now()})
+	}
+}
+
+// write sends requests as one write.
+func (c *rawConn) write(reqs ...wire.Request) error {
+	var b []byte
+	for i := range reqs {
+		b = wire.AppendRequest(b, &reqs[i])
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, err := c.nc.Write(b)
+	return err
+}
+
+func (c *rawConn) close() { c.nc.Close() }
+
+// rawClient is the runner's own protocol client "R": one connection, requests matched to
+// answers by id, pushes kept in order.
+type rawClient struct {
+	conn *rawConn
+	log  func(format string, args ...any)
+
+	smu sync.Mutex // request ids reach the wire in order
+
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]chan rawFrame
+	pushes  []rawFrame
+	changed chan struct{}
+	closed  bool
+}
+
+func newRawClient(addr string, o rawOptions, log func(string, ...any)) (*rawClient, error) {
+	conn, err := dialRaw(addr, o)
+	if err != nil {
+		return nil, err
+	}
+	r := &rawClient{conn: conn, log: log, pending: map[uint64]chan rawFrame{}, changed: make(chan struct{})}
+	conn.run(r.onFrame, r.onClose)
+	return r, nil
+}
+
+func (r *rawClient) onFrame(f rawFrame) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if f.ID == 0 {
+		r.pushes = append(r.pushes, f)
+		if r.log != nil {
+			r.log("R push %s", describeFrame(f.Response))
+		}
+		close(r.changed)
+		r.changed = make(chan struct{})
+		return
+	}
+	if ch, ok := r.pending[f.ID]; ok {
+		delete(r.pending, f.ID)
+		ch <- f
+	}
+}
+
+func (r *rawClient) onClose(err error) {
+	r.mu.Lock()
+	r.closed = true
+	for id, ch := range r.pending {
+		close(ch)
+		delete(r.pending, id)
+	}
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// send sends one request with the next id and returns the channel of its answer (closed
+// without a value if the connection ends first).
+func (r *rawClient) send(req wire.Request) (uint64, <-chan rawFrame) {
+	ch := make(chan rawFrame, 1)
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		close(ch)
+		return 0, ch
+	}
+	r.nextID++
+	req.ID = r.nextID
+	r.pending[req.ID] = ch
+	r.mu.Unlock()
+	if err := r.conn.write(req); err != nil {
+		r.conn.close()
+	}
+	return req.ID, ch
+}
+
+// do sends a request and waits up to timeout for its answer.
+func (r *rawClient) do(req wire.Request, timeout time.Duration) (wire.Response, error) {
+	_, ch := r.send(req)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case f, ok := <-ch:
+		if !ok {
+			return wire.Response{}, fmt.Errorf("R: connection closed before the answer to %s (%v)", req.Op, r.conn.err)
+		}
+		return f.Response, nil
+	case <-t.C:
+		return wire.Response{}, fmt.Errorf("R: no answer to %s %q within %v", req.Op, req.Key, timeout)
+	}
+}
+
+const rawTimeout = 10 * time.Second
+
+// acquire sends ACQUIRE and waits for the answer (use send for one that waits in the queue).
+func (r *rawClient) acquire(key string, lease time.Duration, wait uint32) (wire.Response, error) {
+	resp, err := r.do(wire.Request{Op: wire.OpAcquire, Key: []byte(key), Lease: uint32(lease.Milliseconds()), WaitMs: wait}, rawTimeout)
+	if err == nil && r.log != nil {
+		r.log("R ACQUIRE %q lease %v wait %d: %s", key, lease, wait, describeFrame(resp))
+	}
+	return resp, err
+}
+
+func (r *rawClient) release(key string, token uint64) (wire.Response, error) {
+	resp, err := r.do(wire.Request{Op: wire.OpRelease, Key: []byte(key), Token: token}, rawTimeout)
+	if err == nil && r.log != nil {
+		r.log("R RELEASE %q token %d: %s", key, token, describeFrame(resp))
+	}
+	return resp, err
+}
+
+func (r *rawClient) extend(key string, token uint64, lease time.Duration) (wire.Response, error) {
+	resp, err := r.do(wire.Request{Op: wire.OpExtend, Key: []byte(key), Token: token, Lease: uint32(lease.Milliseconds())}, rawTimeout)
+	if err == nil && r.log != nil {
+		r.log("R EXTEND %q token %d lease %v: %s", key, token, lease, describeFrame(resp))
+	}
+	return resp, err
+}
+
+// inspection is a decoded INSPECT answer.
+type inspection struct {
+	Token     uint64
+	LeaseLeft uint32
+	Waiters   uint32
+	HeldFor   uint32
+	LockDelay uint32
+	Flags     uint32
+}
+
+func (i inspection) held() bool       { return i.Flags&wire.InspectHeld != 0 }
+func (i inspection) tokenMatch() bool { return i.Flags&wire.InspectTokenMatch != 0 }
+
+func (i inspection) String() string {
+	return fmt.Sprintf("held=%v token=%d lease_left=%dms waiters=%d held_for=%dms lock_delay=%dms flags=%#x",
+		i.held(), i.Token, i.LeaseLeft, i.Waiters, i.HeldFor, i.LockDelay, i.Flags)
+}
+
+// inspect sends INSPECT (with token 0 or a token to check). It does not log: callers poll it.
+func (r *rawClient) inspect(key string, token uint64) (inspection, error) {
+	resp, err := r.do(wire.Request{Op: wire.OpInspect, Key: []byte(key), Token: token}, rawTimeout)
+	if err != nil {
+		return inspection{}, err
+	}
+	if resp.Status != wire.StatusOK || len(resp.Data) != wire.InspectDataSize {
+		return inspection{}, fmt.Errorf("R: INSPECT %q: %s", key, describeFrame(resp))
+	}
+	be := binary.BigEndian
+	return inspection{Token: resp.Token, LeaseLeft: resp.Lease, Waiters: resp.Detail,
+		HeldFor: be.Uint32(resp.Data[0:]), LockDelay: be.Uint32(resp.Data[4:]), Flags: be.Uint32(resp.Data[8:])}, nil
+}
+
+func (r *rawClient) ping() error {
+	resp, err := r.do(wire.Request{Op: wire.OpPing}, rawTimeout)
+	if err == nil && resp.Status != wire.StatusOK {
+		err = fmt.Errorf("R: PING: %s", describeFrame(resp))
+	}
+	return err
+}
+
+// waitPush waits up to timeout for a push matching pred.
+func (r *rawClient) waitPush(pred func(rawFrame) bool, timeout time.Duration) (rawFrame, bool) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		for _, p := range r.pushes {
+			if pred(p) {
+				r.mu.Unlock()
+				return p, true
+			}
+		}
+		ch, closed := r.changed, r.closed
+		r.mu.Unlock()
+		if closed {
+			return rawFrame{}, false
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return rawFrame{}, false
+		}
+	}
+}
+
+// closedAt waits up to timeout for the connection to end.
+func (r *rawClient) waitClosed(timeout time.Duration) bool {
+	select {
+	case <-r.conn.done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+func (r *rawClient) close() { r.conn.close() }
+
+// describeFrame renders a response for logs.
+func describeFrame(f wire.Response) string {
+	s := fmt.Sprintf("%s %s id=%d", f.Op, f.Status, f.ID)
+	if f.Token != 0 {
+		s += fmt.Sprintf(" token=%d", f.Token)
+	}
+	if f.Lease != 0 {
+		s += fmt.Sprintf(" lease=%d", f.Lease)
+	}
+	if f.Detail != 0 {
+		s += fmt.Sprintf(" detail=%d", f.Detail)
+	}
+	if len(f.Data) > 0 {
+		if f.Op == wire.OpInspect {
+			s += fmt.Sprintf(" data=% x", f.Data)
+		} else {
+			s += fmt.Sprintf(" data=%q", f.Data)
+		}
+	}
+	return s
+}
+
+// describeRequest renders a request frame's bytes for logs.
+func describeRequest(b []byte) string {
+	var r wire.Request
+	if _, err := wire.DecodeRequest(b, wire.MaxKeyLen, &r); err != nil {
+		return fmt.Sprintf("% x", b)
+	}
+	s := fmt.Sprintf("%s id=%d", r.Op, r.ID)
+	if r.Token != 0 {
+		s += fmt.Sprintf(" token=%d", r.Token)
+	}
+	if r.Lease != 0 {
+		s += fmt.Sprintf(" lease=%d", r.Lease)
+	}
+	if r.Op == wire.OpAcquire {
+		s += fmt.Sprintf(" wait=%d", r.WaitMs)
+	}
+	if len(r.Key) > 0 {
+		s += fmt.Sprintf(" key=%q", clip(string(r.Key), 40))
+	}
+	return s
+}

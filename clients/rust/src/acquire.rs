@@ -1,0 +1,309 @@
+//! The acquire builder and its future.
+
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::{Instant, timeout_at};
+
+use crate::client::{Answer, Client, Inner, Req, check_key, lease_ms, status_error, wait_ms};
+use crate::error::{Error, key_text};
+use crate::lock::{Lock, LockShared};
+use crate::wire::{self, Op, Status};
+
+/// An acquire being set up: returned by [`Client::acquire`]; `.await` it (it implements
+/// [`IntoFuture`]) for a [`Lock`], or [`run`](Acquire::run) a body under the lock.
+///
+/// Defaults: wait without limit, no keep-alive, no max hold, queue behind a lock this client
+/// already holds, scoped helpers report a lost lock.
+#[must_use = "an acquire does nothing until it is awaited"]
+pub struct Acquire {
+    client: Client,
+    key: Vec<u8>,
+    lease: Duration,
+    wait: Option<Duration>,
+    keep_alive: bool,
+    max_hold: Option<Duration>,
+    refuse_held: bool,
+    report_lost: bool,
+    cancel: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
+
+impl fmt::Debug for Acquire {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Acquire")
+            .field("key", &key_text(&self.key))
+            .field("lease", &self.lease)
+            .field("wait", &self.wait)
+            .field("keep_alive", &self.keep_alive)
+            .field("max_hold", &self.max_hold)
+            .field("refuse_held", &self.refuse_held)
+            .field("report_lost", &self.report_lost)
+            .field("cancel_on", &self.cancel.is_some())
+            .finish()
+    }
+}
+
+impl Acquire {
+    pub(crate) fn new(client: Client, key: &[u8], lease: Duration) -> Acquire {
+        Acquire {
+            client,
+            key: key.to_vec(),
+            lease,
+            wait: None,
+            keep_alive: false,
+            max_hold: None,
+            refuse_held: false,
+            report_lost: true,
+            cancel: None,
+        }
+    }
+
+    /// Waits at most `timeout` in the key's queue, then fails with [`Error::NotAcquired`].
+    /// `Duration::ZERO` tries once. Sub-millisecond parts round up; from 2^32 − 1 ms on it means
+    /// without limit. Default: without limit.
+    pub fn wait(mut self, timeout: Duration) -> Self {
+        self.wait = Some(timeout);
+        self
+    }
+
+    /// Extends the lock in the background every lease/3 (with the same lease) until it is
+    /// released or lost, or [`max_hold`](Acquire::max_hold) passes. Default: off.
+    pub fn keep_alive(mut self, on: bool) -> Self {
+        self.keep_alive = on;
+        self
+    }
+
+    /// Caps keep-alive: after this long from the grant it stops, and the lock then runs out its
+    /// lease. Default: none.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Fails at once with [`Error::AlreadyHeld`] when this client already holds the key, instead
+    /// of queueing behind itself. Default: off (the owner is the token, not the client: two
+    /// tasks sharing a client exclude each other).
+    pub fn refuse_held(mut self, on: bool) -> Self {
+        self.refuse_held = on;
+        self
+    }
+
+    /// Cancels the acquire when `signal` completes (a `CancellationToken`'s `cancelled()`, a
+    /// oneshot receiver, a shutdown future...), and **waits for the clean-up**: the request is
+    /// withdrawn with `CANCEL`, and a grant that raced the cancellation is released, before the
+    /// acquire fails with [`Error::Cancelled`] (bounded by
+    /// [`ClientOptions::cleanup_timeout`](crate::ClientOptions::cleanup_timeout); the clean-up
+    /// then finishes in the background). Once it returns, the server no longer counts this
+    /// client as waiting. Dropping the future instead does the same clean-up in the background.
+    ///
+    /// ```no_run
+    /// # async fn f(client: ticketing::Client) -> Result<(), ticketing::Error> {
+    /// use std::time::Duration;
+    /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// let waiting = client.acquire("k", Duration::from_secs(10)).cancel_on(async move {
+    ///     let _ = stopped.await;
+    /// });
+    /// # drop(stop);
+    /// match waiting.await {
+    ///     Err(ticketing::Error::Cancelled { .. }) => println!("withdrawn, nothing held"),
+    ///     other => println!("{other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn cancel_on(mut self, signal: impl Future<Output = ()> + Send + 'static) -> Self {
+        self.cancel = Some(Box::pin(signal));
+        self
+    }
+
+    /// For [`run`](Acquire::run): whether a lock lost while the body ran is reported as
+    /// [`Error::LockLost`]. Default: on.
+    pub fn report_lost(mut self, on: bool) -> Self {
+        self.report_lost = on;
+        self
+    }
+
+    /// Acquires the lock, runs `body` with it, then releases it, and returns the body's output.
+    ///
+    /// If the lock was lost while the body ran, returns [`Error::LockLost`] naming the reason
+    /// after the body finishes (unless [`report_lost`](Acquire::report_lost) is off). The body
+    /// should also watch [`Lock::lost`] to stop early. If the body panics or the future is
+    /// dropped, the lock is released in the background.
+    ///
+    /// ```no_run
+    /// # async fn f(client: ticketing::Client) -> Result<(), ticketing::Error> {
+    /// use std::time::Duration;
+    /// let rows = client
+    ///     .acquire("daily-batch", Duration::from_secs(60))
+    ///     .keep_alive(true)
+    ///     .run(async |lock| {
+    ///         // ... the batch, passing lock.token() to every write ...
+    ///         42
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run<T, F>(self, body: F) -> Result<T, Error>
+    where
+        F: AsyncFnOnce(&Lock) -> T,
+    {
+        let report = self.report_lost;
+        let guard = self.await?.into_guard();
+        let out = body(&guard).await;
+        let lost = guard.lost_reason();
+        let key = key_text(guard.key());
+        let token = guard.token();
+        let released = guard.release().await;
+        match (lost, released) {
+            (Some(reason), _) if report => Err(Error::LockLost { key, token, reason }),
+            (_, Err(Error::LockLost { .. })) if !report => Ok(out),
+            (_, Err(e)) => Err(e),
+            (_, Ok(())) => Ok(out),
+        }
+    }
+
+    async fn execute(mut self) -> Result<Lock, Error> {
+        let key = check_key(&self.key)?;
+        let lease = lease_ms(self.lease)?;
+        let wait = wait_ms(self.wait);
+        if self.refuse_held && self.client.holds(&key) {
+            return Err(Error::AlreadyHeld { key: key_text(&key) });
+        }
+        let inner = self.client.inner().clone();
+        let request_timeout = inner.opts.request_timeout;
+        let mut req = Req::new(Op::ACQUIRE, key.clone());
+        req.lease_ms = lease;
+        req.wait_ms = wait;
+        let sent = inner.send(req, Instant::now() + request_timeout, None).await?;
+        let mut pending = PendingAcquire { inner: &inner, id: sent.id, rx: sent.rx, armed: true };
+        // The request timeout bounds everything but the time spent queued: with a wait limit the
+        // server answers by then; without one, the heartbeat watches the connection.
+        let bound = (wait != wire::WAIT_FOREVER).then(|| Duration::from_millis(wait.into()) + request_timeout);
+        let answer = async {
+            match bound {
+                None => Ok((&mut pending.rx).await),
+                Some(b) => timeout_at(Instant::now() + b, &mut pending.rx).await,
+            }
+        };
+        let signal = async {
+            match self.cancel.take() {
+                Some(s) => s.await,
+                None => std::future::pending().await,
+            }
+        };
+        let answer = tokio::select! {
+            a = answer => a,
+            () = signal => return Err(pending.withdraw(&key).await),
+        };
+        let answer = match answer {
+            Ok(a) => a,
+            // Dropping `pending` withdraws the request and releases a grant that raced it.
+            Err(_) => {
+                let timeout = bound.unwrap_or_default();
+                return Err(Error::Timeout { what: format!("acquire of {:?}", key_text(&key)), timeout });
+            }
+        };
+        pending.armed = false;
+        match answer {
+            Err(_) => Err(Error::Closed),
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(Answer::Granted(shared))) => {
+                if self.keep_alive {
+                    shared.start_keepalive(self.max_hold);
+                }
+                Ok(Lock::new(shared, self.client))
+            }
+            Ok(Ok(Answer::Reply(r))) if r.status == Status::OK => {
+                Err(Error::Protocol { message: "ACQUIRE OK delivered without a lock".into() })
+            }
+            Ok(Ok(Answer::Reply(r))) => Err(status_error(Op::ACQUIRE, &r, &key, 0, self.wait.unwrap_or(Duration::MAX))),
+        }
+    }
+}
+
+/// An acquire on the wire whose caller may give up: dropping it armed withdraws the request
+/// (`CANCEL`) and releases a grant that already arrived for it.
+struct PendingAcquire<'a> {
+    inner: &'a Arc<Inner>,
+    id: u64,
+    rx: oneshot::Receiver<Result<Answer, Error>>,
+    armed: bool,
+}
+
+impl PendingAcquire<'_> {
+    /// Withdraws the acquire and waits (up to the cleanup timeout) for its final answer,
+    /// releasing a grant that raced the cancellation; returns the error to report.
+    async fn withdraw(&mut self, key: &[u8]) -> Error {
+        let cleanup = self.inner.opts.cleanup_timeout;
+        let deadline = Instant::now() + cleanup;
+        self.inner.lock_state().cancel_acquire(self.id, Instant::now());
+        match timeout_at(deadline, &mut self.rx).await {
+            Ok(Ok(Ok(Answer::Granted(lock)))) => {
+                self.armed = false;
+                if timeout_at(deadline, lock.release()).await.is_err() {
+                    lock.abandon();
+                }
+            }
+            Ok(_) => self.armed = false,
+            // Still no answer: dropping `self` armed finishes the clean-up in the background.
+            Err(_) => {}
+        }
+        Error::Cancelled { key: key_text(key) }
+    }
+}
+
+impl Drop for PendingAcquire<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let granted: Option<Arc<LockShared>> = {
+            let mut st = self.inner.lock_state();
+            if st.abandon_acquire(self.id, Instant::now()) {
+                None
+            } else {
+                match self.rx.try_recv() {
+                    Ok(Ok(Answer::Granted(l))) => Some(l),
+                    _ => None,
+                }
+            }
+        };
+        if let Some(l) = granted {
+            l.abandon();
+        }
+    }
+}
+
+/// The future of an [`Acquire`]: resolves to the [`Lock`] once granted. Dropping it before then
+/// withdraws the request from the queue and releases a grant that raced the drop.
+#[must_use = "futures do nothing unless polled"]
+pub struct AcquireFuture {
+    inner: Pin<Box<dyn Future<Output = Result<Lock, Error>> + Send>>,
+}
+
+impl fmt::Debug for AcquireFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AcquireFuture")
+    }
+}
+
+impl Future for AcquireFuture {
+    type Output = Result<Lock, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl IntoFuture for Acquire {
+    type Output = Result<Lock, Error>;
+    type IntoFuture = AcquireFuture;
+
+    fn into_future(self) -> AcquireFuture {
+        AcquireFuture { inner: Box::pin(self.execute()) }
+    }
+}

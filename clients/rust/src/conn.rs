@@ -1,0 +1,863 @@
+//! The connection: dialing (TCP, TLS), the handshake, installing a connection into the session
+//! (resume, restart detection), and the read, write and heartbeat loops.
+
+use std::fmt;
+use std::future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, oneshot};
+use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::{self, RootCertStore};
+
+use crate::client::{Answer, Inner, Outbox, Reply, Req, empty_key};
+use crate::error::{Error, LostReason};
+use crate::lock::{LockShared, local_deadline};
+use crate::options::{ClientOptions, Pem};
+use crate::wire::{
+    self, Auth, BusyLimit, Challenge, ExpiredReason, GoawayReason, Hello, InvalidField, Op, Response, Status, Welcome,
+};
+
+/// Fills `buf` from the operating system's cryptographic random source.
+pub(crate) fn fill_random(buf: &mut [u8]) -> Result<(), Error> {
+    getrandom::getrandom(buf).map_err(|e| Error::ConnectionLost { message: format!("no random source: {e}") })
+}
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+type Stream = Box<dyn Io>;
+
+/// Makes connections: TCP, then TLS when configured.
+pub(crate) struct Dialer {
+    tls: Option<(TlsConnector, Option<String>)>,
+}
+
+const SYSTEM_CA_FILES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
+fn tls_config_error(message: impl Into<String>) -> Error {
+    Error::Tls { endpoint: String::new(), message: message.into() }
+}
+
+fn read_pem(pem: &Pem, what: &str) -> Result<Vec<u8>, Error> {
+    match pem {
+        Pem::Bytes(b) => Ok(b.clone()),
+        Pem::File(path) => {
+            std::fs::read(path).map_err(|e| tls_config_error(format!("reading {what} file {}: {e}", path.display())))
+        }
+    }
+}
+
+impl Dialer {
+    pub fn new(opts: &ClientOptions) -> Result<Dialer, Error> {
+        let Some(tls) = &opts.tls else { return Ok(Dialer { tls: None }) };
+        let config = match &tls.config {
+            Some(c) => c.clone(),
+            None => {
+                let mut roots = RootCertStore::empty();
+                match &tls.ca {
+                    Some(ca) => {
+                        let bytes = read_pem(ca, "CA")?;
+                        for cert in CertificateDer::pem_slice_iter(&bytes) {
+                            let cert = cert.map_err(|e| tls_config_error(format!("parsing the CA PEM: {e}")))?;
+                            roots.add(cert).map_err(|e| tls_config_error(format!("adding a CA certificate: {e}")))?;
+                        }
+                    }
+                    None => {
+                        if let Some(bytes) = SYSTEM_CA_FILES.iter().find_map(|p| std::fs::read(p).ok()) {
+                            roots.add_parsable_certificates(
+                                CertificateDer::pem_slice_iter(&bytes).filter_map(Result::ok),
+                            );
+                        }
+                    }
+                }
+                if roots.is_empty() {
+                    return Err(tls_config_error("no CA certificate to verify the server with (set a CA file or PEM)"));
+                }
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                let builder = rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| tls_config_error(e.to_string()))?
+                    .with_root_certificates(roots);
+                let config = match &tls.client_cert {
+                    Some((cert, key)) => {
+                        let cert_pem = read_pem(cert, "client certificate")?;
+                        let certs = CertificateDer::pem_slice_iter(&cert_pem)
+                            .collect::<Result<Vec<_>, _>>()
+                            .map_err(|e| tls_config_error(format!("parsing the client certificate PEM: {e}")))?;
+                        if certs.is_empty() {
+                            return Err(tls_config_error("the client certificate PEM holds no certificate"));
+                        }
+                        let key_pem = read_pem(key, "client key")?;
+                        let key = PrivateKeyDer::from_pem_slice(&key_pem)
+                            .map_err(|e| tls_config_error(format!("parsing the client key PEM: {e}")))?;
+                        builder
+                            .with_client_auth_cert(certs, key)
+                            .map_err(|e| tls_config_error(format!("client certificate: {e}")))?
+                    }
+                    None => builder.with_no_client_auth(),
+                };
+                Arc::new(config)
+            }
+        };
+        Ok(Dialer { tls: Some((TlsConnector::from(config), tls.server_name.clone())) })
+    }
+}
+
+/// The host part of `host:port` (without the brackets of an IPv6 address).
+fn host_of(endpoint: &str) -> &str {
+    if let Some(rest) = endpoint.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    endpoint.rsplit_once(':').map(|(h, _)| h).unwrap_or(endpoint)
+}
+
+/// How one endpoint failed.
+enum Failure {
+    /// Give up the round: the same answer would come from any endpoint (auth, version, TLS).
+    Fatal(Error),
+    /// Try the next endpoint.
+    Next(String, Option<Error>),
+    /// `CHALLENGE` `NOT_LEADER`: try the leader (when known) next.
+    NotLeader(Option<String>),
+}
+
+/// A connection that completed its handshake.
+pub(crate) struct Established {
+    stream: Stream,
+    welcome: Welcome,
+    session_id: [u8; wire::SESSION_ID_LEN],
+    endpoint: String,
+}
+
+/// Reads the frame the handshake expects next: 4 length bytes, then the rest. `size` maps the
+/// first 4 bytes to the frame's size.
+async fn read_handshake_frame(
+    s: &mut Stream,
+    size: impl Fn(&[u8]) -> Result<usize, wire::FrameError>,
+    tls: bool,
+) -> Result<Vec<u8>, Failure> {
+    let mut head = [0u8; 4];
+    s.read_exact(&mut head).await.map_err(|e| closed_in_handshake(&e, tls))?;
+    let n = match size(&head) {
+        Ok(n) if n >= head.len() => n,
+        Ok(_) => return Err(Failure::Next("bad handshake frame from the server".into(), None)),
+        Err(e) => {
+            if !tls && (head[0] == 0x15 || head[0] == 0x16) && head[1] == 0x03 {
+                return Err(Failure::Fatal(Error::Tls {
+                    endpoint: String::new(),
+                    message: "the server answered with TLS: is the server using TLS? (set ClientOptions::tls)".into(),
+                }));
+            }
+            return Err(Failure::Next(format!("bad handshake frame from the server: {e}"), None));
+        }
+    };
+    let mut frame = vec![0u8; n];
+    frame[..4].copy_from_slice(&head);
+    s.read_exact(&mut frame[4..]).await.map_err(|e| closed_in_handshake(&e, tls))?;
+    Ok(frame)
+}
+
+fn closed_in_handshake(e: &std::io::Error, tls: bool) -> Failure {
+    if tls && let Some(te) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+        // A TLS alert after the TLS handshake, such as a server that requires a client certificate.
+        return Failure::Fatal(Error::Tls { endpoint: String::new(), message: te.to_string() });
+    }
+    let hint = if tls { "" } else { " (is the server using TLS?)" };
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        Failure::Next(format!("the server closed the connection during the handshake{hint}"), None)
+    } else {
+        Failure::Next(format!("handshake: {e}{hint}"), None)
+    }
+}
+
+fn message(data: &[u8]) -> String {
+    String::from_utf8_lossy(data).into_owned()
+}
+
+async fn dial(inner: &Inner, endpoint: &str, session_id: [u8; 16]) -> Result<Established, Failure> {
+    let tcp = TcpStream::connect(endpoint).await.map_err(|e| Failure::Next(e.to_string(), None))?;
+    let _ = tcp.set_nodelay(true);
+    let tls = inner.dialer.tls.is_some();
+    let mut stream: Stream = match &inner.dialer.tls {
+        None => Box::new(tcp),
+        Some((connector, name)) => {
+            let name = name.clone().unwrap_or_else(|| host_of(endpoint).to_owned());
+            let server_name = ServerName::try_from(name.clone()).map_err(|e| {
+                Failure::Fatal(Error::Tls {
+                    endpoint: endpoint.to_owned(),
+                    message: format!("server name {name:?}: {e}"),
+                })
+            })?;
+            match connector.connect(server_name, tcp).await {
+                Ok(s) => Box::new(s),
+                Err(e) => {
+                    // A TLS error (certificate, alert) speaks for itself; a connection that
+                    // closed or broke during the TLS handshake is most likely a plaintext server.
+                    let is_tls_error = e.get_ref().is_some_and(|i| i.is::<rustls::Error>());
+                    let hint = if is_tls_error { "" } else { " (is the server using TLS?)" };
+                    return Err(Failure::Fatal(Error::Tls {
+                        endpoint: endpoint.to_owned(),
+                        message: format!("{e}{hint}"),
+                    }));
+                }
+            }
+        }
+    };
+    let welcome = handshake(&mut stream, inner, endpoint, &session_id, tls).await.map_err(|f| match f {
+        Failure::Fatal(Error::Tls { endpoint: e, message }) if e.is_empty() => {
+            Failure::Fatal(Error::Tls { endpoint: endpoint.to_owned(), message })
+        }
+        f => f,
+    })?;
+    Ok(Established { stream, welcome, session_id, endpoint: endpoint.to_owned() })
+}
+
+async fn handshake(
+    s: &mut Stream,
+    inner: &Inner,
+    endpoint: &str,
+    session_id: &[u8; 16],
+    tls: bool,
+) -> Result<Welcome, Failure> {
+    let token = inner.opts.token.as_deref().map(str::as_bytes);
+    let mut client_nonce = [0u8; wire::NONCE_LEN];
+    fill_random(&mut client_nonce).map_err(Failure::Fatal)?;
+    let hello = Hello { version: wire::VERSION, flags: 0, session_id: *session_id, client_nonce };
+    let io = |e: std::io::Error| Failure::Next(format!("handshake: {e}"), None);
+    s.write_all(&hello.encode()).await.map_err(io)?;
+    s.flush().await.map_err(io)?;
+
+    let frame =
+        read_handshake_frame(s, |h| Challenge::frame_size(h).and_then(|n| n.ok_or(wire::FrameError::Length)), tls)
+            .await?;
+    let ch = Challenge::decode(&frame).map_err(|e| Failure::Next(format!("bad CHALLENGE: {e}"), None))?;
+    match ch.status {
+        Status::OK => {}
+        Status::NOT_LEADER => {
+            let hint = message(&ch.data);
+            return Err(Failure::NotLeader((!hint.is_empty()).then_some(hint)));
+        }
+        Status::UNSUPPORTED_VERSION => {
+            return Err(Failure::Fatal(Error::UnsupportedVersion {
+                endpoint: endpoint.to_owned(),
+                server_version: ch.version,
+            }));
+        }
+        Status::BUSY => {
+            let e = Error::Busy { limit: BusyLimit(ch.detail), message: message(&ch.data) };
+            return Err(Failure::Next(e.to_string(), Some(e)));
+        }
+        Status::SHUTTING_DOWN => {
+            let e = Error::ShuttingDown { message: message(&ch.data) };
+            return Err(Failure::Next(e.to_string(), Some(e)));
+        }
+        Status::INVALID => {
+            return Err(Failure::Fatal(Error::InvalidArgument {
+                field: Some(InvalidField(ch.detail)),
+                message: format!("the server refused the handshake: {}", message(&ch.data)),
+            }));
+        }
+        status => {
+            let e = Error::Status { op: Op::CHALLENGE, status, detail: ch.detail, message: message(&ch.data) };
+            return Err(Failure::Next(e.to_string(), Some(e)));
+        }
+    }
+    if token.is_some() && !ch.auth_required() {
+        return Err(Failure::Fatal(Error::AuthFailed {
+            endpoint: endpoint.to_owned(),
+            message: "a token is configured but the server does not require one, so it cannot prove it holds the token; refusing it".into(),
+        }));
+    }
+    let client_proof = match token {
+        Some(t) => wire::client_proof(t, session_id, &client_nonce, &ch.server_nonce),
+        None => [0u8; wire::PROOF_LEN],
+    };
+    s.write_all(&Auth { client_proof }.encode()).await.map_err(io)?;
+    s.flush().await.map_err(io)?;
+
+    let frame = read_handshake_frame(
+        s,
+        |h| {
+            if u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize == wire::WELCOME_LEN - 4 {
+                Ok(wire::WELCOME_LEN)
+            } else {
+                Err(wire::FrameError::Length)
+            }
+        },
+        tls,
+    )
+    .await?;
+    let w = Welcome::decode(&frame).map_err(|e| Failure::Next(format!("bad WELCOME: {e}"), None))?;
+    match w.status {
+        Status::OK => {}
+        Status::AUTH_FAILED => {
+            let message = if token.is_some() {
+                "the server rejected the token (wrong token)"
+            } else {
+                "the server requires a token and none is configured"
+            };
+            return Err(Failure::Fatal(Error::AuthFailed { endpoint: endpoint.to_owned(), message: message.into() }));
+        }
+        Status::NOT_LEADER => return Err(Failure::NotLeader(None)),
+        Status::BUSY => {
+            let e = Error::Busy { limit: BusyLimit(w.detail), message: String::new() };
+            return Err(Failure::Next(e.to_string(), Some(e)));
+        }
+        Status::SHUTTING_DOWN => {
+            let e = Error::ShuttingDown { message: String::new() };
+            return Err(Failure::Next(e.to_string(), Some(e)));
+        }
+        status => {
+            let e = Error::Status { op: Op::WELCOME, status, detail: w.detail, message: String::new() };
+            return Err(Failure::Next(e.to_string(), Some(e)));
+        }
+    }
+    if let Some(t) = token
+        && !wire::verify_server_proof(t, session_id, &client_nonce, &ch.server_nonce, &w)
+    {
+        return Err(Failure::Fatal(Error::AuthFailed {
+            endpoint: endpoint.to_owned(),
+            message: "the server's proof did not verify: it does not hold the same token".into(),
+        }));
+    }
+    Ok(w)
+}
+
+/// One round over the endpoints (the leader hint first), following `NOT_LEADER` hints a few
+/// times. Returns the first connection that completes the handshake.
+pub(crate) async fn connect_round(inner: &Inner) -> Result<Established, Error> {
+    let (session_id, hint) = {
+        let mut st = inner.lock_state();
+        (st.session_id, st.hint.take())
+    };
+    let mut order: Vec<String> = Vec::with_capacity(inner.opts.endpoints.len() + 1);
+    order.extend(hint);
+    order.extend(inner.opts.endpoints.iter().cloned());
+    let mut failures: Vec<String> = Vec::new();
+    let mut specific: Vec<Error> = Vec::new();
+    let mut hops = 0;
+    let mut i = 0;
+    let dial_timeout = inner.opts.dial_timeout;
+    while i < order.len() && i < 64 {
+        let endpoint = order[i].clone();
+        i += 1;
+        match timeout(dial_timeout, dial(inner, &endpoint, session_id)).await {
+            Ok(Ok(est)) => return Ok(est),
+            Ok(Err(Failure::Fatal(e))) => return Err(e),
+            Ok(Err(Failure::Next(msg, e))) => {
+                failures.push(format!("{endpoint}: {msg}"));
+                specific.extend(e);
+            }
+            Ok(Err(Failure::NotLeader(leader))) => {
+                failures
+                    .push(format!("{endpoint}: not the leader (leader {})", leader.as_deref().unwrap_or("unknown")));
+                if let Some(leader) = leader
+                    && hops < 3
+                {
+                    hops += 1;
+                    order.insert(i, leader);
+                }
+            }
+            Err(_) => failures.push(format!("{endpoint}: timed out after {dial_timeout:?}")),
+        }
+    }
+    if failures.len() == 1 && specific.len() == 1 {
+        return Err(specific.remove(0));
+    }
+    Err(Error::Unavailable { message: failures.join("; ") })
+}
+
+/// A connection installed in the session, ready to be driven.
+pub(crate) struct Connected {
+    stream: Stream,
+    wake: Arc<Notify>,
+    epoch: u64,
+    endpoint: String,
+}
+
+/// Why [`install`] did not install the connection.
+pub(crate) enum NotInstalled {
+    /// The server's state id changed: everything was failed and a new session id made; dial again.
+    Restarted,
+    /// The client is closed.
+    Closed,
+}
+
+/// Installs a connection after its `WELCOME`: compares the state id, resumes (re-sending every
+/// unanswered request with its id, in id order, before anything new) or fails what cannot be
+/// resumed, then opens the session to new requests.
+pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected, NotInstalled> {
+    let w = est.welcome;
+    let mut restarted: Vec<Arc<LockShared>> = Vec::new();
+    let result = {
+        let mut st = inner.lock_state();
+        if st.closed {
+            Err(NotInstalled::Closed)
+        } else if est.session_id != st.session_id || st.state_id.is_some_and(|s| s != w.state_id) {
+            if st.state_id.is_some_and(|s| s != w.state_id) {
+                restarted = st.locks.drain().filter_map(|(_, l)| l.upgrade()).collect();
+                st.fail_all(&Error::ServerRestarted);
+                let mut session_id = [0u8; wire::SESSION_ID_LEN];
+                if fill_random(&mut session_id).is_ok() {
+                    st.session_id = session_id;
+                }
+                st.next_id = 1;
+            }
+            st.state_id = Some(w.state_id);
+            Err(NotInstalled::Restarted)
+        } else {
+            st.state_id = Some(w.state_id);
+            st.grace = Duration::from_millis(w.session_grace_ms.into());
+            let wake = Arc::new(Notify::new());
+            let mut buf = Vec::new();
+            let now = Instant::now();
+            if w.resumed() {
+                for (id, p) in st.pending.iter_mut() {
+                    p.req_encode(*id, &mut buf);
+                    p.t_send = now;
+                    p.retried = true;
+                }
+            } else {
+                let err = Error::connection_lost(format!(
+                    "reconnected to {} but the server did not resume the session (it had ended): the request's outcome is unknown",
+                    est.endpoint
+                ));
+                for (_, p) in std::mem::take(&mut st.pending) {
+                    if let Some(w) = p.waiter {
+                        let _ = w.send(Err(err.clone()));
+                    }
+                }
+                st.ack_outstanding = false;
+                st.answers_since_ack = 0;
+            }
+            st.out = Some(Outbox { buf, wake: wake.clone() });
+            st.epoch += 1;
+            let epoch = st.epoch;
+            let cancels: Vec<u64> = st
+                .pending
+                .iter_mut()
+                .filter(|(_, p)| p.needs_cancel)
+                .map(|(id, p)| {
+                    p.needs_cancel = false;
+                    *id
+                })
+                .collect();
+            for id in cancels {
+                let mut cancel = Req::new(Op::CANCEL, empty_key());
+                cancel.token = id;
+                st.queue(cancel, None, now);
+            }
+            for req in std::mem::take(&mut st.deferred) {
+                st.queue(req, None, now);
+            }
+            st.last_error = None;
+            wake.notify_one();
+            Ok(Connected { stream: est.stream, wake, epoch, endpoint: est.endpoint })
+        }
+    };
+    for l in restarted {
+        l.fire_lost(LostReason::ServerRestarted);
+    }
+    inner.conn_tx.send_modify(|v| *v += 1);
+    result
+}
+
+impl crate::client::Pending {
+    fn req_encode(&self, id: u64, out: &mut Vec<u8>) {
+        wire::Request {
+            op: self.req.op,
+            flags: 0,
+            id,
+            token: self.req.token,
+            lease_ms: self.req.lease_ms,
+            wait_ms: self.req.wait_ms,
+            key: &self.req.key,
+        }
+        .encode(out);
+    }
+}
+
+/// Why a connection ended.
+#[derive(Debug)]
+enum ConnEnd {
+    Eof,
+    Io(std::io::Error),
+    Protocol(String),
+    Redirect(String),
+    Heartbeat(Duration),
+    Closed,
+    Stale,
+}
+
+impl fmt::Display for ConnEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnEnd::Eof => f.write_str("the server closed the connection"),
+            ConnEnd::Io(e) => write!(f, "connection error: {e}"),
+            ConnEnd::Protocol(m) => write!(f, "protocol error: {m}"),
+            ConnEnd::Redirect(m) => f.write_str(m),
+            ConnEnd::Heartbeat(d) => write!(f, "heartbeat unanswered for {d:?}"),
+            ConnEnd::Closed => f.write_str("client closed"),
+            ConnEnd::Stale => f.write_str("connection replaced"),
+        }
+    }
+}
+
+/// The client's background task: drives the connection, and reconnects (with backoff) when it
+/// ends, until the client is closed.
+pub(crate) async fn manage(inner: Arc<Inner>, first: Connected) {
+    let mut closed_rx = inner.closed_tx.subscribe();
+    let mut current = Some(first);
+    let mut attempt: u32 = 0;
+    loop {
+        if let Some(c) = current.take() {
+            let started = Instant::now();
+            let endpoint = c.endpoint.clone();
+            let end = drive(&inner, c).await;
+            if matches!(end, ConnEnd::Closed) || inner.lock_state().closed {
+                return;
+            }
+            disconnect(&inner, &format!("{end} ({endpoint})"));
+            // Reconnect at once after a connection that lived; back off from one that ended at
+            // once (a server that keeps redirecting or closing must not make this loop spin).
+            attempt = if started.elapsed() >= Duration::from_secs(1) { 0 } else { attempt.saturating_add(1) };
+        }
+        if attempt > 0 {
+            let pause = backoff(&inner.opts, attempt);
+            tokio::select! {
+                _ = sleep(pause) => {}
+                _ = closed_rx.wait_for(|c| *c) => return,
+            }
+        }
+        let round = tokio::select! {
+            r = connect_round(&inner) => r,
+            _ = closed_rx.wait_for(|c| *c) => return,
+        };
+        match round {
+            Ok(est) => match install(&inner, est) {
+                Ok(c) => current = Some(c),
+                Err(NotInstalled::Closed) => return,
+                Err(NotInstalled::Restarted) => attempt = attempt.saturating_add(1).min(1),
+            },
+            Err(e) => {
+                inner.lock_state().last_error = Some(e);
+                attempt = attempt.saturating_add(1);
+            }
+        }
+    }
+}
+
+/// Backoff before reconnect round `attempt` (1, 2, ...): the minimum doubling up to the maximum,
+/// times a random factor in [0.5, 1.0].
+fn backoff(opts: &ClientOptions, attempt: u32) -> Duration {
+    let exp = opts.reconnect_backoff_min.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
+    let base = exp.min(opts.reconnect_backoff_max);
+    let mut r = [0u8; 2];
+    let _ = fill_random(&mut r);
+    let frac = 0.5 + f64::from(u16::from_be_bytes(r)) / f64::from(u16::MAX) / 2.0;
+    base.mul_f64(frac)
+}
+
+/// Marks the session detached after a connection ended; unanswered requests wait for a resume
+/// until the session grace passes (or fail at once with no grace).
+fn disconnect(inner: &Arc<Inner>, end: &str) {
+    let (epoch, grace) = {
+        let mut st = inner.lock_state();
+        st.out = None;
+        st.epoch += 1;
+        let grace = st.grace;
+        if grace.is_zero() {
+            st.fail_waiters(&Error::connection_lost(format!("{end}; the server keeps no session to resume")));
+        }
+        (st.epoch, grace)
+    };
+    inner.conn_tx.send_modify(|v| *v += 1);
+    if !grace.is_zero() {
+        let weak = Arc::downgrade(inner);
+        let what = end.to_owned();
+        inner.runtime.spawn(async move {
+            sleep(grace).await;
+            let Some(inner) = weak.upgrade() else { return };
+            let mut st = inner.lock_state();
+            if st.epoch == epoch && st.out.is_none() {
+                st.fail_waiters(&Error::connection_lost(format!(
+                    "{what}, and the session grace of {grace:?} passed without a reconnect"
+                )));
+            }
+        });
+    }
+}
+
+async fn drive(inner: &Arc<Inner>, c: Connected) -> ConnEnd {
+    let (rd, wr) = tokio::io::split(c.stream);
+    let base = Instant::now();
+    let last_rx = AtomicU64::new(0);
+    tokio::select! {
+        e = read_loop(inner, rd, &last_rx, base, c.epoch) => e,
+        e = write_loop(inner, wr, c.wake, c.epoch) => e,
+        e = heartbeat_loop(inner, &last_rx, base, c.epoch) => e,
+    }
+}
+
+async fn write_loop(inner: &Inner, mut wr: WriteHalf<Stream>, wake: Arc<Notify>, epoch: u64) -> ConnEnd {
+    let mut closed_rx = inner.closed_tx.subscribe();
+    let mut spare: Vec<u8> = Vec::new();
+    loop {
+        let closing = tokio::select! {
+            _ = wake.notified() => false,
+            _ = closed_rx.wait_for(|c| *c) => true,
+        };
+        {
+            let mut st = inner.lock_state();
+            if st.epoch != epoch {
+                return ConnEnd::Stale;
+            }
+            if let Some(out) = st.out.as_mut() {
+                std::mem::swap(&mut out.buf, &mut spare);
+            }
+        }
+        if closing {
+            // Best effort: what was queued (a CANCEL, a RELEASE) goes out, within a short bound.
+            let _ = timeout(Duration::from_millis(500), async {
+                wr.write_all(&spare).await?;
+                wr.shutdown().await
+            })
+            .await;
+            return ConnEnd::Closed;
+        }
+        if spare.is_empty() {
+            continue;
+        }
+        let write = async {
+            wr.write_all(&spare).await?;
+            wr.flush().await
+        };
+        tokio::select! {
+            r = write => {
+                if let Err(e) = r {
+                    return ConnEnd::Io(e);
+                }
+            }
+            _ = closed_rx.wait_for(|c| *c) => return ConnEnd::Closed,
+        }
+        spare.clear();
+        if spare.capacity() > 1 << 20 {
+            spare = Vec::new();
+        }
+    }
+}
+
+fn micros_since(base: Instant) -> u64 {
+    u64::try_from(base.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+async fn read_loop(
+    inner: &Arc<Inner>,
+    mut rd: ReadHalf<Stream>,
+    last_rx: &AtomicU64,
+    base: Instant,
+    epoch: u64,
+) -> ConnEnd {
+    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+    loop {
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(16 * 1024);
+        }
+        match rd.read_buf(&mut buf).await {
+            Ok(0) => return ConnEnd::Eof,
+            Ok(_) => {}
+            Err(e) => return ConnEnd::Io(e),
+        }
+        last_rx.store(micros_since(base), Ordering::Relaxed);
+        match process(inner, &buf, epoch) {
+            Ok(used) => {
+                buf.drain(..used);
+            }
+            Err(end) => return end,
+        }
+    }
+}
+
+/// Lock work collected while `Inner::state` is held, done after letting go of it.
+#[derive(Default)]
+struct Actions {
+    lost: Vec<(Arc<LockShared>, LostReason)>,
+    abandon: Vec<Arc<LockShared>>,
+}
+
+/// Handles every complete frame in `buf`; returns the bytes used.
+fn process(inner: &Arc<Inner>, buf: &[u8], epoch: u64) -> Result<usize, ConnEnd> {
+    let mut actions = Actions::default();
+    let mut used = 0;
+    let mut end = None;
+    {
+        let mut st = inner.lock_state();
+        if st.epoch != epoch {
+            return Err(ConnEnd::Stale);
+        }
+        let now = Instant::now();
+        while end.is_none() || matches!(end, Some(ConnEnd::Redirect(_))) {
+            match Response::decode(&buf[used..], wire::MAX_VAR_LEN) {
+                Ok(None) => break,
+                Ok(Some((res, n))) => {
+                    used += n;
+                    if let Some(e) = handle(inner, &mut st, &res, now, &mut actions) {
+                        end = Some(e);
+                    }
+                }
+                Err(e) => {
+                    end = Some(ConnEnd::Protocol(format!("undecodable frame from the server: {e}")));
+                    break;
+                }
+            }
+        }
+        st.maybe_ack(now);
+    }
+    for (l, reason) in actions.lost {
+        l.fire_lost(reason);
+    }
+    for l in actions.abandon {
+        l.abandon();
+    }
+    match end {
+        Some(e) => Err(e),
+        None => Ok(used),
+    }
+}
+
+fn handle(
+    inner: &Arc<Inner>,
+    st: &mut crate::client::State,
+    res: &Response<'_>,
+    now: Instant,
+    actions: &mut Actions,
+) -> Option<ConnEnd> {
+    if res.id == 0 {
+        match res.op {
+            Op::EXPIRED => {
+                let reason = if ExpiredReason(res.detail) == ExpiredReason::STOPPING {
+                    LostReason::ServerStopping
+                } else {
+                    LostReason::Expired
+                };
+                if let Some(l) = st.locks.get(&res.token).and_then(std::sync::Weak::upgrade)
+                    && *l.key == *res.data
+                {
+                    actions.lost.push((l, reason));
+                }
+            }
+            Op::GOAWAY => {
+                let leader = message(res.data);
+                st.hint = (!leader.is_empty()).then_some(leader);
+                return Some(ConnEnd::Redirect(format!("the server sent GOAWAY ({})", GoawayReason(res.detail))));
+            }
+            _ if res.status == Status::INVALID => {
+                return Some(ConnEnd::Protocol(format!(
+                    "the server rejected a frame ({}): {}",
+                    InvalidField(res.detail),
+                    message(res.data)
+                )));
+            }
+            op => log::debug!("ticketing: ignoring unknown push {op}"),
+        }
+        return None;
+    }
+    st.answers_since_ack = st.answers_since_ack.saturating_add(1);
+    let mut p = st.pending.remove(&res.id)?;
+    if res.status == Status::NOT_LEADER {
+        let leader = message(res.data);
+        st.hint = (!leader.is_empty()).then_some(leader);
+        st.pending.insert(res.id, p);
+        return Some(ConnEnd::Redirect("the server is not the leader".into()));
+    }
+    if p.req.op == Op::ACK {
+        st.ack_outstanding = false;
+    }
+    if p.req.op == Op::ACQUIRE && res.status == Status::OK {
+        let lease = u64::from(res.lease_ms);
+        let mut deadline = local_deadline(p.first_sent, u64::from(res.detail) + lease);
+        if p.retried {
+            // Answered after a resume: either held already (lease_ms = what is left, detail 0) or
+            // re-attached and granted later (a full lease after `detail` ms queued). Both bounds
+            // are safe in both cases; the later one is the better estimate.
+            deadline = deadline.max(local_deadline(p.t_send, lease));
+        }
+        match p.waiter.take() {
+            Some(w) => {
+                let l = LockShared::new(inner, p.req.key.clone(), res.token, res.lease_ms, deadline);
+                st.register(res.token, &l);
+                if let Err(Ok(Answer::Granted(l))) = w.send(Ok(Answer::Granted(l))) {
+                    actions.abandon.push(l);
+                }
+            }
+            None => {
+                // The caller gave up (cancelled, timed out): release the grant that raced it.
+                let mut release = Req::new(Op::RELEASE, p.req.key.clone());
+                release.token = res.token;
+                st.queue(release, None, now);
+            }
+        }
+        return None;
+    }
+    if let Some(w) = p.waiter.take() {
+        let reply = Reply {
+            status: res.status,
+            token: res.token,
+            lease_ms: res.lease_ms,
+            detail: res.detail,
+            data: res.data.to_vec(),
+            t_send: p.t_send,
+        };
+        let retried_acquire_not_held = p.req.op == Op::ACQUIRE && p.retried && res.status == Status::NOT_HELD;
+        let answer = if retried_acquire_not_held {
+            Err(Error::connection_lost(
+                "the acquire was sent again after a reconnect and the server holds nothing for it (granted and since ended, or unknown)",
+            ))
+        } else {
+            Ok(Answer::Reply(reply))
+        };
+        let _ = w.send(answer);
+    }
+    None
+}
+
+async fn heartbeat_loop(inner: &Inner, last_rx: &AtomicU64, base: Instant, epoch: u64) -> ConnEnd {
+    let interval = inner.opts.heartbeat_interval;
+    if interval.is_zero() {
+        return future::pending().await;
+    }
+    let request_timeout = inner.opts.request_timeout;
+    loop {
+        let due = base + Duration::from_micros(last_rx.load(Ordering::Relaxed)) + interval;
+        if Instant::now() < due {
+            sleep_until(due).await;
+            continue;
+        }
+        let (tx, rx) = oneshot::channel();
+        let id = {
+            let mut st = inner.lock_state();
+            if st.epoch != epoch {
+                return ConnEnd::Stale;
+            }
+            match st.queue(Req::new(Op::PING, empty_key()), Some(tx), Instant::now()) {
+                Some(id) => id,
+                None => return ConnEnd::Stale,
+            }
+        };
+        if timeout_at(Instant::now() + request_timeout, rx).await.is_err() {
+            inner.lock_state().pending.remove(&id);
+            return ConnEnd::Heartbeat(request_timeout);
+        }
+    }
+}

@@ -1,0 +1,490 @@
+//! A held lock: its token, lease, local deadline, lost signal, keep-alive, and the guard that
+//! releases it on drop.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+use tokio::time::{Instant, sleep, sleep_until};
+
+use crate::client::{Client, Inner, Req, lease_ms, lock, status_error};
+use crate::error::{Error, LostReason, key_text};
+use crate::wire::{self, Op, Status};
+
+/// Microseconds of local time per millisecond of lease: `1000 · (1 − 2ρ)`.
+const MICROS_PER_LEASE_MS: u64 = 1000 - 2 * wire::CLOCK_RATE_BOUND_PPM as u64 / 1000;
+
+/// `t_send + total_ms · (1 − 2ρ)`: never later than the server's deadline.
+pub(crate) fn local_deadline(t_send: Instant, total_ms: u64) -> Instant {
+    t_send + Duration::from_micros(total_ms.saturating_mul(MICROS_PER_LEASE_MS))
+}
+
+/// When the lost signal fires for a deadline: `min(5 ms, lease / 10)` before it.
+fn lost_at(deadline: Instant, lease_ms: u32) -> Instant {
+    let margin = Duration::from_micros((u64::from(lease_ms) * 100).min(u64::from(wire::LOST_MARGIN_MS) * 1000));
+    deadline.checked_sub(margin).unwrap_or(deadline)
+}
+
+pub(crate) struct LockState {
+    lease_ms: u32,
+    deadline: Instant,
+    released: bool,
+    releasing: bool,
+    lost: Option<LostReason>,
+    timer: Option<AbortHandle>,
+    keepalive: Option<AbortHandle>,
+}
+
+impl LockState {
+    fn stop_tasks(&mut self) {
+        if let Some(t) = self.timer.take() {
+            t.abort();
+        }
+        if let Some(t) = self.keepalive.take() {
+            t.abort();
+        }
+    }
+}
+
+/// The state behind a [`Lock`], shared with its timer and keep-alive tasks (which hold it weakly)
+/// and with the client's table of held locks (weakly too).
+pub(crate) struct LockShared {
+    pub inner: Arc<Inner>,
+    pub key: Arc<[u8]>,
+    pub token: u64,
+    state: Mutex<LockState>,
+    lost_tx: watch::Sender<Option<LostReason>>,
+}
+
+impl LockShared {
+    /// A lock just granted, its deadline timer running.
+    pub fn new(inner: &Arc<Inner>, key: Arc<[u8]>, token: u64, lease_ms: u32, deadline: Instant) -> Arc<LockShared> {
+        let l = Arc::new(LockShared {
+            inner: inner.clone(),
+            key,
+            token,
+            state: Mutex::new(LockState {
+                lease_ms,
+                deadline,
+                released: false,
+                releasing: false,
+                lost: None,
+                timer: None,
+                keepalive: None,
+            }),
+            lost_tx: watch::Sender::new(None),
+        });
+        let timer = l.spawn_timer(lost_at(deadline, lease_ms));
+        l.state().timer = Some(timer);
+        l
+    }
+
+    fn state(&self) -> MutexGuard<'_, LockState> {
+        lock(&self.state)
+    }
+
+    fn spawn_timer(self: &Arc<Self>, at: Instant) -> AbortHandle {
+        let weak = Arc::downgrade(self);
+        self.inner
+            .runtime
+            .spawn(async move {
+                sleep_until(at).await;
+                if let Some(l) = weak.upgrade() {
+                    l.deadline_passed();
+                }
+            })
+            .abort_handle()
+    }
+
+    fn deadline_passed(&self) {
+        let due = {
+            let s = self.state();
+            Instant::now() >= lost_at(s.deadline, s.lease_ms)
+        };
+        if due {
+            self.fire_lost(LostReason::Expired);
+        }
+    }
+
+    /// The lock's state, held while a request for it is queued; refuses once its release has
+    /// begun or it is lost.
+    pub fn gate(&self) -> Result<MutexGuard<'_, LockState>, Error> {
+        let s = self.state();
+        if let Some(reason) = s.lost {
+            return Err(self.lost_error(reason));
+        }
+        if s.released || s.releasing {
+            return Err(Error::NotHeld { key: key_text(&self.key), token: self.token });
+        }
+        Ok(s)
+    }
+
+    pub fn lost_error(&self, reason: LostReason) -> Error {
+        Error::LockLost { key: key_text(&self.key), token: self.token, reason }
+    }
+
+    /// Neither released nor lost.
+    pub fn is_held(&self) -> bool {
+        let s = self.state();
+        !s.released && s.lost.is_none()
+    }
+
+    /// Fires the lost signal (once; never after a successful release). Returns whether it fired.
+    pub fn fire_lost(&self, reason: LostReason) -> bool {
+        {
+            let mut s = self.state();
+            if s.released || s.lost.is_some() {
+                return false;
+            }
+            s.lost = Some(reason);
+            s.stop_tasks();
+        }
+        self.lost_tx.send_replace(Some(reason));
+        self.inner.lock_state().locks.remove(&self.token);
+        true
+    }
+
+    /// A grant nobody will use (its acquire was given up): forget it and release it in the
+    /// background, without firing lost.
+    pub fn abandon(&self) {
+        {
+            let mut s = self.state();
+            s.released = true;
+            s.stop_tasks();
+        }
+        let mut st = self.inner.lock_state();
+        st.locks.remove(&self.token);
+        let mut release = Req::new(Op::RELEASE, self.key.clone());
+        release.token = self.token;
+        st.queue_internal(release, Instant::now());
+    }
+
+    pub async fn release(self: &Arc<Self>) -> Result<(), Error> {
+        let lost_before = {
+            let mut s = self.state();
+            if s.released {
+                return Ok(());
+            }
+            s.releasing = true;
+            if let Some(k) = s.keepalive.take() {
+                k.abort();
+            }
+            s.lost
+        };
+        if lost_before == Some(LostReason::ServerRestarted) {
+            // The server that granted it is gone: nothing to tell the new one.
+            self.state().releasing = false;
+            return Err(self.lost_error(LostReason::ServerRestarted));
+        }
+        let mut req = Req::new(Op::RELEASE, self.key.clone());
+        req.token = self.token;
+        let r = match self.inner.call(req, None).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.state().releasing = false;
+                // A lock lost earlier reports that, whatever became of the courtesy release.
+                return Err(match lost_before {
+                    Some(reason) => self.lost_error(reason),
+                    None => e,
+                });
+            }
+        };
+        match r.status {
+            Status::OK => {
+                let lost = {
+                    let mut s = self.state();
+                    s.released = true;
+                    s.releasing = false;
+                    s.stop_tasks();
+                    s.lost
+                };
+                self.inner.lock_state().locks.remove(&self.token);
+                match lost.or(lost_before) {
+                    Some(reason) => Err(self.lost_error(reason)),
+                    None => Ok(()),
+                }
+            }
+            Status::NOT_HELD => {
+                self.fire_lost(LostReason::NotHeld);
+                let s = {
+                    let mut s = self.state();
+                    s.releasing = false;
+                    (s.released, s.lost)
+                };
+                match s {
+                    (true, _) => Ok(()), // a concurrent release won
+                    (false, reason) => Err(self.lost_error(reason.unwrap_or(LostReason::NotHeld))),
+                }
+            }
+            _ => {
+                self.state().releasing = false;
+                Err(status_error(Op::RELEASE, &r, &self.key, self.token, Duration::ZERO))
+            }
+        }
+    }
+
+    pub async fn extend(self: &Arc<Self>, lease: Duration) -> Result<Duration, Error> {
+        let ms = lease_ms(lease)?;
+        let mut req = Req::new(Op::EXTEND, self.key.clone());
+        req.token = self.token;
+        req.lease_ms = ms;
+        let r = self.inner.call(req, Some(self)).await?;
+        match r.status {
+            Status::OK => {
+                let mut s = self.state();
+                if let Some(reason) = s.lost {
+                    return Err(self.lost_error(reason));
+                }
+                if s.released {
+                    return Err(Error::NotHeld { key: key_text(&self.key), token: self.token });
+                }
+                s.lease_ms = r.lease_ms;
+                s.deadline = local_deadline(r.t_send, u64::from(r.lease_ms));
+                if let Some(t) = s.timer.take() {
+                    t.abort();
+                }
+                s.timer = Some(self.spawn_timer(lost_at(s.deadline, s.lease_ms)));
+                Ok(Duration::from_millis(r.lease_ms.into()))
+            }
+            Status::NOT_HELD => {
+                self.fire_lost(LostReason::NotHeld);
+                let lost = self.state().lost;
+                Err(match lost {
+                    Some(reason) => self.lost_error(reason),
+                    None => Error::NotHeld { key: key_text(&self.key), token: self.token },
+                })
+            }
+            _ => Err(status_error(Op::EXTEND, &r, &self.key, self.token, Duration::ZERO)),
+        }
+    }
+
+    /// Starts keep-alive: `EXTEND` with the lease every lease/3 until release, loss, or `max_hold`.
+    pub fn start_keepalive(self: &Arc<Self>, max_hold: Option<Duration>) {
+        let stop_at = max_hold.map(|d| Instant::now() + d);
+        let weak = Arc::downgrade(self);
+        let task = self.inner.runtime.spawn(keepalive(weak, stop_at)).abort_handle();
+        let mut s = self.state();
+        if s.released || s.releasing || s.lost.is_some() {
+            task.abort();
+        } else {
+            s.keepalive = Some(task);
+        }
+    }
+}
+
+async fn keepalive(weak: Weak<LockShared>, stop_at: Option<Instant>) {
+    let mut failed = false;
+    // Bounded by the lock's life: every pass holds the lock only weakly and ends when it is gone,
+    // released, lost, or past `stop_at`.
+    loop {
+        let lease = match weak.upgrade() {
+            Some(l) => Duration::from_millis(l.state().lease_ms.into()),
+            None => return,
+        };
+        let mut period = (lease / 3).max(Duration::from_millis(1));
+        if failed {
+            period = period.min(Duration::from_millis(250));
+        }
+        sleep(period).await;
+        if stop_at.is_some_and(|t| Instant::now() >= t) {
+            return;
+        }
+        let Some(l) = weak.upgrade() else { return };
+        match l.extend(lease).await {
+            Ok(_) => failed = false,
+            Err(Error::LockLost { .. } | Error::NotHeld { .. } | Error::Closed) => return,
+            Err(_) => failed = true,
+        }
+    }
+}
+
+/// A held lock: its key, fencing token, lease and local deadline, with a lost signal.
+///
+/// Pass [`token`](Lock::token) to the resource you protect and have it reject any token lower
+/// than the highest it has seen (fencing): that is what makes a holder that woke up late, its
+/// lease gone, harmless.
+///
+/// The lock is **lost** at the first of: its local deadline (the lease measured from when the
+/// request was sent, a little early, so never after the server's), an `EXPIRED` notice from the
+/// server, a `NOT_HELD` answer to an extend or release, or a reconnect that finds the server
+/// restarted. Watch for it with [`lost`](Lock::lost) or [`lost_watch`](Lock::lost_watch), and stop
+/// the work that needed the lock when it fires. It never fires after a successful release.
+///
+/// Dropping a `Lock` does **not** release it (the server reclaims it when the lease ends, and
+/// keep-alive stops); call [`release`](Lock::release), or turn it into a [`LockGuard`] that
+/// releases on drop. Any task holding the token may release or extend the lock.
+pub struct Lock {
+    pub(crate) shared: Arc<LockShared>,
+    client: Client,
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.shared.state();
+        f.debug_struct("Lock")
+            .field("key", &key_text(&self.shared.key))
+            .field("token", &self.shared.token)
+            .field("lease_ms", &s.lease_ms)
+            .field("released", &s.released)
+            .field("lost", &s.lost)
+            .finish()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(shared: Arc<LockShared>, client: Client) -> Lock {
+        Lock { shared, client }
+    }
+
+    /// The key.
+    pub fn key(&self) -> &[u8] {
+        &self.shared.key
+    }
+
+    /// The fencing token: larger than every token granted before it, on any key.
+    pub fn token(&self) -> u64 {
+        self.shared.token
+    }
+
+    /// The lease last granted (by the acquire or the last successful extend).
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.shared.state().lease_ms.into())
+    }
+
+    /// The local deadline: the end of the lease measured from when its request was sent, never
+    /// later than the server's. A successful extend moves it. The lost signal fires
+    /// `min(5 ms, lease / 10)` before it.
+    pub fn deadline(&self) -> std::time::Instant {
+        self.shared.state().deadline.into_std()
+    }
+
+    /// Why the lock was lost, or `None` while it is not lost.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.shared.state().lost
+    }
+
+    /// Whether the lock is lost.
+    pub fn is_lost(&self) -> bool {
+        self.lost_reason().is_some()
+    }
+
+    /// Whether a release of this lock succeeded.
+    pub fn is_released(&self) -> bool {
+        self.shared.state().released
+    }
+
+    /// Resolves when the lock is lost, with the reason (at once if it already is). Never resolves
+    /// after a successful release. Use it to stop work that needs the lock:
+    ///
+    /// ```no_run
+    /// # async fn f(lock: ticketing::Lock, work: impl std::future::Future<Output = ()>) {
+    /// tokio::select! {
+    ///     _ = work => {}
+    ///     reason = lock.lost() => eprintln!("lock lost ({reason}); stopping"),
+    /// }
+    /// # }
+    /// ```
+    pub async fn lost(&self) -> LostReason {
+        let mut rx = self.shared.lost_tx.subscribe();
+        // The sender lives in `self`, so `wait_for` can only end with a reason.
+        let reason = rx.wait_for(Option::is_some).await.map(|r| *r);
+        match reason {
+            Ok(r) => r.unwrap_or(LostReason::Expired),
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// A watch channel of the lost reason (`None` while not lost), for tasks that outlive a borrow
+    /// of the lock. The sender is dropped with the lock's last handle.
+    pub fn lost_watch(&self) -> watch::Receiver<Option<LostReason>> {
+        self.shared.lost_tx.subscribe()
+    }
+
+    /// Releases the lock: the next waiter is granted at once.
+    ///
+    /// Returns `Ok(())` (also when it was already released). A lock that was lost is still
+    /// released on the server if it still holds (not after a restart: the new server cannot),
+    /// and the call reports [`Error::LockLost`] with the reason; a `NOT_HELD` answer makes the
+    /// lock lost (reason `not held`). Keep-alive stops when
+    /// the release is sent. On a transport error ([`Error::Timeout`], ...) the lock is still
+    /// held as far as the client knows; call it again.
+    pub async fn release(&self) -> Result<(), Error> {
+        self.shared.release().await
+    }
+
+    /// Sets the lease to `lease` from now (it may shorten it) and moves the local deadline;
+    /// returns the lease granted. Fails with [`Error::LockLost`] when the lock is lost or the
+    /// server answers `NOT_HELD` (which makes it lost).
+    pub async fn extend(&self, lease: Duration) -> Result<Duration, Error> {
+        self.shared.extend(lease).await
+    }
+
+    /// Asks the server whether this lock's token still holds its key (`INSPECT` with the
+    /// token). Does not change the lost signal.
+    pub async fn verify(&self) -> Result<bool, Error> {
+        Ok(self.client.inspect_token(&self.shared.key, self.shared.token).await?.token_matches)
+    }
+
+    /// The client this lock was acquired through.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Turns the lock into a guard that releases it when dropped.
+    pub fn into_guard(self) -> LockGuard {
+        LockGuard { lock: self, armed: true }
+    }
+}
+
+/// A [`Lock`] that is released when the guard is dropped (in the background, on the client's
+/// runtime), like tokio's `OwnedMutexGuard`. Prefer [`release`](LockGuard::release) where you can
+/// await: it reports the outcome. Dereferences to the [`Lock`].
+///
+/// A guard dropped while the lock is lost still tells the server (which may still hold it).
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct LockGuard {
+    lock: Lock,
+    armed: bool,
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("LockGuard").field(&self.lock).finish()
+    }
+}
+
+impl LockGuard {
+    /// Releases the lock and reports the outcome (see [`Lock::release`]).
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.armed = false;
+        self.lock.release().await
+    }
+
+    /// Takes the lock back out of the guard: dropping it then no longer releases it.
+    pub fn into_lock(mut self) -> Lock {
+        self.armed = false;
+        Lock::new(self.lock.shared.clone(), self.lock.client.clone())
+    }
+}
+
+impl Deref for LockGuard {
+    type Target = Lock;
+
+    fn deref(&self) -> &Lock {
+        &self.lock
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.armed && !self.lock.is_released() {
+            let lock = Lock::new(self.lock.shared.clone(), self.lock.client.clone());
+            self.lock.shared.inner.runtime.spawn(async move {
+                let _ = lock.release().await;
+            });
+        }
+    }
+}

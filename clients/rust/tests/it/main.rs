@@ -1,0 +1,8 @@
+//! The client's tests: the protocol vectors, a fake server for the failure paths a real single
+//! node cannot easily produce, and the real server.
+
+mod driver;
+mod fake;
+mod server;
+mod support;
+mod vectors;

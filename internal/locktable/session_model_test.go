@@ -483,6 +483,9 @@ func TestSessionsAgainstModel(t *testing.T) {
 		{LockDelay: 20 * nsPerMs, MaxWaitersPerKey: 3, MaxSessions: 6, MaxOutcomes: 8, MaxQueued: 2},
 	}
 	entries := 20000
+	if raceOn {
+		entries = 8000
+	}
 	if testing.Short() {
 		entries = 3000
 	}

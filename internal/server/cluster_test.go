@@ -1,7 +1,14 @@
 package server
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
+	"math/big"
 	"net"
 	"testing"
 	"time"
@@ -219,5 +226,62 @@ func TestRaftPortRejectsOutsiders(t *testing.T) {
 	}
 	if !tc.nodes[li].cluster.ready() {
 		t.Fatal("the leader was disturbed")
+	}
+}
+
+// raftTLS returns node-to-node TLS configurations: one certificate (server and client use)
+// signed by a fresh CA that every node trusts.
+func raftTLS(t *testing.T) (server, client *tls.Config) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "raft ca"}, IsCA: true,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "node"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12},
+		&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}
+}
+
+// Node-to-node TLS: the cluster works, and plaintext (even with the right handshake bytes) to a
+// TLS Raft port is closed without moving the log.
+func TestClusterRaftTLS(t *testing.T) {
+	st, ct := raftTLS(t)
+	tc := startCluster(t, 3, func(c *Config) { c.Cluster.RaftServerTLS, c.Cluster.RaftClientTLS = st, ct })
+	li := tc.leader()
+	c := connect(t, tc.nodes[li].addr, "")
+	if r := c.roundTrip(acquire(1, "k", 2000, 0)); r.Status != wire.StatusOK {
+		t.Fatal(r.Status)
+	}
+	tc.converge()
+	before := tc.nodes[li].cluster.raft.LastIndex()
+	nc, err := net.Dial("tcp", tc.peers[fmt.Sprintf("n%d", li+1)])
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Write(append([]byte("TKRN\x01\x00\x00\x00"), make([]byte, 32)...))
+	nc.SetReadDeadline(time.Now().Add(3 * time.Second))
+	buf := make([]byte, 256)
+	for {
+		if _, err := nc.Read(buf); err != nil {
+			break
+		}
+	}
+	nc.Close()
+	if after := tc.nodes[li].cluster.raft.LastIndex(); after != before || !tc.nodes[li].cluster.ready() {
+		t.Fatalf("plaintext to the TLS raft port disturbed the leader (log %d -> %d)", before, after)
 	}
 }

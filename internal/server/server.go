@@ -64,8 +64,8 @@ type Server struct {
 	reqs      []wire.Request // decode scratch of the cluster's apply
 	adminMux  *http.ServeMux
 	obs       locktable.Observer // metrics (nil: none); kept across table restores
-	startWait int64    // single node: the table time before which nothing is granted
-	cluster   *cluster // nil on a single node
+	startWait int64              // single node: the table time before which nothing is granted
+	cluster   *cluster           // nil on a single node
 
 	attached atomic.Int64 // len(conns), readable without Server.mu
 	pending  pendingSet   // connections still in their handshake

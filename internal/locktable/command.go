@@ -42,7 +42,9 @@ import (
 //	SEED      last_token u64 (a cluster bootstrapped from a single node's state: tokens continue above it)
 //	UNDELIVERED session_id[16] conn u64 request_id u64 (a grant's answer was dropped unwritten:
 //	          see Table.Undelivered)
-//	INIT      state_id[16] (a cluster's state id, set once: later INITs are ignored)
+//	INIT      state_id[16] flags u8 (bit 0 FORCE) reserved[7] not_before i64: a cluster's state
+//	          id, set once (later INITs are ignored unless FORCE: a forced recovery or a restore
+//	          makes a new one); no grant before not_before (table time)
 //	NODE      id_len u16 id, addr_len u16 addr (a cluster node's client address, for leader hints)
 //	DETACH_ALL empty (a new leader: no session has a connection any more)
 const (
@@ -199,10 +201,17 @@ func (e *Encoder) Undelivered(sid *[wire.SessionIDSize]byte, conn, reqID uint64)
 	e.finish(at)
 }
 
-// Init adds an INIT command.
-func (e *Encoder) Init(stateID *[wire.StateIDSize]byte) {
+// Init adds an INIT command: state id, whether it replaces an existing one, and the time
+// before which nothing is granted.
+func (e *Encoder) Init(stateID *[wire.StateIDSize]byte, force bool, notBefore int64) {
 	at := e.open(CmdInit)
 	e.buf = append(e.buf, stateID[:]...)
+	var f byte
+	if force {
+		f = 1
+	}
+	e.buf = append(e.buf, f, 0, 0, 0, 0, 0, 0, 0)
+	e.buf = be.AppendUint64(e.buf, uint64(notBefore))
 	e.finish(at)
 }
 
@@ -342,12 +351,13 @@ func (t *Table) applyCommand(now int64, typ, flags byte, body []byte, reqs []wir
 			t.Tick(now)
 		}
 	case CmdInit:
-		if len(body) != wire.StateIDSize {
+		if len(body) != wire.StateIDSize+16 {
 			return reqs, ErrCommandLayout
 		}
 		t.Tick(now)
-		if t.stateID == ([wire.StateIDSize]byte{}) {
+		if force := body[wire.StateIDSize]&1 != 0; force || t.stateID == ([wire.StateIDSize]byte{}) {
 			copy(t.stateID[:], body)
+			t.availFrom = max(t.availFrom, int64(be.Uint64(body[wire.StateIDSize+8:])))
 		}
 	case CmdNode:
 		if len(body) < 2 {

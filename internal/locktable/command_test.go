@@ -44,6 +44,11 @@ func commandVectors() []commandVector {
 	add("stop", "STOP", func() { e.Stop() })
 	add("seed", "SEED last token 1000", func() { e.Seed(1000) })
 	add("undelivered", "UNDELIVERED session 00..0f, connection 7, request 3", func() { e.Undelivered(&sid, 7, 3) })
+	state := [wire.StateIDSize]byte{0x60, 0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68, 0x69, 0x6a, 0x6b, 0x6c, 0x6d, 0x6e, 0x6f}
+	add("init", "INIT state id 60..6f, not forced, no grant before 2 s", func() { e.Init(&state, false, 2_000_000_000) })
+	add("init_forced", "INIT state id 60..6f, FORCE (a recovery or a restore), no grant before 3600 s", func() { e.Init(&state, true, 3_600_000_000_000) })
+	add("node", "NODE n1 at 127.0.0.1:7070", func() { e.Node("n1", "127.0.0.1:7070") })
+	add("detach_all", "DETACH_ALL", func() { e.DetachAll() })
 	add("batch", "one entry of several commands: ATTACH, REQUESTS (PING id 1), TICK", func() {
 		e.Attach(&sid, 8, 0)
 		e.Requests(&sid, 8)

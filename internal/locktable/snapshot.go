@@ -58,6 +58,7 @@ func (t *Table) Snapshot() []byte {
 	w.u64(t.seq)
 	w.u64(t.sess.nextNum)
 	w.b = append(w.b, t.stateID[:]...)
+	w.i64(t.availFrom)
 	ids := make([]string, 0, len(t.nodes))
 	for id := range t.nodes {
 		ids = append(ids, id)
@@ -246,6 +247,7 @@ func Restore(cfg Config, snap []byte) (*Table, error) {
 	seq := r.u64()
 	t.sess.nextNum = r.u64()
 	copy(t.stateID[:], r.take(wire.StateIDSize))
+	t.availFrom = r.i64()
 	for k, n := 0, r.count(4); k < n; k++ {
 		id := string(r.take(int(r.u16())))
 		addr := string(r.take(int(r.u16())))

@@ -72,7 +72,8 @@ type Table struct {
 	obs Observer // nil: no metrics
 
 	// Cluster state: the state id (zero until INIT) and the nodes' client addresses.
-	stateID [wire.StateIDSize]byte
+	availFrom int64 // no grant before this time (Config.AvailableFrom; raised by INIT)
+	stateID   [wire.StateIDSize]byte
 	nodes   map[string]string
 }
 
@@ -92,6 +93,7 @@ func New(cfg Config) *Table {
 		lastToken:  cfg.LastToken,
 		tokenLimit: NoTokenLimit,
 		horizon:    NoHorizon,
+		availFrom:  cfg.AvailableFrom,
 		kseed:      maphash.MakeSeed(),
 		kbuckets:   newBuckets(minBuckets),
 		freeE:      nilIdx,
@@ -137,7 +139,8 @@ func (t *Table) canGrant(now, lease int64) bool {
 // The checks, in order:
 //  1. owner already has a queued acquire reqID (on any key): Duplicate.
 //  2. the key is absent (hence free): if MaxLocks keys are present, Busy
-//     (LimitLocks). Before Config.AvailableFrom the new key enters lock-delay
+//     (LimitLocks). Before the table's available-from time (Config.AvailableFrom,
+//     or an INIT's) the new key enters lock-delay
 //     until then and the checks below apply. If the grant is within the
 //     durable bounds it happens: OK with a new token, the lease running from
 //     now. Otherwise, with storage failing, Busy (LimitStorage); else the key
@@ -162,12 +165,12 @@ func (t *Table) Acquire(now int64, owner Owner, reqID uint64, key []byte, lease,
 			return Result{Status: Busy, Limit: LimitLocks}
 		}
 		switch {
-		case now < t.cfg.AvailableFrom:
+		case now < t.availFrom:
 			// Start-up wait: the key waits in lock-delay like one after an expiry.
 			ei = t.insertKey(key, h)
 			e := t.entries.at(ei)
 			e.inDelay = true
-			e.delayUntil = t.cfg.AvailableFrom
+			e.delayUntil = t.availFrom
 			e.tseq = t.pushTimer(e.delayUntil, tDelay, ei)
 		case t.canGrant(now, lease):
 			ei = t.insertKey(key, h)
@@ -286,6 +289,14 @@ func (t *Table) handOff(now int64, ei int32) {
 	wi := e.qhead
 	if wi == nilIdx {
 		t.removeKey(ei)
+		return
+	}
+	if now < t.availFrom {
+		// Nothing is granted before the table's available-from time (a recovered or restored
+		// state): the key waits in lock-delay until then, queue intact.
+		e.inDelay = true
+		e.delayUntil = t.availFrom
+		e.tseq = t.pushTimer(e.delayUntil, tDelay, ei)
 		return
 	}
 	w := t.waiters.at(wi)

@@ -21,8 +21,10 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	raftwal "github.com/hashicorp/raft-wal"
 
+	"github.com/ticketing/ticketing/internal/clock"
 	"github.com/ticketing/ticketing/internal/locktable"
 	"github.com/ticketing/ticketing/internal/raftnet"
+	"github.com/ticketing/ticketing/internal/store"
 	"github.com/ticketing/ticketing/internal/wire"
 )
 
@@ -46,6 +48,11 @@ type ClusterConfig struct {
 	// Join: this node joins an existing cluster (an operator adds it with `ticketing cluster
 	// add`); it never bootstraps, even on a fresh data directory.
 	Join bool
+	// Recover: a forced recovery after the permanent loss of a majority: this node's Raft
+	// configuration is replaced by Peers (hashicorp/raft RecoverCluster) before it starts. The
+	// recovered cluster gets a new state id, tokens above everything the old state could have
+	// issued, and grants nothing for TICKETING_MAX_LEASE (docs/cluster.md).
+	Recover bool
 }
 
 // Base timing: heartbeat = election timeout = 500 ms (a median ~1.2 s from a dead leader to
@@ -88,6 +95,9 @@ type cluster struct {
 
 	prop proposer
 	logs *timedLogStore
+
+	recovered    bool // this node ran a forced recovery at start; its first lead makes a new state
+	recoveryDone bool
 }
 
 // proposer accumulates commands from all connections into one entry while proposals are in
@@ -194,6 +204,24 @@ func (s *Server) startCluster() error {
 	has, err := raft.HasExistingState(logs, stable, snaps)
 	if err != nil {
 		return err
+	}
+	if local := s.store.State(); !has && local.TokenLimit > s.cfg.MinToken {
+		s.log.Warn("cluster: this data directory served a single node; its tokens must stay below every token the cluster issues: set TICKETING_MIN_TOKEN to at least this on every node of the new cluster",
+			"tokens_up_to", local.TokenLimit)
+	}
+	if cc.Recover {
+		if !has {
+			return errors.New("TICKETING_RAFT_RECOVER on a data directory without Raft state: nothing to recover")
+		}
+		var servers []raft.Server
+		for id, addr := range cc.Peers {
+			servers = append(servers, raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(addr)})
+		}
+		if err := raft.RecoverCluster(rc, (*fsm)(c), logs, stable, snaps, c.trans, raft.Configuration{Servers: servers}); err != nil {
+			return fmt.Errorf("raft recovery: %w", err)
+		}
+		c.recovered = true
+		s.log.Warn("cluster: forced recovery: the Raft configuration was replaced; the recovered state gets a new state id", "peers", len(servers))
 	}
 	r, err := raft.NewRaft(rc, (*fsm)(c), logs, stable, snaps, c.trans)
 	if err != nil {
@@ -312,17 +340,42 @@ func (c *cluster) becomeLeader() error {
 	c.mono0 = time.Now()
 	c.monoMu.Unlock()
 	var e locktable.Encoder
-	e.Reset(c.stamp())
+	now := c.stamp()
+	e.Reset(now)
 	e.Node(c.cfg.NodeID, c.advertise())
-	if state == ([wire.StateIDSize]byte{}) {
+	local := s.store.State()
+	seed := max(local.TokenLimit, s.cfg.MinToken)
+	switch {
+	case c.recovered && !c.recoveryDone:
+		// A forced recovery: the log this node kept may lack entries the lost majority
+		// committed. New state id; tokens a block above what this log saw (and above the
+		// operator's floor); no grant until every lease the old state could hold has ended.
+		s.mu.Lock()
+		last := s.table.LastToken()
+		s.mu.Unlock()
+		seed = max(seed, last+s.cfg.TokenBlock)
 		rand.Read(state[:])
-		e.Init(&state)
+		e.Init(&state, true, now+int64(s.cfg.MaxLease))
+	case state == ([wire.StateIDSize]byte{}):
+		// A new cluster. Converted from a single node (its data directory has history) or
+		// restored (an operator's token floor): no grant until the old state's leases have
+		// ended (the recorded horizon; unknown: the maximum lease).
+		var wait time.Duration
+		switch {
+		case local.TokenLimit > s.cfg.MinToken || local.HorizonBoot != 0:
+			wait = store.StartupWait(local, store.BootID(), clock.Boottime(), clock.Wall())
+		case s.cfg.MinToken > 0:
+			wait = s.cfg.MaxLease
+		}
+		rand.Read(state[:])
+		e.Init(&state, false, now+int64(wait))
 	}
-	e.Seed(s.store.State().TokenLimit)
+	e.Seed(seed)
 	e.DetachAll()
 	if err := c.raft.Apply(bytes.Clone(e.Bytes()), 10*time.Second).Error(); err != nil {
 		return err
 	}
+	c.recoveryDone = true
 	c.leader.Store(true)
 	s.log.Info("cluster: leader", "node", c.cfg.NodeID, "term_time", time.Duration(base))
 	s.kickClock()

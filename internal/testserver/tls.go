@@ -15,8 +15,12 @@ import (
 	"time"
 )
 
+// ClusterHosts are loopback addresses for the nodes of a test cluster, one per node; the server
+// certificate of GenerateTLS names them too.
+var ClusterHosts = []string{"127.0.0.41", "127.0.0.42", "127.0.0.43"}
+
 // TLSFiles are PEM files made by GenerateTLS for one test run: a server certificate for
-// localhost, 127.0.0.1 and ::1 signed by CA, and a client certificate signed by a second CA
+// localhost, 127.0.0.1, ::1 and ClusterHosts signed by CA, and a client certificate signed by a second CA
 // (ClientCA, for TICKETING_TLS_CLIENT_CA). Private keys exist only in the test's temporary
 // directory.
 type TLSFiles struct {
@@ -55,6 +59,9 @@ func GenerateTLS(dir string) (*TLSFiles, error) {
 	server, serverKey, err := newCert("localhost", ca, caKey, false, func(t *x509.Certificate) {
 		t.DNSNames = []string{"localhost"}
 		t.IPAddresses = []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}
+		for _, h := range ClusterHosts {
+			t.IPAddresses = append(t.IPAddresses, net.ParseIP(h))
+		}
 		t.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	})
 	if err != nil {

@@ -74,7 +74,7 @@ type Table struct {
 	// Cluster state: the state id (zero until INIT) and the nodes' client addresses.
 	availFrom int64 // no grant before this time (Config.AvailableFrom; raised by INIT)
 	stateID   [wire.StateIDSize]byte
-	nodes   map[string]string
+	nodes     map[string]string
 }
 
 // deferredExtend is an EXTEND that needs a horizon beyond the durable one.

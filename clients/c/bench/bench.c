@@ -1,0 +1,176 @@
+/*
+ * ticketing-bench: pipelined acquire+release pairs per second on one connection, with the
+ * non-blocking API in a single-threaded poll() loop (no library threads).
+ *
+ *   ticketing-bench [-a host:port] [-c in-flight] [-d seconds] [-k key-prefix]
+ *
+ * Each of the c slots acquires its own key (try once), releases it when granted, and starts
+ * again: c pairs are in flight at every moment, uncontended. Prints one line of JSON:
+ *   {"client":"c","pairs":N,"seconds":S,"pairs_per_sec":R,"in_flight":C,"errors":E}
+ * Send it only to a server on loopback that you started for it.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ticketing/ticketing.h>
+
+typedef struct slot slot;
+typedef struct bench {
+    tk_async *ac;
+    char prefix[64];
+    long pairs, errors;
+    int running;
+    slot *slots;
+} bench;
+
+struct slot {
+    bench *b;
+    int index;
+    char key[96];
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void start_pair(slot *s);
+
+static void on_release(tk_async *ac, const tk_reply *r, void *data)
+{
+    (void)ac;
+    slot *s = data;
+    if (r->code == TK_OK)
+        s->b->pairs++;
+    else
+        s->b->errors++;
+    start_pair(s);
+}
+
+static void on_acquire(tk_async *ac, const tk_reply *r, void *data)
+{
+    slot *s = data;
+    if (r->code != TK_OK) {
+        s->b->errors++;
+        start_pair(s);
+        return;
+    }
+    tk_err rc = tk_async_release(ac, r->lock, on_release, s);
+    tk_lock_free(r->lock);
+    if (rc != TK_OK)
+        s->b->errors++;
+}
+
+static void start_pair(slot *s)
+{
+    if (!s->b->running)
+        return;
+    if (tk_async_acquire(s->b->ac, s->key, strlen(s->key), 30000, 0, NULL, on_acquire, s, NULL) != TK_OK)
+        s->b->errors++;
+}
+
+static void on_connect(tk_async *ac, const tk_error *e, void *data)
+{
+    (void)ac;
+    int *ok = data;
+    *ok = e->code == TK_OK ? 1 : -1;
+    if (e->code != TK_OK)
+        fprintf(stderr, "ticketing-bench: connect: %s\n", e->message);
+}
+
+/* One poll() round: waits at most max_ms for the socket or the next timer. */
+static void step(tk_async *ac, int max_ms)
+{
+    struct pollfd p = {.fd = tk_async_fd(ac), .events = 0};
+    if (tk_async_want_read(ac))
+        p.events |= POLLIN;
+    if (tk_async_want_write(ac))
+        p.events |= POLLOUT;
+    int t = tk_async_timeout_ms(ac);
+    if (t < 0 || t > max_ms)
+        t = max_ms;
+    int n = poll(&p, p.fd >= 0 ? 1 : 0, t);
+    int ev = 0;
+    if (n > 0 && (p.revents & (POLLIN | POLLERR | POLLHUP)))
+        ev |= TK_EV_READ;
+    if (n > 0 && (p.revents & POLLOUT))
+        ev |= TK_EV_WRITE;
+    tk_async_process(ac, ev);
+}
+
+int main(int argc, char **argv)
+{
+    const char *addr = "127.0.0.1:7070";
+    int inflight = 64;
+    double seconds = 5;
+    const char *prefix = "bench-c";
+    int opt;
+    while ((opt = getopt(argc, argv, "a:c:d:k:h")) != -1) {
+        switch (opt) {
+        case 'a': addr = optarg; break;
+        case 'c': inflight = atoi(optarg); break;
+        case 'd': seconds = atof(optarg); break;
+        case 'k': prefix = optarg; break;
+        default:
+            fprintf(stderr, "usage: %s [-a host:port] [-c in-flight] [-d seconds] [-k key-prefix]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (inflight < 1 || inflight > 100000 || seconds <= 0 || seconds > 3600) {
+        fprintf(stderr, "ticketing-bench: in-flight 1..100000 and seconds 0..3600\n");
+        return 2;
+    }
+    const char *eps[] = {addr};
+    tk_options o = {.endpoints = eps, .n_endpoints = 1};
+    tk_error e;
+    bench b = {.running = 1};
+    snprintf(b.prefix, sizeof b.prefix, "%s", prefix);
+    b.ac = tk_async_new(&o, &e);
+    if (!b.ac) {
+        fprintf(stderr, "ticketing-bench: %s\n", e.message);
+        return 1;
+    }
+    int connected = 0;
+    tk_async_connect(b.ac, on_connect, &connected);
+    double deadline = now_s() + 10;
+    while (connected == 0 && now_s() < deadline)
+        step(b.ac, 50);
+    if (connected != 1) {
+        tk_async_free(b.ac);
+        return 1;
+    }
+    b.slots = calloc((size_t)inflight, sizeof *b.slots);
+    if (!b.slots) {
+        tk_async_free(b.ac);
+        return 1;
+    }
+    for (int i = 0; i < inflight; i++) {
+        b.slots[i].b = &b;
+        b.slots[i].index = i;
+        snprintf(b.slots[i].key, sizeof b.slots[i].key, "%s-%d-%d", b.prefix, (int)getpid(), i);
+    }
+    double start = now_s(), end = start + seconds;
+    for (int i = 0; i < inflight; i++)
+        start_pair(&b.slots[i]);
+    while (now_s() < end)
+        step(b.ac, 50);
+    double took = now_s() - start;
+    long pairs = b.pairs;
+    b.running = 0;
+    /* drain what is in flight (bounded) so the keys are released */
+    double drain_end = now_s() + 5;
+    while (now_s() < drain_end && tk_async_timeout_ms(b.ac) != -1 && b.pairs + b.errors < pairs + inflight)
+        step(b.ac, 20);
+    printf("{\"client\":\"c\",\"pairs\":%ld,\"seconds\":%.3f,\"pairs_per_sec\":%.0f,\"in_flight\":%d,\"errors\":%ld}\n", pairs,
+           took, pairs / took, inflight, b.errors);
+    tk_async_free(b.ac);
+    free(b.slots);
+    return b.errors ? 1 : 0;
+}

@@ -1,0 +1,213 @@
+// Unit tests of the engine's pure parts: the lost deadline, the timer heap, key formatting,
+// argument checks, endpoint parsing, error names, and option validation.
+#include <cstring>
+#include <random>
+#include <string>
+
+#include <gtest/gtest.h>
+
+extern "C" {
+#include "internal.h"
+}
+
+TEST(Deadline, FollowsTheProtocolFormula)
+{
+    // deadline = t_send + (queued + lease) * (1 - 2 * 0.001)
+    EXPECT_EQ(tk__deadline_us(0, 0, 1000), 998000);
+    EXPECT_EQ(tk__deadline_us(5000000, 1500, 1), 5000000 + 1501 * 998);
+    EXPECT_EQ(tk__deadline_us(0, 0, 30000), 29940000);
+    // the largest values do not overflow
+    EXPECT_EQ(tk__deadline_us(0, UINT32_MAX, UINT32_MAX), int64_t((uint64_t(UINT32_MAX) * 2) * 998));
+}
+
+TEST(Deadline, MarginIsFiveMsOrATenthOfTheLease)
+{
+    EXPECT_EQ(tk__lost_margin_us(30000), 5000);
+    EXPECT_EQ(tk__lost_margin_us(50), 5000);
+    EXPECT_EQ(tk__lost_margin_us(40), 4000);
+    EXPECT_EQ(tk__lost_margin_us(1), 100);
+}
+
+TEST(Heap, PopsInOrderAfterRandomSetsAndDeletes)
+{
+    tk_heap h{};
+    std::vector<tk_timer> t(200);
+    std::mt19937 rng(7);
+    for (auto &x : t) {
+        tk__timer_init(&x, 1);
+        ASSERT_EQ(tk__heap_set(&h, &x, rng() % 1000), 0);
+    }
+    for (int i = 0; i < 100; i++) {
+        tk__heap_set(&h, &t[rng() % t.size()], rng() % 1000); // move
+        tk__heap_del(&h, &t[rng() % t.size()]);              // delete (maybe twice)
+    }
+    int64_t last = -1;
+    size_t n = 0;
+    while (tk_timer *top = tk__heap_top(&h)) {
+        EXPECT_GE(top->at, last);
+        last = top->at;
+        tk__heap_del(&h, top);
+        EXPECT_FALSE(tk__timer_armed(top));
+        n++;
+    }
+    EXPECT_GT(n, 100u);
+    tk__heap_free(&h);
+}
+
+TEST(Buf, AppendConsumeCompact)
+{
+    tk_buf b{};
+    std::string all;
+    for (int i = 0; i < 1000; i++) {
+        std::string s = std::to_string(i) + ",";
+        ASSERT_EQ(tk__buf_append(&b, s.data(), s.size()), 0);
+        all += s;
+        if (i % 3 == 0) {
+            size_t n = std::min<size_t>(5, tk__buf_size(&b));
+            ASSERT_EQ(std::string(reinterpret_cast<char *>(tk__buf_data(&b)), n), all.substr(0, n));
+            tk__buf_consume(&b, n);
+            all.erase(0, n);
+        }
+    }
+    EXPECT_EQ(std::string(reinterpret_cast<char *>(tk__buf_data(&b)), tk__buf_size(&b)), all);
+    tk__buf_free(&b);
+}
+
+TEST(Format, KeysAsTextOrHex)
+{
+    char out[128];
+    tk__fmt_key(out, sizeof out, reinterpret_cast<const uint8_t *>("order-1234"), 10);
+    EXPECT_STREQ(out, "\"order-1234\"");
+    const uint8_t bin[] = {0x00, 0xff, 0x10, 0xc3, 0xbc};
+    tk__fmt_key(out, sizeof out, bin, sizeof bin);
+    EXPECT_STREQ(out, "0x00ff10c3bc");
+    const char *utf = "k\xc3\xbcsse"; // valid UTF-8
+    tk__fmt_key(out, sizeof out, reinterpret_cast<const uint8_t *>(utf), strlen(utf));
+    EXPECT_STREQ(out, "\"k\xc3\xbcsse\"");
+    std::string longkey(500, 'a');
+    tk__fmt_key(out, sizeof out, reinterpret_cast<const uint8_t *>(longkey.data()), longkey.size());
+    EXPECT_LT(strlen(out), sizeof out);
+    EXPECT_NE(std::string(out).find("..."), std::string::npos);
+    tk__fmt_key(out, 4, bin, sizeof bin); // tiny buffers stay terminated
+    EXPECT_EQ(out[0], '\0');
+}
+
+TEST(Checks, KeysLeasesAndWaits)
+{
+    tk_error e;
+    EXPECT_EQ(tk__check_key("k", 1, &e), TK_OK);
+    EXPECT_EQ(tk__check_key("", 0, &e), TK_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.message).find("empty"), std::string::npos);
+    EXPECT_EQ(tk__check_key(nullptr, 3, &e), TK_ERR_INVALID_ARGUMENT);
+    std::string big(TK_MAX_KEY_LEN + 1, 'x');
+    EXPECT_EQ(tk__check_key(big.data(), big.size(), &e), TK_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(tk__check_key(big.data(), TK_MAX_KEY_LEN, &e), TK_OK);
+
+    EXPECT_EQ(tk__check_lease(1, "lease", &e), TK_OK);
+    EXPECT_EQ(tk__check_lease(UINT32_MAX, "lease", &e), TK_OK);
+    EXPECT_EQ(tk__check_lease(0, "lease", &e), TK_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.message).find("milliseconds"), std::string::npos) << "names the unit";
+    EXPECT_EQ(tk__check_lease(-5, "lease", &e), TK_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(tk__check_lease(int64_t(UINT32_MAX) + 1, "lease", &e), TK_ERR_INVALID_ARGUMENT);
+
+    EXPECT_EQ(tk__check_wait(0, &e), TK_OK);
+    EXPECT_EQ(tk__check_wait(TK_WAIT_FOREVER, &e), TK_OK);
+    EXPECT_EQ(tk__check_wait(-5, &e), TK_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(tk__check_wait(TK_WAIT_FOREVER + 1, &e), TK_ERR_INVALID_ARGUMENT);
+}
+
+TEST(Endpoints, HostPortParsing)
+{
+    char h[256], p[8];
+    EXPECT_EQ(tk__split_hostport("127.0.0.1:7070", h, sizeof h, p, sizeof p), 0);
+    EXPECT_STREQ(h, "127.0.0.1");
+    EXPECT_STREQ(p, "7070");
+    EXPECT_EQ(tk__split_hostport("[::1]:80", h, sizeof h, p, sizeof p), 0);
+    EXPECT_STREQ(h, "::1");
+    EXPECT_EQ(tk__split_hostport("localhost:1", h, sizeof h, p, sizeof p), 0);
+    for (const char *bad : {"", ":80", "host", "host:", "host:0", "host:65536", "host:8x", "::1:80", "[::1]80", "[]:1"})
+        EXPECT_EQ(tk__split_hostport(bad, h, sizeof h, p, sizeof p), -1) << bad;
+}
+
+TEST(Errors, NamesAndKinds)
+{
+    EXPECT_STREQ(tk_err_kind(TK_ERR_NOT_ACQUIRED), "not_acquired");
+    EXPECT_STREQ(tk_err_kind(TK_ERR_LOCK_LOST), "lock_lost");
+    EXPECT_STREQ(tk_err_kind(TK_ERR_TLS), "tls");
+    EXPECT_STREQ(tk_err_kind(TK_ERR_PROTOCOL), "other");
+    EXPECT_STREQ(tk_strerror(TK_ERR_CONNECTION_LOST), "connection lost");
+    EXPECT_STREQ(tk_lost_reason_str(TK_LOST_SERVER_RESTARTED), "server restarted");
+    EXPECT_STREQ(tk_lost_reason_str(TK_LOST_NOT_HELD), "not held");
+    for (int c = TK_OK; c <= TK_ERR_NO_MEMORY; c++) {
+        EXPECT_STRNE(tk_strerror(static_cast<tk_err>(c)), "unknown error") << c;
+        EXPECT_NE(tk_err_kind(static_cast<tk_err>(c)), nullptr);
+    }
+}
+
+TEST(Options, BadOptionsAreRejectedWithoutConnecting)
+{
+    tk_error e;
+    const char *bad[] = {"nohost"};
+    tk_options o{};
+    o.endpoints = bad;
+    o.n_endpoints = 1;
+    EXPECT_EQ(tk_async_new(&o, &e), nullptr);
+    EXPECT_EQ(e.code, TK_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.message).find("nohost"), std::string::npos);
+
+    tk_options o2{};
+    o2.n_endpoints = 2; // without endpoints
+    EXPECT_EQ(tk_async_new(&o2, &e), nullptr);
+    tk_options o3{};
+    o3.request_timeout_ms = -1;
+    EXPECT_EQ(tk_async_new(&o3, &e), nullptr);
+    tk_options o4{};
+    o4.tls = 1;
+    o4.tls_ca_file = "/nonexistent/ca.pem";
+    EXPECT_EQ(tk_async_new(&o4, &e), nullptr);
+    EXPECT_EQ(e.code, TK_ERR_TLS);
+    tk_options o5{};
+    o5.tls = 1;
+    o5.tls_cert_file = "/nonexistent/cert.pem"; // without a key
+    EXPECT_EQ(tk_async_new(&o5, &e), nullptr);
+    EXPECT_EQ(e.code, TK_ERR_INVALID_ARGUMENT);
+
+    tk_client *c = nullptr;
+    EXPECT_EQ(tk_client_connect(&o, &c, &e), TK_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(c, nullptr);
+}
+
+TEST(Options, SessionIdsAreRandomAndNonZero)
+{
+    tk_async *a = tk_async_new(nullptr, nullptr);
+    tk_async *b = tk_async_new(nullptr, nullptr);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    uint8_t sa[16], sb[16], zero[16] = {0};
+    tk_async_session_id(a, sa);
+    tk_async_session_id(b, sb);
+    EXPECT_NE(memcmp(sa, zero, 16), 0);
+    EXPECT_NE(memcmp(sa, sb, 16), 0);
+    tk_async_free(a);
+    tk_async_free(b);
+}
+
+TEST(Options, NullArgumentsNeverCrash)
+{
+    tk_error e;
+    EXPECT_EQ(tk_acquire(nullptr, "k", 1, 100, 0, nullptr, nullptr, &e), TK_ERR_INVALID_ARGUMENT);
+    tk_lock *l = nullptr;
+    EXPECT_EQ(tk_acquire(nullptr, "k", 1, 100, 0, nullptr, &l, &e), TK_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(tk_ping(nullptr, &e), TK_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(tk_lock_release(nullptr, &e), TK_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(tk_lock_token(nullptr), 0u);
+    EXPECT_EQ(tk_lock_lost(nullptr), TK_LOST_NONE);
+    EXPECT_EQ(tk_async_fd(nullptr), -1);
+    EXPECT_EQ(tk_async_timeout_ms(nullptr), -1);
+    EXPECT_EQ(tk_async_process(nullptr, 0), TK_ERR_INVALID_ARGUMENT);
+    tk_lock_free(nullptr);
+    tk_lock_drop(nullptr);
+    tk_client_close(nullptr);
+    tk_client_free(nullptr);
+    tk_async_free(nullptr);
+}

@@ -65,7 +65,11 @@ func TestPingAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if allocs > 2 {
-		t.Errorf("Ping allocates %v times per call, want <= 2", allocs)
+	budget := 0.0
+	if raceEnabled {
+		budget = 2
+	}
+	if allocs > budget {
+		t.Errorf("Ping allocates %v times per call, want <= %v (calls, timers and the write buffer are reused)", allocs, budget)
 	}
 }

@@ -14,28 +14,33 @@ import (
 // extended. Pass Token to the resource you protect, and have it reject tokens lower than the
 // highest it has seen (fencing).
 //
-// Lost is closed at the first of: the server's EXPIRED notice for the token, the local deadline
-// (never later than the server's), or an Extend answered NOT_HELD. Once Lost is closed the lock
-// is gone for good: stop the work that needed it.
+// Lost is closed, once, at the first of: the local deadline (never later than the server's), the
+// server's EXPIRED notice, a NOT_HELD answer to Extend or Release, or a reconnect to a restarted
+// server; Err then says why (a *LockLostError with its LostReason). Once Lost is closed the lock
+// is gone for good: stop the work that needed it. Lost is never closed after a successful
+// Release.
 //
-// Methods are safe for concurrent use.
+// Methods are safe for concurrent use; the token is the owner, so any goroutine may release.
 type Lock struct {
-	c   *Client
-	key string
+	c    *Client
+	key  string
+	keyb []byte // key, as sent
 
-	mu       sync.Mutex
-	token    uint64
-	lease    time.Duration // lease last granted (acquire or extend); keep-alive asks for it again
-	deadline time.Time     // local deadline
-	timer    *time.Timer   // fires markLost at deadline
-	lost     chan struct{}
-	lostErr  error // why it was lost (matches ErrLockLost); nil while not lost
-	lostAt   time.Time
-	released bool  // a RELEASE was answered OK (or the lock was known gone)
-	relErr   error // final result of Release, once released
-	stopKA   chan struct{}
-	kaDone   chan struct{} // closed when the keep-alive goroutine exits; nil without keep-alive
-	extends  int           // successful extends (for tests)
+	mu        sync.Mutex
+	token     uint64        // set (under Client.mu) when granted, before anyone else sees the Lock
+	lease     time.Duration // lease last granted (acquire or extend); keep-alive asks for it again
+	deadline  time.Time     // local deadline
+	grantedAt time.Time
+	timer     *time.Timer // fires the lost signal at the deadline, less the margin
+	lost      chan struct{}
+	lostErr   *LockLostError
+	released  bool          // Release has finished: the lock is no longer this client's concern
+	relErr    error         // Release's final result
+	releasing chan struct{} // non-nil while a Release is in flight; closed when it ends
+	uncertain bool          // an earlier Release may have reached the server (its answer was lost)
+	stopKA    chan struct{}
+	kaDone    chan struct{} // closed when the keep-alive goroutine exits; nil without keep-alive
+	extends   int           // successful extends (for tests)
 }
 
 // Key returns the lock's key.
@@ -55,8 +60,9 @@ func (l *Lock) Lease() time.Duration {
 	return l.lease
 }
 
-// Deadline returns the local deadline: the lease's end as measured from when the request was
-// sent, never later than the server's. A successful Extend moves it.
+// Deadline returns the local deadline: when the request was sent, plus the time the server says
+// it spent queued, plus the lease, less the clock-rate allowance (0.2%), so it is never later
+// than the server's. A successful Extend moves it.
 func (l *Lock) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -64,149 +70,207 @@ func (l *Lock) Deadline() time.Time {
 }
 
 // Lost returns a channel closed when the lock is lost (see Lock). For the local deadline it
-// closes a few milliseconds early (5ms, or a tenth of a shorter lease), so that timer latency
-// cannot make it close after the server hands the lock on. It is not closed by Release.
-func (l *Lock) Lost() <-chan struct{} { return l.lost }
+// closes a little early (5ms, or a tenth of a shorter lease), so that ordinary timer latency
+// does not make it close after the server hands the lock on; and Lost, Err and the other methods
+// check the deadline themselves when called, so a caller that looks never sees an expired lock
+// as held, however late the timer runs.
+func (l *Lock) Lost() <-chan struct{} {
+	l.checkDeadline()
+	return l.lost
+}
 
-// Err returns nil while the lock is not lost, then an error matching ErrLockLost that says why.
+// Err returns nil while the lock is not lost, then a *LockLostError (matching ErrLockLost) that
+// names the reason.
 func (l *Lock) Err() error {
+	l.checkDeadline()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.lostErr == nil {
+		return nil
+	}
 	return l.lostErr
 }
 
-// Acquire takes the lock on key for lease, waiting in the server's FIFO queue until it is granted
-// or ctx is done (or the WithWaitTimeout passes: ErrNotAcquired). The lease starts when the lock
-// is granted.
+// checkDeadline fires the lost signal now if the deadline timer is due but has not run yet.
+func (l *Lock) checkDeadline() {
+	l.mu.Lock()
+	due := l.lostErr == nil && !l.released && !l.deadline.IsZero() && l.untilLostLocked() <= 0
+	l.mu.Unlock()
+	if due {
+		l.markLost(ReasonExpired, "its local deadline passed without a successful extend", nil)
+	}
+}
+
+// Acquire takes the lock on key for lease, waiting in the key's FIFO queue until it is granted,
+// until the wait timeout passes (WithWaitTimeout: ErrNotAcquired), or until ctx is done. The
+// lease starts when the lock is granted; it must be at least 1ms (it is a time.Duration:
+// Acquire(ctx, k, 30) is 30ns, and is refused).
 //
-// If ctx is done while waiting, Acquire withdraws the request (CANCEL) and returns ctx.Err(); if
-// the lock was granted meanwhile it releases it first, so a cancelled Acquire never leaves a lock
-// held. It waits for that clean-up up to WithCleanupTimeout, then finishes it in the background.
-//
-// An Acquire is not retried when its connection fails (error matching ErrConnectionLost): the
-// grant may have happened just before, and such a lock stays held until its lease ends.
+// The request timeout (WithRequestTimeout) bounds Acquire beyond the wait timeout; a wait without
+// limit is bounded only by ctx and the heartbeat. If ctx is done (or the request timeout passes)
+// while waiting, Acquire withdraws the request (CANCEL) and, if the lock was granted meanwhile,
+// releases it, so a cancelled Acquire never leaves a lock held; it waits for that clean-up up to
+// WithCleanupTimeout. If the connection drops, Acquire keeps waiting: the session is resumed on
+// the next connection and the request keeps its place in the queue.
 func (c *Client) Acquire(ctx context.Context, key string, lease time.Duration, opts ...AcquireOption) (*Lock, error) {
+	lk, err := c.acquire(ctx, "acquire", key, lease, -1, opts)
+	if err != nil {
+		return nil, err
+	}
+	return lk, nil
+}
+
+// TryAcquire takes the lock on key if it is free and nobody is queued, without waiting. It
+// returns a nil *Lock and a nil error when the key is taken ("not acquired" is an answer, not a
+// failure), and an error only when the call itself failed.
+func (c *Client) TryAcquire(ctx context.Context, key string, lease time.Duration, opts ...AcquireOption) (*Lock, error) {
+	lk, err := c.acquire(ctx, "try-acquire", key, lease, 0, opts)
+	if errors.Is(err, ErrNotAcquired) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return lk, nil
+}
+
+func (c *Client) acquire(ctx context.Context, op, key string, lease time.Duration, wait time.Duration, opts []AcquireOption) (*Lock, error) {
+	if err := checkKey(op, key); err != nil {
+		return nil, err
+	}
 	ao := acquireOptions{wait: -1}
 	for _, o := range opts {
 		o(&ao)
 	}
-	if err := checkKey(key); err != nil {
-		return nil, err
+	if wait >= 0 {
+		ao.wait = wait
 	}
-	ms, err := leaseMs(lease)
+	ms, err := leaseMs(op, key, lease)
+	if err == nil && ao.err == "" {
+		switch {
+		case ao.keepAlive && ao.kaInterval >= lease:
+			ao.invalid("WithKeepAlive: interval %v is not below the lease %v", ao.kaInterval, lease)
+		case ao.maxHold > 0 && !ao.keepAlive:
+			ao.invalid("WithMaxHold caps keep-alive: it needs WithKeepAlive")
+		}
+	}
+	if err == nil && ao.err != "" {
+		err = &opError{kind: ErrInvalid, op: op, key: key, hasK: true, msg: ao.err}
+	}
 	if err != nil {
 		return nil, err
 	}
-	wait := wire.WaitForever
-	if ao.wait >= 0 {
-		w := ao.wait / time.Millisecond
-		if w >= time.Duration(wire.WaitForever) {
-			w = time.Duration(wire.WaitForever - 1)
-		}
-		wait = uint32(w)
+	if ao.refuseHeld && c.holds(key) {
+		return nil, &opError{kind: ErrAlreadyHeld, op: op, key: key, hasK: true, msg: "this client already holds the key (WithRefuseHeld)"}
 	}
-	if err := ctx.Err(); err != nil {
+	waitMs, timeout := wire.WaitForever, time.Duration(0)
+	if ao.wait >= 0 {
+		waitMs = uint32(ao.wait / time.Millisecond)
+		timeout = ao.wait + c.opts.requestTimeout
+	}
+	kb := []byte(key)
+	lk := &Lock{c: c, key: key, keyb: kb, lost: make(chan struct{})}
+	cl := getCall()
+	cl.req = wire.Request{Op: wire.OpAcquire, Lease: ms, WaitMs: waitMs, Key: kb}
+	cl.lk = lk
+	cl.wait = ao.wait
+	res, err := c.do(ctx, cl, timeout)
+	if err != nil {
 		return nil, err
 	}
-	req := wire.Request{Op: wire.OpAcquire, ID: c.nextID.Add(1), Lease: ms, WaitMs: wait, Key: []byte(key)}
-	for attempt := 0; ; attempt++ {
-		cn, err := c.getConn(ctx)
-		if err != nil {
-			return nil, err
+	retried := cl.retried
+	putCall(cl)
+	if res.status != wire.StatusOK {
+		if res.status == wire.StatusNotHeld && retried {
+			// A retried ACQUIRE holds nothing: granted and since ended, or unknown to the server.
+			return nil, &opError{kind: ErrConnectionLost, op: op, key: key, hasK: true,
+				msg: "the answer was lost with the connection, and the server holds nothing for the request now"}
 		}
-		lk := &Lock{c: c, key: key, lost: make(chan struct{})}
-		cl := getCall()
-		cl.lk = lk
-		if err := cn.send(&req, cl); err != nil {
-			// The connection had failed before anything was queued: safe to send elsewhere.
-			putCall(cl)
-			if attempt < c.opts.maxRetries && errors.Is(err, ErrConnectionLost) {
-				continue
-			}
-			return nil, err
-		}
-		var res result
-		select {
-		case res = <-cl.ch:
-			putCall(cl)
-		case <-ctx.Done():
-			c.cancelAcquire(cn, cl, &req)
-			return nil, ctx.Err()
-		}
-		if res.err != nil {
-			return nil, res.err
-		}
-		if res.status == wire.StatusOK {
-			if ao.kaDefault || ao.keepAlive > 0 {
-				lk.startKeepAlive(ao.keepAlive)
-			}
-			return lk, nil
-		}
-		serr := statusError(wire.OpAcquire, &res)
-		if c.redirect(cn, &res) && attempt < c.opts.maxRetries {
-			if err := c.sleepBackoff(ctx, attempt); err != nil {
-				return nil, err
-			}
-			continue // same request id: the retry is the same request (cluster idempotence)
+		serr := res.statusError(wire.OpAcquire, key, 0).(*StatusError)
+		serr.Wait = int64(ao.wait / time.Millisecond)
+		if ao.wait < 0 {
+			serr.Wait = -1
 		}
 		return nil, serr
 	}
+	if ao.keepAlive {
+		lk.startKeepAlive(ao.kaInterval, ao.maxHold)
+	}
+	return lk, nil
 }
 
-// TryAcquire takes the lock on key if it is free and nobody is queued, without waiting;
-// otherwise it returns an error matching ErrNotAcquired.
-func (c *Client) TryAcquire(ctx context.Context, key string, lease time.Duration, opts ...AcquireOption) (*Lock, error) {
-	return c.Acquire(ctx, key, lease, append(opts, WithWaitTimeout(0))...)
-}
-
-// cancelAcquire withdraws a waiting ACQUIRE whose caller gave up: it sends CANCEL and waits
-// (bounded) for the ACQUIRE's answer; if that is OK after all, it releases the lock.
-func (c *Client) cancelAcquire(cn *conn, cl *call, req *wire.Request) {
-	_ = cn.send(&wire.Request{Op: wire.OpCancel, ID: c.nextID.Add(1), Token: req.ID}, nil)
-	finish := func(res result) {
-		lk := cl.lk
-		putCall(cl)
-		if res.err == nil && res.status == wire.StatusOK {
-			ctx, cancel := context.WithTimeout(context.Background(), c.opts.cleanupTimeout)
-			defer cancel()
-			if err := lk.Release(ctx); err != nil && !errors.Is(err, ErrLockLost) {
-				c.opts.logger.Warn("ticketing: could not release a lock granted after its Acquire was cancelled; it is held until its lease ends",
-					"key", lk.key, "token", lk.Token(), "err", err)
-			}
+// WithLock acquires key, runs fn while holding it, and releases it, like a scoped lock. fn's
+// context is cancelled when the lock is lost (its cause is the *LockLostError). WithLock returns
+// fn's error; or, when the lock was lost while fn ran, a *LockLostError naming the reason
+// (matching ErrLockLost, and fn's error too when fn failed for another reason) even if fn
+// returned nil: the work may not have been protected. To accept a lock lost after the work
+// (the one opt-out), check errors.Is(err, ErrLockLost) and go on. The release at the end is
+// bounded by the request timeout and is not cancelled by ctx.
+func (c *Client) WithLock(ctx context.Context, key string, lease time.Duration, fn func(ctx context.Context, lock *Lock) error, opts ...AcquireOption) error {
+	lk, err := c.Acquire(ctx, key, lease, opts...)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-lk.Lost():
+			cancel(lk.Err())
+		case <-stop:
 		}
+	}()
+	ferr := fn(fctx, lk)
+	close(stop)
+	<-watched
+	cancel(nil)
+	rerr := lk.Release(context.WithoutCancel(ctx))
+	if lerr := lk.Err(); lerr != nil {
+		le := *lk.lostErrCopy()
+		if ferr != nil && !errors.Is(ferr, context.Canceled) && !errors.Is(ferr, ErrLockLost) {
+			le.Err = ferr
+			le.Detail += "; the work failed: " + causeText(ferr)
+		}
+		return &le
 	}
-	t := time.NewTimer(c.opts.cleanupTimeout)
-	defer t.Stop()
-	select {
-	case res := <-cl.ch:
-		finish(res)
-	case <-t.C:
-		go func() { finish(<-cl.ch) }()
+	if ferr != nil {
+		return ferr
 	}
+	return rerr
 }
 
-// granted is called by the reader when the ACQUIRE is answered OK, before the answer is handed
-// to the waiter: it sets the token and the local deadline (t_send + queued ms + lease), arms the
-// deadline timer and registers the lock for EXPIRED notices.
-func (l *Lock) granted(token uint64, leaseMs, queuedMs uint32, tSend time.Time) {
+func (l *Lock) lostErrCopy() *LockLostError {
 	l.mu.Lock()
-	l.token = token
-	l.lease = time.Duration(leaseMs) * time.Millisecond
-	l.deadline = tSend.Add(time.Duration(queuedMs)*time.Millisecond + l.lease)
-	l.timer = time.AfterFunc(l.untilLostLocked(), l.onDeadline)
-	l.mu.Unlock()
-	l.c.register(l)
+	defer l.mu.Unlock()
+	e := *l.lostErr
+	return &e
 }
 
-// lostMargin is how much earlier than the local deadline the deadline timer fires: timers fire
-// late by up to about a millisecond (more under load), and Lost must be closed by the time the
-// server, whose deadline is only a one-way trip later, can hand the lock on. It is capped at a
-// tenth of the lease for very short leases.
-const lostMargin = 5 * time.Millisecond
+// granted sets the lease and the local deadline of a lock just granted, and arms the lost
+// signal (PROTOCOL.md, "The lost signal"): deadline = t_send + (queued + lease)·(1 − 2ρ); after a
+// retried ACQUIRE, t_send(retry) + lease·(1 − 2ρ) (its lease_ms is what is left).
+func (l *Lock) granted(leaseMs, queuedMs uint32, tSend time.Time, retried bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lease = durationMs(int64(leaseMs))
+	span := l.lease
+	if !retried {
+		span += durationMs(int64(queuedMs))
+	}
+	l.deadline = tSend.Add(shrink(span))
+	l.grantedAt = time.Now()
+	if l.lostErr == nil {
+		// (A restart may have been noticed between the registration and now.)
+		l.timer = time.AfterFunc(l.untilLostLocked(), l.onDeadline)
+	}
+}
 
-// untilLostLocked is the time left until the deadline timer should fire. l.mu must be held.
+// untilLostLocked is the time left until the lost signal should fire: the deadline less a
+// margin for timer latency (5ms, or a tenth of a shorter lease). l.mu must be held.
 func (l *Lock) untilLostLocked() time.Duration {
-	return time.Until(l.deadline) - min(lostMargin, l.lease/10)
+	return time.Until(l.deadline) - min(wire.LostMarginMs*time.Millisecond, l.lease/10)
 }
 
 func (l *Lock) onDeadline() {
@@ -218,97 +282,117 @@ func (l *Lock) onDeadline() {
 		return
 	}
 	l.mu.Unlock()
-	l.markLost(fmt.Errorf("%w: its local deadline passed without a successful extend", ErrLockLost))
+	l.markLost(ReasonExpired, "its local deadline passed without a successful extend", nil)
 }
 
-// markLost closes Lost (once) unless the lock was released.
-func (l *Lock) markLost(why error) {
+// markLost fires the lost signal (once), unless the lock was released.
+func (l *Lock) markLost(reason LostReason, detail string, cause error) {
 	l.mu.Lock()
 	if l.lostErr != nil || l.released {
 		l.mu.Unlock()
 		return
 	}
-	l.lostErr = why
-	l.lostAt = time.Now()
+	l.setLostLocked(reason, detail, cause)
+	token := l.token
+	l.mu.Unlock()
+	l.c.unregister(l, token)
+}
+
+// setLostLocked records the loss and closes Lost. l.mu must be held.
+func (l *Lock) setLostLocked(reason LostReason, detail string, cause error) {
+	l.lostErr = &LockLostError{Key: l.key, Token: l.token, Reason: reason, Detail: detail, Err: cause}
 	close(l.lost)
 	if l.timer != nil {
 		l.timer.Stop()
 	}
-	l.mu.Unlock()
-	l.c.unregister(l)
 }
 
-// Release releases the lock; the next waiter is granted it at once. Keep-alive stops first.
-// Release is safe to call more than once (and from a defer after an explicit Release): once it
-// has succeeded, later calls return the same result without a round trip.
+// Release releases the lock; the next waiter is granted it at once. Keep-alive stops first: no
+// extend is sent after Release returns. The call is bounded by ctx and the request timeout, so
+// `defer lock.Release(context.Background())` cannot hang.
 //
 // It returns nil when the lock was held until this call released it. If the lock was lost before
-// (Lost closed), it still tells the server (which may not have expired it yet, so the next waiter
-// need not wait for the lease) and returns an error matching ErrLockLost: the work done under
-// the lock may not have been protected. If the server answers NOT_HELD, the error matches both
-// ErrLockLost and ErrNotHeld. A connection failure is retried within ctx.
+// (Lost closed), it still tells the server (which may not have reclaimed it yet, so the next
+// waiter need not wait for the lease) and returns the *LockLostError: the work done under the
+// lock may not have been protected. A NOT_HELD answer marks the lock lost (ReasonNotHeld); the
+// error then matches both ErrLockLost and ErrNotHeld. Other errors (ErrTimeout,
+// ErrConnectionLost, ErrClosed) leave the lock as it was: call Release again, or let the lease
+// end. Concurrent and repeated calls are safe: once a Release has finished, later calls return
+// its result without a round trip.
 func (l *Lock) Release(ctx context.Context) error {
 	l.stopKeepAlive()
-	l.mu.Lock()
-	if l.released {
-		err := l.relErr
-		l.mu.Unlock()
-		return err
-	}
-	lostErr := l.lostErr
-	token := l.token
-	l.mu.Unlock()
-
-	var err error
-	uncertain := false
-	for attempt := 0; ; attempt++ {
-		_, _, err = l.c.roundTrip(ctx, &wire.Request{Op: wire.OpRelease, Token: token, Key: []byte(l.key)}, false)
-		if errors.Is(err, ErrConnectionLost) && attempt < l.c.opts.maxRetries && ctx.Err() == nil {
-			uncertain = true // the attempt may or may not have reached the server
-			continue
+	l.checkDeadline()
+	for {
+		l.mu.Lock()
+		if l.released {
+			err := l.relErr
+			l.mu.Unlock()
+			return err
 		}
-		// NOT_HELD after an attempt of unknown outcome, while the lock was not lost (the server
-		// never expires a lock before the local deadline): that attempt released it.
-		if uncertain && errors.Is(err, ErrNotHeld) && lostErr == nil && l.Err() == nil && time.Now().Before(l.Deadline()) {
+		if ch := l.releasing; ch != nil {
+			l.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return &opError{kind: ErrCancelled, op: "release", key: l.key, hasK: true, token: l.Token(), msg: "cancelled while another Release of the lock was in flight", cause: ctx.Err()}
+			}
+		}
+		l.releasing = make(chan struct{})
+		token, uncertain := l.token, l.uncertain
+		l.mu.Unlock()
+
+		err := l.c.release(ctx, l.keyb, token)
+
+		l.mu.Lock()
+		ch := l.releasing
+		l.releasing = nil
+		defer close(ch)
+		if err != nil && uncertain && isNotHeld(err) && l.lostErr == nil && time.Now().Before(l.deadline) {
+			// An earlier attempt whose answer was lost released it: the server never reclaims a
+			// lock before the local deadline, and NOT_HELD says nobody holds this token now.
 			err = nil
 		}
-		break
-	}
-
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case err == nil && l.lostErr == nil:
-		// Held until now.
-	case err == nil:
-		err = l.lostErr
-	case errors.Is(err, ErrNotHeld):
-		if l.lostErr == nil {
-			l.lostErr = fmt.Errorf("%w: %w", ErrLockLost, err)
-			l.lostAt = time.Now()
-			close(l.lost)
+		switch {
+		case err == nil:
+			if l.lostErr != nil {
+				err = l.lostErr
+			}
+		case isNotHeld(err):
+			if l.lostErr == nil {
+				l.setLostLocked(ReasonNotHeld, "the server answered NOT_HELD to its release", err)
+			}
+			err = l.lostErr
+		default:
+			if errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrTimeout) || errors.Is(err, ErrCancelled) {
+				l.uncertain = true // the request may have reached the server
+			}
+			if l.lostErr != nil {
+				// Lost before: that is the answer, whether or not the server could be told
+				// (a later Release tries again).
+				err = l.lostErr
+			}
+			l.mu.Unlock()
+			return err
 		}
-		err = fmt.Errorf("%w: %w", ErrLockLost, err)
-	default:
-		return err // transient: the lock may still be held; Release may be called again
+		l.released, l.relErr = true, err
+		if l.timer != nil {
+			l.timer.Stop()
+		}
+		l.mu.Unlock()
+		l.c.unregister(l, token)
+		return err
 	}
-	l.released = true
-	l.relErr = err
-	if l.timer != nil {
-		l.timer.Stop()
-	}
-	l.c.unregister(l) // Lock.mu before Client.lmu
-	return err
 }
 
-// Extend sets the lease to lease from now (it may shorten it) and moves Deadline to the time
-// the request was sent plus lease. Keep-alive then asks for this lease too. After the lock is
-// lost or released it returns an error matching ErrLockLost (or ErrNotHeld after Release)
-// without a round trip; an answer NOT_HELD marks the lock lost and matches both ErrLockLost and
-// ErrNotHeld. Other errors (a lost connection) leave the lock as it was: it is lost at its
-// deadline unless a later Extend succeeds.
+// Extend sets the lease to lease from now (it may shorten it) and moves Deadline to the time the
+// request was sent plus lease. Keep-alive then asks for this lease too. After the lock was lost
+// it returns the *LockLostError without a round trip; after Release, an error matching
+// ErrNotHeld. A NOT_HELD answer marks the lock lost (ReasonNotHeld). Other errors (a timeout, a
+// lost connection) leave the lock as it was: it is lost at its deadline unless a later Extend
+// succeeds.
 func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
-	ms, err := leaseMs(lease)
+	ms, err := leaseMs("extend", l.key, lease)
 	if err != nil {
 		return err
 	}
@@ -316,6 +400,7 @@ func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
 }
 
 func (l *Lock) extend(ctx context.Context, ms uint32) error {
+	l.checkDeadline()
 	l.mu.Lock()
 	switch {
 	case l.lostErr != nil:
@@ -324,16 +409,15 @@ func (l *Lock) extend(ctx context.Context, ms uint32) error {
 		return err
 	case l.released:
 		l.mu.Unlock()
-		return fmt.Errorf("%w: the lock was released", ErrNotHeld)
+		return &opError{kind: ErrNotHeld, op: "extend", key: l.key, hasK: true, token: l.token, msg: "the lock was released"}
 	}
 	token := l.token
 	l.mu.Unlock()
 
-	res, tSend, err := l.c.roundTrip(ctx, &wire.Request{Op: wire.OpExtend, Token: token, Lease: ms, Key: []byte(l.key)}, true)
-	if errors.Is(err, ErrNotHeld) {
-		lost := fmt.Errorf("%w: %w", ErrLockLost, err)
-		l.markLost(lost)
-		return lost
+	res, tSend, err := l.c.extend(ctx, l.keyb, token, ms)
+	if isNotHeld(err) {
+		l.markLost(ReasonNotHeld, "the server answered NOT_HELD to its extend", err)
+		return l.Err()
 	}
 	if err != nil {
 		return err
@@ -347,46 +431,54 @@ func (l *Lock) extend(ctx context.Context, ms uint32) error {
 	if l.released {
 		return nil
 	}
-	l.lease = time.Duration(res.lease) * time.Millisecond
-	l.deadline = tSend.Add(l.lease)
+	l.lease = durationMs(int64(res.lease))
+	l.deadline = tSend.Add(shrink(l.lease))
 	l.timer.Reset(l.untilLostLocked())
 	l.extends++
 	return nil
 }
 
+// Verify asks the server whether this lock still holds its key (INSPECT with the token). It
+// changes nothing, and does not fire the lost signal: a false answer means someone released
+// the lock by its token, or its lease ended.
+func (l *Lock) Verify(ctx context.Context) (bool, error) {
+	return l.c.Verify(ctx, l.key, l.Token())
+}
+
 // startKeepAlive runs the keep-alive goroutine (interval 0: a third of the lease).
-func (l *Lock) startKeepAlive(interval time.Duration) {
-	c := l.c
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return
-	}
-	c.keepAlive.Add(1) // under c.mu, so never concurrently with Close's Wait
-	c.mu.Unlock()
+func (l *Lock) startKeepAlive(interval, maxHold time.Duration) {
 	l.mu.Lock()
 	l.stopKA = make(chan struct{})
 	l.kaDone = make(chan struct{})
 	stop, done := l.stopKA, l.kaDone
 	l.mu.Unlock()
-	go func() {
-		defer l.c.keepAlive.Done()
+	if !l.c.goBackground(func() {
 		defer close(done)
-		l.keepAlive(interval, stop)
-	}()
+		l.keepAlive(interval, maxHold, stop)
+	}) {
+		close(done)
+	}
 }
 
-func (l *Lock) keepAlive(fixed time.Duration, stop chan struct{}) {
-	ctx, cancel := context.WithCancel(context.Background())
+func (l *Lock) keepAlive(fixed, maxHold time.Duration, stop chan struct{}) {
+	ctx, cancel := context.WithCancel(l.c.closeCtx)
 	defer cancel()
 	go func() {
 		select {
 		case <-stop:
-		case <-l.c.closedCh:
+			cancel()
 		case <-ctx.Done():
 		}
-		cancel()
 	}()
+	var holdEnd <-chan time.Time
+	if maxHold > 0 {
+		l.mu.Lock()
+		left := maxHold - time.Since(l.grantedAt)
+		l.mu.Unlock()
+		ht := time.NewTimer(left)
+		defer ht.Stop()
+		holdEnd = ht.C
+	}
 	interval := func() time.Duration {
 		if fixed > 0 {
 			return fixed
@@ -402,21 +494,21 @@ func (l *Lock) keepAlive(fixed time.Duration, stop chan struct{}) {
 			return
 		case <-l.lost:
 			return
+		case <-holdEnd:
+			l.c.opts.logger.Info("ticketing: keep-alive reached its max hold; the lock runs out its lease", "key", FormatKey(l.key), "deadline_in", time.Until(l.Deadline()))
+			return
 		}
 		iv := interval()
 		remaining := time.Until(l.Deadline())
 		if remaining <= 0 {
 			return // lost at the deadline; the timer reports it
 		}
-		// One attempt may take at most one interval (and never past the deadline); a stalled
-		// connection is then dropped so that the next attempt reconnects.
-		actx, acancel := context.WithTimeout(ctx, min(iv, remaining))
+		// One attempt may take at most until the deadline.
+		actx, acancel := context.WithTimeout(ctx, remaining)
 		l.mu.Lock()
-		ms := uint32(l.lease / time.Millisecond)
+		ms := uint32((l.lease + time.Millisecond - 1) / time.Millisecond)
 		l.mu.Unlock()
-		cn := l.c.currentConn()
 		err := l.extend(actx, ms)
-		stalled := errors.Is(err, context.DeadlineExceeded) && actx.Err() != nil && ctx.Err() == nil
 		acancel()
 		switch {
 		case err == nil:
@@ -424,10 +516,7 @@ func (l *Lock) keepAlive(fixed time.Duration, stop chan struct{}) {
 		case ctx.Err() != nil, errors.Is(err, ErrLockLost), errors.Is(err, ErrNotHeld), errors.Is(err, ErrClosed):
 			return
 		default:
-			if stalled && cn != nil && cn == l.c.currentConn() {
-				l.c.dropConn(cn, "keep-alive extend stalled")
-			}
-			l.c.opts.logger.Warn("ticketing: keep-alive extend failed; retrying", "key", l.key, "err", err, "deadline_in", time.Until(l.Deadline()))
+			l.c.opts.logger.Warn("ticketing: keep-alive extend failed; retrying", "key", FormatKey(l.key), "err", err, "deadline_in", time.Until(l.Deadline()))
 			t.Reset(max(min(iv/4, time.Until(l.Deadline())/4), time.Millisecond))
 		}
 	}
@@ -449,4 +538,8 @@ func (l *Lock) stopKeepAlive() {
 	if done != nil {
 		<-done
 	}
+}
+
+func (l *Lock) String() string {
+	return fmt.Sprintf("ticketing.Lock{%s token %d}", FormatKey(l.key), l.Token())
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -19,13 +20,15 @@ import (
 	ticketing "github.com/ticketing/ticketing/clients/go"
 )
 
-// Exit codes of the client commands (docs/cli.md).
+// Exit codes of the client commands (docs/cli.md, "Exit status").
 const (
-	exitOK       = 0  // done
-	exitNo       = 1  // the server said no: not acquired (wait timed out) or not held
-	exitUsage    = 2  // bad command line
-	exitError    = 3  // could not talk to the server (connection, TLS, auth, server error)
-	exitLockLost = 75 // lock: the lock was lost (or about to be) while COMMAND ran; COMMAND was stopped (EX_TEMPFAIL)
+	exitOK          = 0  // done
+	exitNo          = 1  // the server said no: not acquired (wait timed out) or not held
+	exitUsage       = 2  // bad arguments: the command line, or an argument the server refused
+	exitUnavailable = 3  // could not reach or talk to the server: unavailable, timeout, connection lost, protocol
+	exitAuth        = 4  // authentication failed
+	exitTLS         = 5  // TLS error
+	exitLockLost    = 75 // lock: the lock was lost (or about to be) while COMMAND ran; COMMAND was stopped (EX_TEMPFAIL)
 )
 
 // Defaults of the client commands.
@@ -60,16 +63,52 @@ func runCLI(cmd string, args []string) int {
 	return exitUsage
 }
 
+// globalValueFlags are the flags a client command accepts before its name (`ticketing --addr A
+// acquire K`) as well as after it; those with a value.
+var globalValueFlags = map[string]bool{"addr": true, "tls-ca": true, "tls-cert": true, "tls-key": true, "timeout": true}
+
+// splitGlobal separates the flags before the command name from the rest: it returns them (to be
+// given to the command), the command and its arguments. An unknown flag there is a usage error.
+func splitGlobal(args []string) (global []string, cmd string, rest []string, err error) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			return global, a, args[i+1:], nil
+		}
+		if a == "--" {
+			break
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		switch {
+		case name == "tls":
+			global = append(global, a)
+		case globalValueFlags[name] && hasValue:
+			global = append(global, a)
+		case globalValueFlags[name]:
+			if i+1 >= len(args) {
+				return nil, "", nil, fmt.Errorf("flag needs an argument: %s", a)
+			}
+			global = append(global, a, args[i+1])
+			i++
+		default:
+			return nil, "", nil, fmt.Errorf("unknown flag %s before the command (global flags: --addr, --timeout, --tls, --tls-ca, --tls-cert, --tls-key)", a)
+		}
+	}
+	return nil, "", nil, errors.New("missing COMMAND")
+}
+
 // common holds the flags every client command takes.
 type common struct {
 	addr    string
 	tlsCA   string
 	tls     bool
-	timeout time.Duration
+	tlsCert string
+	tlsKey  string
+	timeout durationFlag
 }
 
 func addCommon(fs *flag.FlagSet) *common {
-	c := &common{}
+	c := &common{timeout: durationFlag{d: defaultTimeout}}
 	addr := os.Getenv("TICKETING_ADDR")
 	if addr == "" {
 		addr = ticketing.DefaultEndpoint
@@ -77,13 +116,20 @@ func addCommon(fs *flag.FlagSet) *common {
 	fs.StringVar(&c.addr, "addr", addr, "server address(es) host:port, comma-separated for a cluster (env TICKETING_ADDR)")
 	fs.StringVar(&c.tlsCA, "tls-ca", os.Getenv("TICKETING_TLS_CA"), "PEM CA bundle to verify the server: enables TLS (env TICKETING_TLS_CA)")
 	fs.BoolVar(&c.tls, "tls", false, "use TLS, verifying the server against the system's CAs")
-	fs.DurationVar(&c.timeout, "timeout", defaultTimeout, "bound on connecting and on each request (not on time spent queued: see --wait)")
+	fs.StringVar(&c.tlsCert, "tls-cert", os.Getenv("TICKETING_TLS_CLIENT_CERT"), "PEM client certificate for mutual TLS, with --tls-key: enables TLS (env TICKETING_TLS_CLIENT_CERT)")
+	fs.StringVar(&c.tlsKey, "tls-key", os.Getenv("TICKETING_TLS_CLIENT_KEY"), "PEM private key of --tls-cert (env TICKETING_TLS_CLIENT_KEY)")
+	fs.Var(&c.timeout, "timeout", "bound on connecting and on each request (not on time spent queued: see --wait)")
 	return c
 }
 
-// dial connects with the common flags; the auth token comes from TICKETING_TOKEN or the file
-// named by TICKETING_TOKEN_FILE.
-func (c *common) dial(ctx context.Context) (*ticketing.Client, error) {
+// check validates the common flags before anything is dialled.
+func (c *common) check() error {
+	switch {
+	case c.timeout.d <= 0:
+		return fmt.Errorf("--timeout %v must be positive", c.timeout.d)
+	case (c.tlsCert == "") != (c.tlsKey == ""):
+		return errors.New("--tls-cert and --tls-key go together")
+	}
 	var eps []string
 	for _, a := range strings.Split(c.addr, ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -91,66 +137,106 @@ func (c *common) dial(ctx context.Context) (*ticketing.Client, error) {
 		}
 	}
 	if len(eps) == 0 {
-		return nil, errors.New("--addr is empty")
+		return errors.New("--addr is empty")
 	}
-	opts := []ticketing.Option{ticketing.WithEndpoints(eps...), ticketing.WithDialTimeout(c.timeout), ticketing.WithMaxRetries(2)}
+	return nil
+}
+
+// options turns the common flags into client options; the auth token comes from
+// TICKETING_TOKEN or the first line of the file named by TICKETING_TOKEN_FILE.
+func (c *common) options() ([]ticketing.Option, error) {
+	var eps []string
+	for _, a := range strings.Split(c.addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			eps = append(eps, a)
+		}
+	}
+	opts := []ticketing.Option{ticketing.WithEndpoints(eps...), ticketing.WithDialTimeout(c.timeout.d), ticketing.WithRequestTimeout(c.timeout.d)}
 	if tok, ok := os.LookupEnv("TICKETING_TOKEN"); ok && tok != "" {
 		opts = append(opts, ticketing.WithToken(tok))
 	} else if f := os.Getenv("TICKETING_TOKEN_FILE"); f != "" {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("TICKETING_TOKEN_FILE: %w", err)
+			return nil, usageError{fmt.Errorf("TICKETING_TOKEN_FILE: %w", err)}
 		}
-		opts = append(opts, ticketing.WithToken(strings.TrimRight(string(b), "\r\n")))
+		line, _, _ := strings.Cut(string(b), "\n")
+		opts = append(opts, ticketing.WithToken(strings.TrimRight(line, "\r")))
 	}
-	if c.tlsCA != "" || c.tls {
+	if c.tlsCA != "" || c.tls || c.tlsCert != "" {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 		if c.tlsCA != "" {
 			pem, err := os.ReadFile(c.tlsCA)
 			if err != nil {
-				return nil, fmt.Errorf("--tls-ca: %w", err)
+				return nil, usageError{fmt.Errorf("--tls-ca: %w", err)}
 			}
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("--tls-ca %s: no PEM certificate found", c.tlsCA)
+				return nil, usageError{fmt.Errorf("--tls-ca %s: no PEM certificate found", c.tlsCA)}
 			}
 			cfg.RootCAs = pool
 		}
+		if c.tlsCert != "" {
+			cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+			if err != nil {
+				return nil, usageError{fmt.Errorf("--tls-cert/--tls-key: %w", err)}
+			}
+			cfg.Certificates = []tls.Certificate{cert}
+		}
 		opts = append(opts, ticketing.WithTLS(cfg))
 	}
-	dctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	return ticketing.Dial(dctx, opts...)
+	return opts, nil
 }
 
-// newFlagSet returns a flag set whose --help prints usage (the synopsis and what the command
-// does) and the flags.
-// call dials, runs fn under the request timeout (and SIGINT/SIGTERM), and turns its error into
-// the command's exit status.
+// usageError is a bad argument found before anything was sent (exit 2).
+type usageError struct{ error }
+
+func (c *common) dial(ctx context.Context) (*ticketing.Client, error) {
+	opts, err := c.options()
+	if err != nil {
+		return nil, err
+	}
+	return ticketing.Dial(ctx, opts...)
+}
+
+// call dials, runs fn (bounded by the client's request timeout and SIGINT/SIGTERM), and turns
+// its error into the command's exit status.
 func (c *common) call(name string, fn func(context.Context, *ticketing.Client) error) int {
-	ctx, _, stop := interruptible()
+	ctx, which, stop := interruptible()
 	defer stop()
 	client, err := c.dial(ctx)
 	if err != nil {
-		return fail(name, err)
+		return failOrSignal(name, err, which())
 	}
 	defer client.Close()
-	rctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	if err := fn(rctx, client); err != nil {
-		return fail(name, err)
+	if err := fn(ctx, client); err != nil {
+		return failOrSignal(name, err, which())
 	}
 	return exitOK
 }
 
+// newFlagSet returns a flag set that reports its errors as one line (see parseCommand); --help
+// prints the synopsis, what the command does and its flags on stdout.
 func newFlagSet(name, synopsis, about string) *flag.FlagSet {
 	fs := flag.NewFlagSet("ticketing "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: ticketing %s %s\n\n%s\n\nOptions:\n", name, synopsis, about)
-		fs.PrintDefaults()
-	}
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	helpText[fs] = fmt.Sprintf("usage: ticketing %s %s\n\n%s\n\nOptions (they may also come before the command name):\n", name, synopsis, about)
 	return fs
+}
+
+var helpText = map[*flag.FlagSet]string{}
+
+func printHelp(fs *flag.FlagSet) {
+	fmt.Fprint(stdout, helpText[fs])
+	fs.SetOutput(stdout)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// usage prints one line `ticketing COMMAND: message` and returns exit status 2.
+func usage(fs *flag.FlagSet, format string, args ...any) int {
+	fmt.Fprintf(stderr, "%s: %s (see '%s --help')\n", fs.Name(), fmt.Sprintf(format, args...), fs.Name())
+	return exitUsage
 }
 
 // parseInterleaved parses flags anywhere among the arguments (`acquire KEY --lease 5s` and
@@ -175,25 +261,62 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// parseCommand parses flags and exactly len(names) positional arguments.
+// parseCommand parses flags and exactly len(names) positional arguments. On --help or an error
+// it returns ok false and the exit status.
 func parseCommand(fs *flag.FlagSet, args []string, names ...string) ([]string, int, bool) {
 	pos, err := parseInterleaved(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
+		printHelp(fs)
 		return nil, exitOK, false
 	}
 	if err != nil {
-		return nil, exitUsage, false // flag already printed the error and the usage
+		return nil, usage(fs, "%v", err), false
 	}
 	if len(pos) != len(names) {
 		if len(pos) < len(names) {
-			fmt.Fprintf(stderr, "%s: missing %s\n", fs.Name(), strings.Join(names[len(pos):], " "))
-		} else {
-			fmt.Fprintf(stderr, "%s: unexpected argument %q\n", fs.Name(), pos[len(names)])
+			return nil, usage(fs, "missing %s", strings.Join(names[len(pos):], " ")), false
 		}
-		fs.Usage()
-		return nil, exitUsage, false
+		return nil, usage(fs, "unexpected argument %q", pos[len(names)]), false
 	}
 	return pos, 0, true
+}
+
+// durationFlag is a duration flag whose errors say what was expected: `--lease 30` suggests 30s.
+type durationFlag struct{ d time.Duration }
+
+func (f *durationFlag) String() string { return f.d.String() }
+
+func (f *durationFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		if _, nerr := strconv.ParseFloat(s, 64); nerr == nil {
+			return fmt.Errorf("%q has no unit (did you mean %ss or %sms?)", s, s, s)
+		}
+		return fmt.Errorf("%q is not a duration like 30s, 1m or 500ms", s)
+	}
+	f.d = d
+	return nil
+}
+
+// checkLease validates a --lease before anything is sent.
+func checkLease(d time.Duration) error {
+	switch {
+	case d < ticketing.MinLease:
+		return fmt.Errorf("--lease %v must be at least 1ms", d)
+	case d > ticketing.MaxLease:
+		return fmt.Errorf("--lease %v is above the protocol's maximum of %v", d, ticketing.MaxLease)
+	}
+	return nil
+}
+
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("KEY is empty")
+	case len(key) > ticketing.MaxKeyLen:
+		return fmt.Errorf("KEY is %d bytes, above the protocol's %d", len(key), ticketing.MaxKeyLen)
+	}
+	return nil
 }
 
 // waitFlag is --wait: a duration, or "forever" (the default: wait until granted or interrupted).
@@ -214,14 +337,14 @@ func (w *waitFlag) Set(s string) error {
 		w.forever = true
 		return nil
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
+	var d durationFlag
+	if err := d.Set(s); err != nil {
 		return err
 	}
-	if d < 0 {
-		return errors.New("negative wait")
+	if d.d < 0 {
+		return fmt.Errorf("%v is negative (0 tries once; \"forever\" waits without limit)", d.d)
 	}
-	w.d, w.forever = d, false
+	w.d, w.forever = d.d, false
 	return nil
 }
 
@@ -232,27 +355,56 @@ func (w *waitFlag) options() []ticketing.AcquireOption {
 	return []ticketing.AcquireOption{ticketing.WithWaitTimeout(w.d)}
 }
 
-func parseToken(fs *flag.FlagSet, s string) (uint64, bool) {
+func parseToken(s string) (uint64, error) {
 	t, err := strconv.ParseUint(s, 10, 64)
 	if err != nil || t == 0 {
-		fmt.Fprintf(stderr, "%s: TOKEN %q is not a positive integer\n", fs.Name(), s)
-		return 0, false
+		return 0, fmt.Errorf("TOKEN %q is not a positive integer", s)
 	}
-	return t, true
+	return t, nil
 }
 
-// fail prints err for command name and returns its exit code.
-func fail(name string, err error) int {
+// exitCodeOf maps a client error to the exit status of docs/cli.md.
+func exitCodeOf(err error) int {
+	var ue usageError
 	switch {
-	case errors.Is(err, ticketing.ErrNotAcquired):
-		fmt.Fprintf(stderr, "%s: not acquired: the wait timed out (the key is taken)\n", name)
+	case errors.As(err, &ue), errors.Is(err, ticketing.ErrInvalid):
+		return exitUsage
+	case errors.Is(err, ticketing.ErrNotAcquired), errors.Is(err, ticketing.ErrNotHeld), errors.Is(err, ticketing.ErrLockLost):
 		return exitNo
-	case errors.Is(err, ticketing.ErrNotHeld):
-		fmt.Fprintf(stderr, "%s: not held: the token does not hold the key (expired, released, or wrong)\n", name)
-		return exitNo
+	case errors.Is(err, ticketing.ErrAuthFailed):
+		return exitAuth
+	case errors.Is(err, ticketing.ErrTLS):
+		return exitTLS
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", name, err)
-	return exitError
+	return exitUnavailable
+}
+
+// message is err as one line, without the package prefix and without repeating the command
+// name: `ticketing acquire: "k": not acquired within 1s (TIMED_OUT)`.
+func message(name string, err error) string {
+	s := strings.TrimPrefix(err.Error(), "ticketing: ")
+	cmd := strings.TrimPrefix(name, "ticketing ")
+	if rest, ok := strings.CutPrefix(s, cmd+" "); ok {
+		s = rest
+	} else if rest, ok := strings.CutPrefix(s, cmd+": "); ok {
+		s = rest
+	}
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+}
+
+// fail prints err for command name on one line and returns its exit status.
+func fail(name string, err error) int {
+	fmt.Fprintf(stderr, "%s: %s\n", name, message(name, err))
+	return exitCodeOf(err)
+}
+
+// failOrSignal is fail, unless a signal interrupted the command: then 128+N.
+func failOrSignal(name string, err error, sig os.Signal) int {
+	if sig != nil {
+		fmt.Fprintf(stderr, "%s: interrupted (%s); nothing is held\n", name, signalName(sig))
+		return signalExit(sig)
+	}
+	return fail(name, err)
 }
 
 // interruptible returns a context cancelled by SIGINT or SIGTERM, and the signal that did it.
@@ -281,6 +433,18 @@ func interruptible() (context.Context, func() os.Signal, context.CancelFunc) {
 	return ctx, which, func() { signal.Stop(ch); cancel() }
 }
 
+// signalName is the conventional name of a signal ("SIGTSTP"), where Go's is a description
+// ("stopped").
+func signalName(s os.Signal) string {
+	if n, ok := s.(syscall.Signal); ok {
+		if name, ok := signalNames[n]; ok {
+			return name
+		}
+		return "signal " + strconv.Itoa(int(n))
+	}
+	return s.String()
+}
+
 func signalExit(s os.Signal) int {
 	if n, ok := s.(syscall.Signal); ok {
 		return 128 + int(n)
@@ -294,31 +458,28 @@ func runAcquire(args []string) int {
 			"exits, until 'ticketing release KEY TOKEN' or until the lease runs out. Waits in the\n"+
 			"key's FIFO queue (--wait); exit status 1 when it was not acquired in time.")
 	cf := addCommon(fs)
-	lease := fs.Duration("lease", defaultLease, "lease: the server takes the lock back after this long unless extended")
+	lease := &durationFlag{d: defaultLease}
+	fs.Var(lease, "lease", "lease: the server takes the lock back after this long unless extended")
 	wait := &waitFlag{forever: true}
 	fs.Var(wait, "wait", "how long to wait in the queue: a duration (0 = try once) or \"forever\"")
 	pos, code, ok := parseCommand(fs, args, "KEY")
 	if !ok {
 		return code
 	}
-	ctx, which, stop := interruptible()
-	defer stop()
-	c, err := cf.dial(ctx)
-	if err != nil {
-		return fail(fs.Name(), err)
+	if err := errors.Join(checkKey(pos[0]), checkLease(lease.d), cf.check()); err != nil {
+		return usage(fs, "%v", oneLine(err))
 	}
-	defer c.Close()
-	lk, err := c.Acquire(ctx, pos[0], *lease, wait.options()...)
-	if err != nil {
-		if s := which(); s != nil {
-			fmt.Fprintf(stderr, "%s: interrupted (%v); nothing is held\n", fs.Name(), s)
-			return signalExit(s)
+	return cf.call(fs.Name(), func(ctx context.Context, c *ticketing.Client) error {
+		lk, err := c.Acquire(ctx, pos[0], lease.d, wait.options()...)
+		if err != nil {
+			return err
 		}
-		return fail(fs.Name(), err)
-	}
-	fmt.Fprintln(stdout, lk.Token())
-	return exitOK
+		fmt.Fprintln(stdout, lk.Token())
+		return nil
+	})
 }
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
 
 func runRelease(args []string) int {
 	fs := newFlagSet("release", "KEY TOKEN",
@@ -329,9 +490,9 @@ func runRelease(args []string) int {
 	if !ok {
 		return code
 	}
-	token, ok := parseToken(fs, pos[1])
-	if !ok {
-		return exitUsage
+	token, err := parseToken(pos[1])
+	if err := errors.Join(checkKey(pos[0]), err, cf.check()); err != nil {
+		return usage(fs, "%v", oneLine(err))
 	}
 	return cf.call(fs.Name(), func(ctx context.Context, c *ticketing.Client) error {
 		return c.Release(ctx, pos[0], token)
@@ -343,17 +504,18 @@ func runExtend(args []string) int {
 		"Set the lease of the lock on KEY held with TOKEN to --lease from now (it may shorten it).\n"+
 			"Exit status 1 when TOKEN does not hold KEY.")
 	cf := addCommon(fs)
-	lease := fs.Duration("lease", defaultLease, "the new lease, from now")
+	lease := &durationFlag{d: defaultLease}
+	fs.Var(lease, "lease", "the new lease, from now")
 	pos, code, ok := parseCommand(fs, args, "KEY", "TOKEN")
 	if !ok {
 		return code
 	}
-	token, ok := parseToken(fs, pos[1])
-	if !ok {
-		return exitUsage
+	token, err := parseToken(pos[1])
+	if err := errors.Join(checkKey(pos[0]), err, checkLease(lease.d), cf.check()); err != nil {
+		return usage(fs, "%v", oneLine(err))
 	}
 	return cf.call(fs.Name(), func(ctx context.Context, c *ticketing.Client) error {
-		_, err := c.Extend(ctx, pos[0], token, *lease)
+		_, err := c.Extend(ctx, pos[0], token, lease.d)
 		return err
 	})
 }
@@ -364,6 +526,9 @@ func runPing(args []string) int {
 	_, code, ok := parseCommand(fs, args)
 	if !ok {
 		return code
+	}
+	if err := cf.check(); err != nil {
+		return usage(fs, "%v", err)
 	}
 	return cf.call(fs.Name(), func(ctx context.Context, c *ticketing.Client) error {
 		start := time.Now()
@@ -377,13 +542,17 @@ func runPing(args []string) int {
 
 func runInspect(args []string) int {
 	fs := newFlagSet("inspect", "KEY [--json]",
-		"Show who holds KEY (the holder's token), the lease left, how long it has been held, how\n"+
-			"many acquires wait, and the lock-delay left. Changes nothing.")
+		"Show whether KEY is held, the lease left, how long it has been held, how many acquires\n"+
+			"wait, and the lock-delay left. Changes nothing. The holder's token is shown only to\n"+
+			"its holder, so `inspect` shows token=0 for a lock another client holds.")
 	cf := addCommon(fs)
 	asJSON := fs.Bool("json", false, "print a JSON object")
 	pos, code, ok := parseCommand(fs, args, "KEY")
 	if !ok {
 		return code
+	}
+	if err := errors.Join(checkKey(pos[0]), cf.check()); err != nil {
+		return usage(fs, "%v", oneLine(err))
 	}
 	return cf.call(fs.Name(), func(ctx context.Context, c *ticketing.Client) error {
 		info, err := c.Inspect(ctx, pos[0])
@@ -407,4 +576,17 @@ func printKeyInfo(info ticketing.KeyInfo, asJSON bool) {
 	}
 	fmt.Fprintf(stdout, "key=%s held=%t token=%d lease_left=%v held_for=%v waiters=%d lock_delay_left=%v\n",
 		strconv.Quote(info.Key), info.Held, info.Token, info.LeaseLeft, info.HeldFor, info.Waiters, info.LockDelayLeft)
+}
+
+// readLines sends every line of r to the returned channel, which is closed at EOF.
+func readLines(r io.Reader) <-chan string {
+	ch := make(chan string, 16)
+	go func() {
+		defer close(ch)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			ch <- sc.Text()
+		}
+	}()
+	return ch
 }

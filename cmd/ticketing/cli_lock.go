@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"syscall"
@@ -20,87 +19,117 @@ import (
 //
 // The guarantee: COMMAND (its whole process group) is gone before the local deadline of the
 // lock, which is never later than the server's, so the server cannot have handed the lock to
-// anyone else while COMMAND still runs. When the deadline minus --kill-grace is reached without a
-// successful extend (or the lock is reported lost), COMMAND's process group gets SIGTERM; if it
-// is still there half the grace later (at the latest half the grace before the deadline), SIGKILL.
+// anyone else while COMMAND still runs. When the deadline minus --kill-grace is reached without
+// a successful extend, or the lock is reported lost, COMMAND's process group gets SIGTERM; if it
+// is still there half the grace later (at the latest half the grace before the deadline),
+// SIGKILL. On Unix a watchdog process (this binary, re-executed) starts COMMAND and holds the
+// same deadlines, so this holds even if `ticketing lock` itself is stopped (SIGSTOP) or killed.
 func runLock(args []string) int {
 	fs := newFlagSet("lock", "KEY [--lease D] [--wait D] [--kill-grace D] -- COMMAND [ARGS...]",
 		"Take the lock on KEY, run COMMAND while holding it, then release it. COMMAND gets the\n"+
 			"fencing token in $TICKETING_TOKEN_VALUE and the key in $TICKETING_KEY. The lease is kept\n"+
 			"alive while COMMAND runs. If the lock is lost, or about to be (no successful extend by\n"+
 			"the deadline minus --kill-grace), COMMAND's process group gets SIGTERM, then SIGKILL,\n"+
-			"so that it is gone before anyone else can be granted the lock.\n\n"+
+			"so that it is gone before anyone else can be granted the lock. A watchdog process does\n"+
+			"the same if `ticketing lock` itself is stopped or killed.\n\n"+
 			"Exit status: COMMAND's (128+N if it died of signal N); 75 if the lock was lost while it\n"+
-			"ran; 1 if the lock was not acquired (--wait); 2 usage; 3 connection or server error.\n"+
-			"SIGINT, SIGTERM and SIGHUP are forwarded to COMMAND.")
+			"ran; 1 if the lock was not acquired (--wait); 2 bad arguments; 3 cannot reach or talk to\n"+
+			"the server; 4 authentication failed; 5 TLS error. SIGINT, SIGTERM and SIGHUP are forwarded\n"+
+			"to COMMAND; job-control stops (SIGTSTP, SIGTTIN, SIGTTOU) are refused.")
 	cf := addCommon(fs)
-	lease := fs.Duration("lease", defaultLease, "lease, renewed every lease/3 while COMMAND runs")
+	lease := &durationFlag{d: defaultLease}
+	fs.Var(lease, "lease", "lease, renewed every lease/3 while COMMAND runs")
 	wait := &waitFlag{forever: true}
 	fs.Var(wait, "wait", "how long to wait in the queue: a duration (0 = try once) or \"forever\"")
-	grace := fs.Duration("kill-grace", 0, "time before the lock's deadline at which COMMAND gets SIGTERM; SIGKILL follows at half of it (default lease/4, at most lease/2)")
+	grace := &durationFlag{}
+	fs.Var(grace, "kill-grace", "time before the lock's deadline at which COMMAND gets SIGTERM; SIGKILL follows at half of it (default lease/4, at most lease/2)")
 
 	// Flags may come before or after KEY; after KEY the first non-flag (or `--`) starts COMMAND.
 	pos, err := parseUntilKey(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
+		printHelp(fs)
 		return exitOK
 	}
 	if err != nil {
-		return exitUsage
+		return usage(fs, "%v", err)
 	}
 	key, command := pos[0], pos[1:]
 	if len(command) == 0 {
-		fmt.Fprintf(stderr, "%s: missing COMMAND (ticketing lock KEY -- COMMAND [ARGS...])\n", fs.Name())
-		fs.Usage()
-		return exitUsage
+		return usage(fs, "missing COMMAND (ticketing lock KEY -- COMMAND [ARGS...])")
 	}
-	if *lease <= 0 {
-		fmt.Fprintf(stderr, "%s: --lease must be positive\n", fs.Name())
-		return exitUsage
+	if err := errors.Join(checkKey(key), checkLease(lease.d), cf.check()); err != nil {
+		return usage(fs, "%v", oneLine(err))
 	}
-	if *grace == 0 {
-		*grace = *lease / 4
+	if grace.d == 0 {
+		grace.d = lease.d / 4
 	}
-	if *grace <= 0 || *grace > *lease/2 {
+	if grace.d <= 0 || grace.d > lease.d/2 {
 		// Keep-alive extends every lease/3: a larger grace would stop COMMAND before the first
 		// extend had a chance (and its retry).
-		fmt.Fprintf(stderr, "%s: --kill-grace must be positive and at most half the --lease\n", fs.Name())
-		return exitUsage
+		return usage(fs, "--kill-grace %v must be positive and at most half the --lease (%v)", grace.d, lease.d/2)
+	}
+	opts, err := cf.options()
+	if err != nil {
+		return fail(fs.Name(), err)
 	}
 
-	// Signals: while waiting they cancel the acquire; while COMMAND runs they are forwarded.
+	// The watchdog starts first, before this process ignores SIGTTIN/SIGTTOU below: COMMAND, its
+	// child, inherits the watchdog's signal dispositions, which must be the defaults.
+	run, err := newRunner(inTerminalForeground())
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: cannot start the watchdog: %v\n", fs.Name(), err)
+		return exitUnavailable
+	}
+	defer run.close()
+	// A stopped `ticketing lock` would stop renewing the lease while COMMAND runs on (the
+	// watchdog would then stop COMMAND): job-control stops are refused, and background terminal
+	// I/O must not stop this process either.
+	ignoreJobControlOutput()
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	if jobStopSignal != nil {
+		signal.Notify(sigs, jobStopSignal)
+	}
 	defer signal.Stop(sigs)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := cf.dial(ctx)
+	c, err := ticketing.Dial(ctx, opts...)
 	if err != nil {
 		return fail(fs.Name(), err)
 	}
 	defer c.Close()
 
+	// While waiting, SIGINT, SIGTERM and SIGHUP withdraw the request.
 	acquired := make(chan struct{})
 	watched := make(chan struct{})
 	gotSig := make(chan os.Signal, 1)
 	go func() {
 		defer close(watched)
-		select {
-		case s := <-sigs:
-			gotSig <- s
-			cancel()
-		case <-acquired:
+		for {
+			select {
+			case s := <-sigs:
+				if s == jobStopSignal {
+					fmt.Fprintf(stderr, "%s: ignoring %s: a waiting `ticketing lock` is not suspended (interrupt it to give up)\n", fs.Name(), signalName(s))
+					continue
+				}
+				gotSig <- s
+				cancel()
+				return
+			case <-acquired:
+				return
+			}
 		}
 	}()
-	lk, err := c.Acquire(ctx, key, *lease, append(wait.options(), ticketing.WithKeepAlive())...)
+	lk, err := c.Acquire(ctx, key, lease.d, append(wait.options(), ticketing.WithKeepAlive())...)
 	close(acquired)
 	<-watched
 	select {
 	case s := <-gotSig:
 		if lk != nil {
-			release(cf, fs.Name(), lk)
+			release(c, fs.Name(), lk)
 		}
-		fmt.Fprintf(stderr, "%s: interrupted (%v) before COMMAND started\n", fs.Name(), s)
+		fmt.Fprintf(stderr, "%s: interrupted (%s) before COMMAND started; nothing is held\n", fs.Name(), signalName(s))
 		return signalExit(s)
 	default:
 	}
@@ -108,11 +137,23 @@ func runLock(args []string) int {
 		return fail(fs.Name(), err)
 	}
 
-	code := superviseCommand(fs.Name(), lk, command, *grace, sigs)
-	if rerr := release(cf, fs.Name(), lk); rerr != nil && code == exitOK {
-		code = exitError
+	code := runCommand(fs.Name(), lk, command, grace.d, sigs, run)
+	if rerr := release(c, fs.Name(), lk); rerr != nil && code == exitOK {
+		code = exitCodeOf(rerr)
 	}
 	return code
+}
+
+// lostReason says why lk was lost: "server restarted (the server restarted: its state id changed)".
+func lostReason(lk *ticketing.Lock) string {
+	var le *ticketing.LockLostError
+	if errors.As(lk.Err(), &le) {
+		if le.Detail != "" {
+			return string(le.Reason) + ": " + le.Detail
+		}
+		return string(le.Reason)
+	}
+	return "lost"
 }
 
 // parseUntilKey parses the flags before KEY and those right after it; what follows (after an
@@ -123,8 +164,6 @@ func parseUntilKey(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 	args = fs.Args()
 	if len(args) == 0 {
-		fmt.Fprintf(stderr, "%s: missing KEY\n", fs.Name())
-		fs.Usage()
 		return nil, errors.New("missing KEY")
 	}
 	key := args[0]
@@ -134,111 +173,116 @@ func parseUntilKey(fs *flag.FlagSet, args []string) ([]string, error) {
 	return append([]string{key}, fs.Args()...), nil
 }
 
-// release releases lk at the end of `lock`, bounded by --timeout, and reports a failure.
-func release(cf *common, name string, lk *ticketing.Lock) error {
-	ctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
-	defer cancel()
-	err := lk.Release(ctx)
+// release releases lk at the end of `lock` (bounded by the request timeout) and reports a
+// failure. A lock already reported lost is not reported again.
+func release(c *ticketing.Client, name string, lk *ticketing.Lock) error {
+	err := lk.Release(context.Background())
 	switch {
 	case err == nil, errors.Is(err, ticketing.ErrLockLost):
-		return nil // a lost lock was reported already
+		return nil
 	}
-	fmt.Fprintf(stderr, "%s: release failed (the lock is held until its lease ends): %v\n", name, err)
+	fmt.Fprintf(stderr, "%s: release failed (the lock is held until its lease ends): %s\n", name, message(name, err))
 	return err
 }
 
-// superviseCommand runs command while lk is held and returns the exit code of `lock`.
-func superviseCommand(name string, lk *ticketing.Lock, command []string, grace time.Duration, sigs <-chan os.Signal) int {
-	cmd := exec.Command(command[0], command[1:]...)
-	cmd.Env = append(os.Environ(),
-		"TICKETING_TOKEN_VALUE="+strconv.FormatUint(lk.Token(), 10),
-		"TICKETING_KEY="+lk.Key())
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = childProcAttr()
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			return 127
-		}
-		return 126
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+// superviseCommand is the hidden command that runs the watchdog of `ticketing lock`.
+const superviseCommand = "__supervise"
 
-	var (
-		lost               bool   // the lock was lost, or about to be, while COMMAND ran
-		why                string // for the message
-		termSent, killSent bool
-		killAt             time.Time
-		lostCh             = lk.Lost()
-		timer              = time.NewTimer(time.Hour)
-	)
-	defer timer.Stop()
-	terminate := func(reason string) {
-		lost, why = true, reason
-		if termSent {
-			return
-		}
-		termSent = true
-		fmt.Fprintf(stderr, "%s: %s; stopping COMMAND: SIGTERM (lock deadline in %v)\n", name, reason, time.Until(lk.Deadline()).Round(time.Millisecond))
-		signalCommand(cmd.Process, syscall.SIGTERM)
-		// SIGKILL half the grace later, and no later than half the grace before the deadline:
-		// COMMAND gets half the grace to exit cleanly, the kernel the other half to tear it down.
-		now := time.Now()
-		killAt = now.Add(grace / 2)
-		if last := lk.Deadline().Add(-grace / 2); last.Before(killAt) {
-			killAt = last
-		}
-	}
-	for {
-		// Next wake-up: the SIGTERM point (deadline - grace), or the SIGKILL point.
-		var next time.Time
-		switch {
-		case !termSent:
-			next = lk.Deadline().Add(-grace)
-		case !killSent:
-			next = killAt
-		}
-		if !next.IsZero() {
-			timer.Reset(time.Until(next))
-		}
-		select {
-		case err := <-exited:
-			code := exitCode(err)
-			if lost {
-				fmt.Fprintf(stderr, "%s: lock on %q lost while COMMAND ran (%s); COMMAND stopped (its status %d)\n", name, lk.Key(), why, code)
-				return exitLockLost
-			}
-			return code
-		case s := <-sigs:
-			signalCommand(cmd.Process, s.(syscall.Signal))
-		case <-lostCh:
-			lostCh = nil
-			terminate(lk.Err().Error())
-		case <-timer.C:
-			now := time.Now()
-			if !termSent && !now.Before(lk.Deadline().Add(-grace)) {
-				terminate("no successful extend by the deadline minus --kill-grace")
-			} else if termSent && !killSent && !now.Before(killAt) {
-				killSent = true
-				fmt.Fprintf(stderr, "%s: COMMAND still running; SIGKILL (lock deadline in %v)\n", name, time.Until(lk.Deadline()).Round(time.Millisecond))
-				signalCommand(cmd.Process, syscall.SIGKILL)
-			}
-		}
-	}
+// runnerEvent is what the runner of COMMAND reports.
+type runnerEvent struct {
+	kind string // "exit", "stopped" (a job-control stop, undone), "term" and "kill" (sent), "gone" (the watchdog died), "error" (COMMAND did not start)
+	code int    // exit: COMMAND's status, 128+N for signal N
+	text string
 }
 
-// exitCode maps COMMAND's wait error to an exit code: its status, or 128+N for signal N.
-func exitCode(err error) int {
-	if err == nil {
-		return exitOK
+// commandRunner starts and stops COMMAND. Deadlines are local times; the runner holds them
+// itself, so that COMMAND is stopped at them even if this process stops.
+type commandRunner interface {
+	// start runs argv with extra environment variables; termAt and killAt are when COMMAND
+	// gets SIGTERM and SIGKILL unless schedule moves them. It returns an exit status (126,
+	// 127) and an error when COMMAND cannot run.
+	start(argv, env []string, grace time.Duration, termAt, killAt time.Time) (int, error)
+	schedule(termAt, killAt time.Time)
+	terminate(killAt time.Time) // SIGTERM now, SIGKILL at killAt
+	signal(sig syscall.Signal)
+	events() <-chan runnerEvent
+	close()
+}
+
+// runCommand runs command while lk is held and returns the exit status of `lock`.
+func runCommand(name string, lk *ticketing.Lock, command []string, grace time.Duration, sigs <-chan os.Signal, run commandRunner) int {
+	env := []string{"TICKETING_TOKEN_VALUE=" + strconv.FormatUint(lk.Token(), 10), "TICKETING_KEY=" + lk.Key()}
+	deadline := lk.Deadline()
+	if code, err := run.start(command, env, grace, deadline.Add(-grace), deadline.Add(-grace/2)); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return code
 	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
+	var (
+		lost        bool   // the lock was lost, or about to be, while COMMAND ran
+		why         string // for the message
+		lostCh      = lk.Lost()
+		tick        = time.NewTicker(max(min(grace/4, 250*time.Millisecond), time.Millisecond))
+		warnedStops bool
+	)
+	defer tick.Stop()
+	killAt := func() time.Time {
+		// SIGKILL half the grace after SIGTERM, and no later than half the grace before the
+		// deadline: COMMAND gets half the grace to exit cleanly, the kernel the other half.
+		k := time.Now().Add(grace / 2)
+		if last := lk.Deadline().Add(-grace / 2); last.Before(k) {
+			k = last
 		}
-		return ee.ExitCode()
+		return k
 	}
-	return exitError
+	for {
+		select {
+		case ev, ok := <-run.events():
+			if !ok {
+				fmt.Fprintf(stderr, "%s: the watchdog process ended unexpectedly\n", name)
+				return exitLockLost
+			}
+			switch ev.kind {
+			case "exit":
+				if lost {
+					fmt.Fprintf(stderr, "%s: lock on %s lost while COMMAND ran (%s); COMMAND was stopped (its status %d)\n", name, ticketing.FormatKey(lk.Key()), why, ev.code)
+					return exitLockLost
+				}
+				return ev.code
+			case "stopped":
+				if !warnedStops {
+					fmt.Fprintf(stderr, "%s: COMMAND was stopped (%s) and has been continued: a command holding a lock is not suspended (its lease would run out, or be kept alive forever)\n", name, ev.text)
+					warnedStops = true
+				}
+			case "term":
+				if !lost {
+					lost, why = true, "no successful extend by the deadline minus --kill-grace"
+				}
+				fmt.Fprintf(stderr, "%s: %s; stopping COMMAND: SIGTERM (lock deadline in %v)\n", name, why, time.Until(lk.Deadline()).Round(time.Millisecond))
+			case "kill":
+				fmt.Fprintf(stderr, "%s: COMMAND still running; SIGKILL (lock deadline in %v)\n", name, time.Until(lk.Deadline()).Round(time.Millisecond))
+			case "gone":
+				fmt.Fprintf(stderr, "%s: the watchdog process ended unexpectedly (%s); COMMAND was killed\n", name, ev.text)
+				return exitLockLost
+			}
+		case <-tick.C:
+			if !lost {
+				if dl := lk.Deadline(); !dl.Equal(deadline) {
+					deadline = dl
+					run.schedule(dl.Add(-grace), dl.Add(-grace/2))
+				}
+			}
+		case <-lostCh:
+			lostCh = nil
+			if !lost {
+				lost, why = true, lostReason(lk)
+				run.terminate(killAt())
+			}
+		case s := <-sigs:
+			if s == jobStopSignal {
+				fmt.Fprintf(stderr, "%s: ignoring %s: the lock's keep-alive must not stop while COMMAND runs\n", name, signalName(s))
+				continue
+			}
+			run.signal(s.(syscall.Signal))
+		}
+	}
 }

@@ -5,24 +5,17 @@ import (
 	"unsafe"
 )
 
-func init() {
-	platformProcAttr = func(a *syscall.SysProcAttr) {
-		// If `ticketing lock` is killed (SIGKILL, OOM), COMMAND gets SIGKILL rather than running
-		// on after the lease it relied on has ended.
-		a.Pdeathsig = syscall.SIGKILL
-		// Run in the foreground of the terminal we were started in, so that an interactive
-		// COMMAND can read it (a background process group would be stopped by SIGTTIN). Ctrl-C
-		// then reaches COMMAND directly.
-		if inTerminalForeground() {
-			a.Foreground = true
-			a.Ctty = 0
-		}
-	}
+// commandProcAttr puts COMMAND in its own process group (signals reach everything it started),
+// in the terminal's foreground when `ticketing lock` was, and has it killed if the watchdog
+// dies (SIGKILL, OOM).
+func commandProcAttr(foreground bool) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Foreground: foreground, Ctty: 0, Pdeathsig: syscall.SIGKILL}
 }
 
-// inTerminalForeground reports whether stdin is a terminal whose foreground process group is ours.
-func inTerminalForeground() bool {
-	var pgrp int32
-	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, 0, syscall.TIOCGPGRP, uintptr(unsafe.Pointer(&pgrp)))
-	return errno == 0 && int(pgrp) == syscall.Getpgrp()
+// bootNanos is CLOCK_BOOTTIME in nanoseconds: monotonic, and counting while the machine sleeps.
+func bootNanos() int64 {
+	var ts syscall.Timespec
+	const clockBoottime = 7
+	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockBoottime, uintptr(unsafe.Pointer(&ts)), 0)
+	return ts.Nano()
 }

@@ -1,27 +1,19 @@
-//go:build unix
+//go:build unix && !linux
 
 package main
 
 import (
-	"os"
 	"syscall"
+	"time"
 )
 
-// platformProcAttr adds what a platform offers beyond process groups (Linux: a death signal and
-// terminal foreground).
-var platformProcAttr = func(*syscall.SysProcAttr) {}
-
-// childProcAttr puts COMMAND in its own process group, so that signals reach everything it
-// started (a shell's children too).
-func childProcAttr() *syscall.SysProcAttr {
-	a := &syscall.SysProcAttr{Setpgid: true}
-	platformProcAttr(a)
-	return a
+// commandProcAttr puts COMMAND in its own process group (signals reach everything it started),
+// in the terminal's foreground when `ticketing lock` was. (No death signal outside Linux: if the
+// watchdog is killed, COMMAND runs on; docs/cli.md says so.)
+func commandProcAttr(foreground bool) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Foreground: foreground, Ctty: 0}
 }
 
-// signalCommand sends sig to COMMAND's process group (its pid is the group id).
-func signalCommand(p *os.Process, sig syscall.Signal) {
-	if err := syscall.Kill(-p.Pid, sig); err != nil {
-		_ = p.Signal(sig)
-	}
-}
+// bootNanos is the wall clock outside Linux (no portable CLOCK_BOOTTIME): the watchdog's
+// deadlines move if the clock is stepped; docs/cli.md says so.
+func bootNanos() int64 { return time.Now().UnixNano() }

@@ -1,7 +1,7 @@
 // Command ticketing is the Ticketing lock server and its command-line client in one binary.
 //
 //	ticketing server                 run the server (configured by TICKETING_* variables or flags)
-//	ticketing acquire|release|extend|inspect|lock|ping ...   talk to a server (see `ticketing help`)
+//	ticketing [FLAGS] acquire|release|extend|inspect|lock|ping ...   talk to a server (see `ticketing help`)
 package main
 
 import (
@@ -11,36 +11,50 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		usage()
-		os.Exit(2)
+		usageText(os.Stderr)
+		os.Exit(exitUsage)
 	}
 	switch cmd := os.Args[1]; cmd {
 	case "server", "serve":
 		os.Exit(runServer(os.Args[2:]))
-	case "cluster":
-		os.Exit(runClusterCmd(os.Args[2:]))
-	case "help", "-h", "--help":
-		usage()
+	case "help", "-h", "-help", "--help":
+		usageText(os.Stdout)
+	case superviseCommand:
+		// The watchdog that `ticketing lock` starts (cli_supervise_unix.go); not for users.
+		os.Exit(runSupervisor())
 	default:
-		os.Exit(runCLI(cmd, os.Args[2:]))
+		global, cmd, rest, err := splitGlobal(os.Args[1:])
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ticketing: %v (run 'ticketing help')\n", err)
+			os.Exit(exitUsage)
+		}
+		if cmd == "server" || cmd == "serve" || cmd == superviseCommand {
+			fmt.Fprintln(os.Stderr, "ticketing: the flags before the command are for the client commands; give the server's flags after 'server'")
+			os.Exit(exitUsage)
+		}
+		// Global flags are the command's own flags, given first: the command's later ones win.
+		os.Exit(runCLI(cmd, append(global, rest...)))
 	}
 }
 
-func usage() {
-	fmt.Fprint(os.Stderr, `usage: ticketing COMMAND [options]
+func usageText(w *os.File) {
+	fmt.Fprint(w, `usage: ticketing COMMAND [options]
+       ticketing [--addr A] [--timeout D] [--tls] [--tls-ca F] [--tls-cert F --tls-key F] COMMAND [options]
 
 Server:
   server        run the lock server (see docs/operations.md; every flag is also a TICKETING_* variable)
-  cluster status|add|remove|transfer-leader   cluster membership and maintenance (docs/cluster.md)
 
-Client (server address from --addr or TICKETING_ADDR, token from TICKETING_TOKEN):
-  acquire KEY   take a lock and print its token
+Client (server address from --addr or TICKETING_ADDR, token from TICKETING_TOKEN or TICKETING_TOKEN_FILE):
+  acquire KEY   take a lock and print its fencing token
   release KEY TOKEN
   extend KEY TOKEN
-  inspect KEY   show a key's holder token, lease left and queue length
+  inspect KEY   show whether a key is held, the lease left and how many wait
   lock KEY -- COMMAND [ARGS...]   run COMMAND while holding KEY
   ping          check that a server answers
 
-Run 'ticketing COMMAND --help' for a command's options.
+The client flags may come before or after the command name. Exit status: 0 ok, 1 not acquired or
+not held, 2 bad arguments, 3 cannot reach or talk to the server, 4 authentication failed, 5 TLS
+error, 75 lock lost while COMMAND ran (lock), 128+N killed by signal N.
+Run 'ticketing COMMAND --help' for a command's options (docs/cli.md has the details).
 `)
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -157,7 +158,13 @@ func parseServerSettings(args []string, getenv func(string) string) (*serverSett
 	fs.Func("token", "not accepted: pass the token in TICKETING_TOKEN or TICKETING_TOKEN_FILE", func(string) error {
 		return errors.New("the token is not accepted on the command line (it would show in ps): set TICKETING_TOKEN or TICKETING_TOKEN_FILE")
 	})
+	// Errors are one line (the caller prints them); --help prints the usage to stdout.
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fs.Usage()
+		}
 		return nil, err
 	}
 	if fs.NArg() > 0 {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package ticketing
+
+const raceEnabled = false

@@ -1,6 +1,8 @@
 package locktable
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"sort"
 
 	"github.com/ticketing/ticketing/internal/wire"
@@ -315,13 +317,24 @@ func (s *session) ack(x uint64) {
 	s.acks++
 }
 
-// keyHash is FNV-1a folded to 32 bits: a fixed function (the same on every node), used only to
-// tell a retry whose key differs from its original.
+// keyHash is a fixed 64-bit multiply-mix hash of the key, eight bytes at a time, folded to 32
+// bits: the same on every node and every version (it is part of the replicated state), used
+// only to tell a retry whose key differs from its original.
 func keyHash(k []byte) uint32 {
-	h := uint64(14695981039346656037)
-	for _, c := range k {
-		h ^= uint64(c)
-		h *= 1099511628211
+	h := uint64(len(k)) * 0x9e3779b97f4a7c15
+	for len(k) >= 8 {
+		h = mix64(h ^ binary.LittleEndian.Uint64(k))
+		k = k[8:]
 	}
+	var tail uint64
+	for i, c := range k {
+		tail |= uint64(c) << (8 * i)
+	}
+	h = mix64(h ^ tail ^ 0xff51afd7ed558ccd)
 	return uint32(h ^ h>>32)
+}
+
+func mix64(x uint64) uint64 {
+	hi, lo := bits.Mul64(x, 0xbf58476d1ce4e5b9)
+	return hi ^ lo
 }

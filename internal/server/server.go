@@ -45,7 +45,8 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	store   *store.Store
-	boot0   int64 // CLOCK_BOOTTIME at start: the table's clock is Boottime() - boot0
+	boot0   int64        // CLOCK_BOOTTIME at start: the table's clock is Boottime() - boot0
+	clk     *clock.Since // reads Boottime() - boot0 cheaply (the request path reads it per batch)
 	stateID [wire.StateIDSize]byte
 	auth    atomic.Pointer[authKeys]
 	tlsCert atomic.Pointer[tls.Certificate]
@@ -105,11 +106,12 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		cfg:         cfg,
 		log:         log,
 		store:       st,
-		boot0:       clock.Boottime(),
 		conns:       make(map[uint64]*conn),
 		persistKick: make(chan struct{}, 1),
 		done:        make(chan struct{}),
+		clk:         clock.NewSince(),
 	}
+	s.boot0 = s.clk.Boot0()
 	s.pending.init(cfg.MaxHandshakes)
 	s.initAdmin()
 	s.failures.init()
@@ -194,7 +196,7 @@ func (s *Server) now() int64 {
 	if s.cluster != nil {
 		return s.cluster.stamp()
 	}
-	return clock.Boottime() - s.boot0
+	return s.clk.Now()
 }
 
 // kickClock makes the clock goroutine look at the table's deadlines now.

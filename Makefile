@@ -7,7 +7,7 @@ BIN := bin/ticketing
 # Every official client: clients/<name>/test.sh sets it up, builds it and runs its own tests.
 CLIENTS := go python js rust c java ruby
 
-.PHONY: all build run setup test test-go test-fuzz test-cluster test-clients test-conformance test-bench \
+.PHONY: all build run setup test test-go test-fuzz test-cluster test-clients test-conformance test-bench test-adminpage \
 	$(addprefix test-,$(CLIENTS)) vet fuzz bench bench-quick clean
 
 all: build
@@ -19,8 +19,9 @@ run: build
 	./$(BIN) server
 
 # System packages the server's own tests use: nftables and iproute2 (a dead peer in a network
-# namespace), util-linux (unshare --time for clock offsets). Installed only when missing.
-SETUP_PKGS := nftables iproute2 util-linux
+# namespace), util-linux (unshare --time for clock offsets), systemd (systemd-analyze verify of
+# the generated unit). Installed only when missing.
+SETUP_PKGS := nftables iproute2 util-linux systemd
 setup:
 	@missing=""; for p in $(SETUP_PKGS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -33,7 +34,7 @@ vet:
 	  if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi
 	$(GO) vet ./...
 
-test: setup vet test-go test-fuzz test-cluster test-clients test-conformance test-bench
+test: setup vet test-go test-fuzz test-cluster test-clients test-conformance test-bench test-adminpage
 
 # The server, the lock table, the wire format and the stores, with the race detector (the CLI
 # and the Go client are tested by clients/go/test.sh, among the clients).
@@ -50,7 +51,12 @@ test-cluster: setup build
 FUZZN ?= 200000x
 FUZZN_SERVER ?= 1000x
 FUZZTIMEOUT ?= 120s
-test-fuzz:
+test-# The admin page in Debian's headless Chromium, driven by playwright-core (npm, pinned); installs
+# both when missing.
+test-adminpage: build
+	TICKETING_BIN=$(CURDIR)/$(BIN) bash tests/adminpage/test.sh
+
+fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZN) -timeout $(FUZZTIMEOUT) ./internal/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime $(FUZZN) -timeout $(FUZZTIMEOUT) ./internal/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzHandshake$$' -fuzztime $(FUZZN) -timeout $(FUZZTIMEOUT) ./internal/wire

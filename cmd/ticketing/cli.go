@@ -547,6 +547,7 @@ func runInspect(args []string) int {
 			"its holder, so `inspect` shows token=0 for a lock another client holds.")
 	cf := addCommon(fs)
 	asJSON := fs.Bool("json", false, "print a JSON object")
+	showWaiters := addWaitersFlags(fs) // top.go: --waiters, from the admin listener
 	pos, code, ok := parseCommand(fs, args, "KEY")
 	if !ok {
 		return code
@@ -560,7 +561,7 @@ func runInspect(args []string) int {
 			return err
 		}
 		printKeyInfo(info, *asJSON)
-		return nil
+		return showWaiters(ctx, pos[0], *asJSON)
 	})
 }
 

@@ -17,6 +17,10 @@ func main() {
 	switch cmd := os.Args[1]; cmd {
 	case "server", "serve":
 		os.Exit(runServer(os.Args[2:]))
+	case "cluster": // cluster.go: membership through a node's admin listener
+		os.Exit(runClusterCmd(os.Args[2:]))
+	case "deploy", "top", "healthcheck": // deploy.go, top.go: operations commands
+		os.Exit(runOpsCommand(cmd, os.Args[2:]))
 	case "help", "-h", "-help", "--help":
 		usageText(os.Stdout)
 	case superviseCommand:
@@ -43,6 +47,10 @@ func usageText(w *os.File) {
 
 Server:
   server        run the lock server (see docs/operations.md; every flag is also a TICKETING_* variable)
+  cluster       status|add|remove|transfer: a cluster's members, through a node's admin listener
+  deploy        print launch commands (flags, environment, systemd, container) for a node or a cluster
+  top           the most contended keys, live, from the admin listener
+  healthcheck   exit 0 when the admin listener's /healthz answers (for container health checks)
 
 Client (server address from --addr or TICKETING_ADDR, token from TICKETING_TOKEN or TICKETING_TOKEN_FILE):
   acquire KEY   take a lock and print its fencing token

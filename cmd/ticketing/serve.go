@@ -77,6 +77,7 @@ type serverSettings struct {
 	tlsCert, tlsKey, tlsCA string
 	startupGrace           string
 	logLevel, logFormat    string
+	metricsOff             bool // TICKETING_METRICS=off (deploy_settings.go)
 }
 
 func (o *serverSettings) list() []setting {
@@ -127,6 +128,7 @@ func (o *serverSettings) list() []setting {
 		stringSetting("admin-tls-key", "PEM key for --admin-tls-cert", &o.adminKey),
 		stringSetting("log-level", "debug, info, warn or error", &o.logLevel),
 		stringSetting("log-format", "text or json", &o.logFormat),
+		metricsSetting(&o.metricsOff),
 	}
 }
 
@@ -384,6 +386,7 @@ func runServer(args []string) int {
 		log.Error("cannot start", "err", err)
 		return 1
 	}
+	startOps(srv, o) // deploy_settings.go: metrics, the generator on the admin listener
 	ln, err := srv.Listen()
 	if err != nil {
 		log.Error("cannot listen", "addr", o.cfg.Addr, "err", err)

@@ -49,6 +49,7 @@ func (s *Server) initAdmin() {
 	mux.HandleFunc("POST /cluster/add", s.clusterChange)
 	mux.HandleFunc("POST /cluster/remove", s.clusterChange)
 	mux.HandleFunc("POST /cluster/transfer", s.clusterChange)
+	s.metrics = s.initOps(mux) // inspect.go: /metrics, /api/*, the admin page
 	s.adminMux = mux
 }
 

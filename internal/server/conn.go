@@ -122,6 +122,7 @@ func (c *conn) serve(b []byte) (off int, fatal bool) {
 				msg = wire.MsgTooLarge
 			}
 			c.resp = wire.AppendResponseString(c.resp, 0, wire.StatusInvalid, 0, 0, 0, wire.FieldLength, msg)
+			c.s.metrics.answerLocal(0, wire.StatusInvalid)
 			fatal = true
 			break
 		}
@@ -141,6 +142,7 @@ func (c *conn) serve(b []byte) (off int, fatal bool) {
 func (c *conn) validate(r *wire.Request) bool {
 	cfg := &c.s.cfg
 	bad := func(field uint32, msg string) bool {
+		c.s.metrics.answerLocal(r.Op, wire.StatusInvalid)
 		c.resp = wire.AppendResponseString(c.resp, r.Op, wire.StatusInvalid, r.ID, 0, 0, field, msg)
 		return false
 	}
@@ -164,6 +166,7 @@ func (c *conn) validate(r *wire.Request) bool {
 		keyed = true
 	case wire.OpAck:
 	case wire.OpPing:
+		c.s.metrics.answerLocal(wire.OpPing, wire.StatusOK)
 		c.resp = wire.AppendResponseString(c.resp, r.Op, wire.StatusOK, r.ID, 0, 0, 0, "")
 		return false
 	default:
@@ -234,6 +237,7 @@ func (c *conn) checkOverflow() bool {
 		return false
 	}
 	c.failed = true
+	c.s.metrics.slowConsumer()
 	c.s.log.Warn("closing slow consumer", "conn", c.id, "queued_bytes", len(c.out))
 	c.out = nil
 	c.killLocked()

@@ -59,6 +59,7 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 		return nil, false
 	}
 	if ch.Status != wire.StatusOK {
+		s.metrics.handshakeRefused(ch.Status)
 		log.Info("handshake refused", "status", ch.Status.String(), "detail", ch.Detail, "client_version", hello.Version)
 		drain(nc, s.cfg.HandshakeTimeout) // closing with unread input would reset the connection and lose the answer
 		return nil, false
@@ -82,6 +83,7 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 			}
 		}
 		if token == nil {
+			s.metrics.authFailure()
 			s.authFailed(nc, log, deadline)
 			return nil, false
 		}
@@ -149,6 +151,7 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 		return nil, false
 	}
 	nc.SetDeadline(time.Time{})
+	s.metrics.sessionAttached(hs.resumed)
 	log.Debug("session attached", "conn", c.id, "resumed", hs.resumed)
 	return c, true
 }

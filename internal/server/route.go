@@ -73,6 +73,7 @@ func (s *Server) settle(cur *conn) {
 			} else if d = s.conns[o.Conn]; d == nil {
 				continue
 			}
+			s.metrics.answered(&o.Resp)
 			grant := o.Resp.Op == wire.OpAcquire && o.Resp.Status == wire.StatusOK
 			if grant && failCrashBeforeGrantReply {
 				crashNow() // tests: the grant is committed (and applied here), its answer never written

@@ -65,6 +65,7 @@ type Server struct {
 	reqs      []wire.Request // decode scratch of the cluster's apply
 	adminMux  *http.ServeMux
 	obs       locktable.Observer // metrics (nil: none); kept across table restores
+	metrics   *metrics           // metrics.go: Prometheus series, the contention sketch; set by initAdmin
 	startWait int64              // single node: the table time before which nothing is granted
 	cluster   *cluster           // nil on a single node
 
@@ -508,8 +509,8 @@ func (s *Server) shutdownCluster(ctx context.Context, deadline time.Time) error 
 		}
 		// Wait (briefly) until the new leader is known, for the hint.
 		for t := time.Now(); time.Since(t) < time.Second; time.Sleep(10 * time.Millisecond) {
-			if _, id := c.raft.LeaderWithID(); id != "" && string(id) != c.cfg.NodeID {
-				break
+			if _, id := c.raft.LeaderWithID(); id != "" && string(id) != c.cfg.NodeID && c.leaderHint() != "" {
+				break // and its client address applied here too (its first entry), for the hint
 			}
 		}
 	}

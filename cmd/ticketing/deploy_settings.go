@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/ticketing/ticketing/internal/server"
+)
+
+// What the operations side (metrics, the admin page, the launch-command generator) takes from
+// the settings table in serve.go, and the one setting it adds there.
+
+// metricsSetting is TICKETING_METRICS: on (default) or off. Off turns off the lock-event
+// metrics and the contention sketch (their cost on the request path is measured by
+// BenchmarkRequestPathMetrics); /metrics keeps the series read when scraped.
+func metricsSetting(off *bool) setting {
+	def := "on"
+	if *off {
+		def = "off"
+	}
+	return setting{"metrics", "lock-event metrics and the contention sketch on the admin listener: on or off", func(v string) error {
+		switch v {
+		case "on", "true", "1":
+			*off = false
+		case "off", "false", "0":
+			*off = true
+		default:
+			return fmt.Errorf("want on or off")
+		}
+		return nil
+	}, def}
+}
+
+// startOps wires the operations side into a server built by runServer, before it serves:
+// metrics (unless TICKETING_METRICS=off) and the generator's route on the admin listener.
+func startOps(srv *server.Server, o *serverSettings) {
+	if !o.metricsOff {
+		srv.EnableMetrics()
+	}
+	srv.AdminMux().HandleFunc("POST /api/deploy", serveDeploy)
+}
+
+// settingsTable is the server's settings table (serve.go, list) by flag name, on a scratch
+// serverSettings with the defaults: the generator writes only names found here, and every
+// value it writes is parsed by the setter found here.
+func settingsTable() (map[string]setting, []string) {
+	o := &serverSettings{cfg: server.Default(), startupGrace: "auto", logLevel: "info", logFormat: "text"}
+	o.cluster.Timing, o.cluster.LogStore = 1, "wal"
+	byName := map[string]setting{}
+	var order []string
+	for _, st := range o.list() {
+		byName[st.name] = st
+		order = append(order, st.name)
+	}
+	return byName, order
+}
+
+// serveDeploy is POST /api/deploy: the launch-command generator for the admin page. The body
+// is a deployRequest in JSON; the answer a deployPlan (400 with the reason when the answers do
+// not make a configuration the server accepts).
+func serveDeploy(w http.ResponseWriter, r *http.Request) {
+	var req deployRequest
+	if err := decodeJSON(http.MaxBytesReader(w, r.Body, 64<<10), &req); err != nil {
+		http.Error(w, "bad JSON: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	plan, err := generateDeploy(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	encodeJSON(w, plan)
+}

@@ -1,0 +1,341 @@
+package server
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/ticketing/ticketing/internal/locktable"
+	"github.com/ticketing/ticketing/internal/server/adminpage"
+)
+
+// Inspection on the admin listener: JSON for operators and the admin page (adminpage/).
+//
+//	GET /                    the admin page
+//	GET /metrics             Prometheus exposition (metrics.go)
+//	GET /api/key?key=K       one key: holder (token, lease left, session, remote address) and
+//	                         its waiters in queue order (&waiters=N, default 100, at most 10,000)
+//	GET /api/locks           present keys, most waited on first (&limit=N, default 100, at most
+//	                         1,000; the first 10,000 keys of the table are looked at)
+//	GET /api/top             the most contended keys from the contention sketch (&n=N, default
+//	                         20, at most 64)
+//	GET /api/stats           totals for the page's live charts (counters, the wait histogram
+//	                         of all prefixes together, the gauges)
+//
+// Tokens and sessions are shown: the admin listener serves an operator holding the admin
+// credential (docs/operations.md, "Trust model"). A session is shown by the first 4 bytes of
+// its id (hex) and its number, never whole: a full session id is a capability.
+
+// Party is who holds or waits: the session and, while it is attached, its connection's address.
+type Party struct {
+	Session     string `json:"session"`    // the session id's first 4 bytes, hex
+	SessionNo   uint64 `json:"session_no"` // the session's number on this node (1, 2, ...)
+	RequestID   uint64 `json:"request_id"`
+	Remote      string `json:"remote"`                  // the connection's remote address; "" while detached
+	GraceLeftMs int64  `json:"grace_left_ms,omitempty"` // detached: time left before the session ends
+}
+
+// Waiter is one queued acquire.
+type Waiter struct {
+	Party
+	Position   int    `json:"position"` // 1 = next in line
+	WaitedMs   int64  `json:"waited_ms"`
+	LeaseMs    int64  `json:"lease_ms"`
+	WaitLeftMs *int64 `json:"wait_left_ms"` // null: waits without limit
+	Try        bool   `json:"try,omitempty"`
+}
+
+// KeyInfo is GET /api/key.
+type KeyInfo struct {
+	Key             string   `json:"key"`
+	Present         bool     `json:"present"` // held, waited on, in lock-delay or stalled
+	Held            bool     `json:"held"`
+	Token           uint64   `json:"token,omitempty"`
+	LeaseLeftMs     int64    `json:"lease_left_ms,omitempty"`
+	HeldForMs       int64    `json:"held_for_ms,omitempty"`
+	Holder          *Party   `json:"holder,omitempty"`
+	Revocable       bool     `json:"revocable,omitempty"`
+	LockDelayLeftMs int64    `json:"lock_delay_left_ms,omitempty"`
+	Stalled         bool     `json:"stalled,omitempty"`
+	WaiterCount     int      `json:"waiter_count"`
+	Waiters         []Waiter `json:"waiters"`
+}
+
+// LockList is GET /api/locks.
+type LockList struct {
+	Keys    int       `json:"keys"` // present keys in all
+	Held    int       `json:"held"`
+	Waiters int       `json:"waiters"`
+	Locks   []KeyInfo `json:"locks"` // without their waiter lists
+}
+
+// Stats is GET /api/stats.
+type Stats struct {
+	TimeMs      int64   `json:"time_ms"`
+	Metrics     bool    `json:"metrics"` // event counters on (TICKETING_METRICS)
+	Role        string  `json:"role"`    // single, leader, follower, candidate
+	Operations  float64 `json:"operations"`
+	Grants      float64 `json:"grants"`
+	Handoffs    float64 `json:"handoffs"`
+	Released    float64 `json:"released"`
+	Expired     float64 `json:"expired"`
+	Revoked     float64 `json:"revoked"`
+	Timeouts    float64 `json:"timeouts"`
+	Queued      float64 `json:"queued"`
+	Wait        Hist    `json:"wait"` // ticketing_wait_seconds, every prefix together
+	Connections int     `json:"connections"`
+	Sessions    int     `json:"sessions"`
+	Keys        int     `json:"keys"`
+	HeldNow     int     `json:"held_now"`
+	WaitersNow  int     `json:"waiters_now"`
+	LastToken   uint64  `json:"last_token"`
+}
+
+// Hist is a cumulative histogram: Counts[i] observations at or below Bounds[i].
+type Hist struct {
+	Bounds []float64 `json:"bounds"`
+	Counts []uint64  `json:"counts"`
+	Count  uint64    `json:"count"`
+	SumS   float64   `json:"sum_s"`
+}
+
+const (
+	maxWaitersShown = 10_000
+	maxLocksShown   = 1000
+	locksScanned    = 10_000
+)
+
+// initOps creates the metrics and registers the inspection routes and the page on mux.
+func (s *Server) initOps(mux *http.ServeMux) *metrics {
+	m := s.initMetrics()
+	mux.Handle("GET /metrics", m.serveMetrics())
+	mux.HandleFunc("GET /api/key", s.apiKey)
+	mux.HandleFunc("GET /api/locks", s.apiLocks)
+	mux.HandleFunc("GET /api/top", s.apiTop)
+	mux.HandleFunc("GET /api/stats", s.apiStats)
+	mux.Handle("GET /{$}", adminpage.Handler())
+	mux.Handle("GET /ui/", http.StripPrefix("/ui", adminpage.Handler()))
+	return m
+}
+
+// inspectNow is the table time the listings measure against: the live clock, except on a
+// follower, whose clock only the leader's log moves. Server.mu must be held.
+func (s *Server) inspectNow() int64 {
+	if s.cluster != nil && !s.cluster.ready() {
+		return s.table.Now()
+	}
+	return max(s.now(), s.table.Now())
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// intParam reads a positive integer query parameter, bounded by max.
+func intParam(r *http.Request, name string, def, max int) int {
+	v, err := strconv.Atoi(r.URL.Query().Get(name))
+	if err != nil || v < 1 {
+		return def
+	}
+	return min(v, max)
+}
+
+func ms(ns int64) int64 { return ns / int64(time.Millisecond) }
+
+// party describes owner's session. Server.mu must be held.
+func (s *Server) party(o locktable.Owner, reqID uint64, now int64) Party {
+	p := Party{SessionNo: uint64(o) >> 24, RequestID: reqID}
+	sid, connID, graceEnd, ok := s.table.SessionOf(o)
+	if !ok {
+		return p
+	}
+	p.Session = hex.EncodeToString(sid[:4])
+	if connID == 0 {
+		p.GraceLeftMs = max(ms(graceEnd-now), 0)
+		return p
+	}
+	if c := s.conns[connID]; c != nil && c.nc != nil {
+		p.Remote = c.nc.RemoteAddr().String()
+	}
+	return p
+}
+
+// keyInfo fills what the table says about key, with up to nWaiters waiters. Server.mu must be
+// held.
+func (s *Server) keyInfo(key []byte, info locktable.Info, now int64, nWaiters int) KeyInfo {
+	k := KeyInfo{Key: string(key), Present: true, Held: info.Held, WaiterCount: info.Waiters, Stalled: info.Stalled, Waiters: []Waiter{}}
+	if info.Held {
+		k.Token = info.Token
+		k.LeaseLeftMs = max(ms(info.Deadline-now), 0)
+		k.HeldForMs = max(ms(now-info.GrantedAt), 0)
+		h := s.party(info.Holder, info.HolderReqID, now)
+		k.Holder = &h
+		k.Revocable = info.Revocable
+	}
+	if info.DelayUntil > now {
+		k.LockDelayLeftMs = ms(info.DelayUntil - now)
+	}
+	if nWaiters > 0 && info.Waiters > 0 {
+		ws, _ := s.table.Waiters(key, nil, nWaiters)
+		for i, w := range ws {
+			x := Waiter{Party: s.party(w.Owner, w.ReqID, now), Position: i + 1, WaitedMs: max(ms(now-w.Since), 0),
+				LeaseMs: ms(w.Lease), Try: w.Try}
+			if w.WaitUntil != 0 {
+				left := max(ms(w.WaitUntil-now), 0)
+				x.WaitLeftMs = &left
+			}
+			k.Waiters = append(k.Waiters, x)
+		}
+	}
+	return k
+}
+
+func (s *Server) apiKey(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Query().Get("key")
+	if key == "" {
+		http.Error(w, "want ?key=KEY", http.StatusBadRequest)
+		return
+	}
+	n := intParam(r, "waiters", 100, maxWaitersShown)
+	s.mu.Lock()
+	now := s.inspectNow()
+	info, ok := s.table.Inspect([]byte(key))
+	k := KeyInfo{Key: key, Waiters: []Waiter{}}
+	if ok {
+		k = s.keyInfo([]byte(key), info, now, n)
+	}
+	s.mu.Unlock()
+	writeJSON(w, k)
+}
+
+func (s *Server) apiLocks(w http.ResponseWriter, r *http.Request) {
+	limit := intParam(r, "limit", 100, maxLocksShown)
+	var l LockList
+	s.mu.Lock()
+	now := s.inspectNow()
+	l.Keys, l.Held, l.Waiters = s.table.Stats()
+	seen := 0
+	s.table.EachKey(func(key []byte, info locktable.Info) bool {
+		l.Locks = append(l.Locks, s.keyInfo(key, info, now, 0))
+		seen++
+		return seen < locksScanned
+	})
+	s.mu.Unlock()
+	sort.Slice(l.Locks, func(i, j int) bool {
+		a, b := &l.Locks[i], &l.Locks[j]
+		if a.WaiterCount != b.WaiterCount {
+			return a.WaiterCount > b.WaiterCount
+		}
+		return a.Key < b.Key
+	})
+	if len(l.Locks) > limit {
+		l.Locks = l.Locks[:limit]
+	}
+	if l.Locks == nil {
+		l.Locks = []KeyInfo{}
+	}
+	for i := range l.Locks {
+		l.Locks[i].Waiters = nil
+	}
+	writeJSON(w, l)
+}
+
+func (s *Server) apiTop(w http.ResponseWriter, r *http.Request) {
+	n := intParam(r, "n", 20, topKeysSize)
+	m := s.metrics
+	s.mu.Lock()
+	top := m.top.list(n)
+	for i := range top {
+		if info, ok := s.table.Inspect([]byte(top[i].Key)); ok {
+			top[i].Held, top[i].Waiters = info.Held, info.Waiters
+		}
+	}
+	s.mu.Unlock()
+	writeJSON(w, struct {
+		Metrics bool     `json:"metrics"`
+		Keys    []TopKey `json:"keys"`
+	}{m.on, top})
+}
+
+func (s *Server) apiStats(w http.ResponseWriter, r *http.Request) {
+	m := s.metrics
+	st := Stats{TimeMs: time.Now().UnixMilli(), Metrics: m.on, Role: "single"}
+	if c := s.cluster; c != nil {
+		st.Role = strings.ToLower(c.raft.State().String())
+	}
+	s.mu.Lock()
+	st.Keys, st.HeldNow, st.WaitersNow = s.table.Stats()
+	st.Sessions = s.table.Sessions()
+	st.Connections = len(s.conns)
+	st.LastToken = s.table.LastToken()
+	s.mu.Unlock()
+	if m.on {
+		fams, _ := m.reg.Gather()
+		for _, f := range fams {
+			for _, x := range f.GetMetric() {
+				m.addStat(&st, f.GetName(), x)
+			}
+		}
+	}
+	if st.Wait.Bounds == nil {
+		st.Wait.Bounds, st.Wait.Counts = waitBuckets, make([]uint64, len(waitBuckets))
+	}
+	writeJSON(w, st)
+}
+
+// addStat adds one gathered series to the totals of st.
+func (m *metrics) addStat(st *Stats, name string, x *dto.Metric) {
+	label := func(n string) string {
+		for _, l := range x.GetLabel() {
+			if l.GetName() == n {
+				return l.GetValue()
+			}
+		}
+		return ""
+	}
+	v := x.GetCounter().GetValue()
+	switch name {
+	case "ticketing_operations_total":
+		st.Operations += v
+	case "ticketing_grants_total":
+		st.Grants += v
+		if label("kind") == "handoff" {
+			st.Handoffs += v
+		}
+	case "ticketing_lock_ends_total":
+		switch label("reason") {
+		case "released":
+			st.Released += v
+		case "expired":
+			st.Expired += v
+		case "revoked":
+			st.Revoked += v
+		}
+	case "ticketing_wait_timeouts_total":
+		st.Timeouts += v
+	case "ticketing_queued_total":
+		st.Queued += v
+	case "ticketing_wait_seconds":
+		h := x.GetHistogram()
+		if st.Wait.Bounds == nil {
+			st.Wait.Bounds, st.Wait.Counts = waitBuckets, make([]uint64, len(waitBuckets))
+		}
+		for i, b := range h.GetBucket() {
+			if i < len(st.Wait.Counts) {
+				st.Wait.Counts[i] += b.GetCumulativeCount()
+			}
+		}
+		st.Wait.Count += h.GetSampleCount()
+		st.Wait.SumS += h.GetSampleSum()
+	}
+}

@@ -7,7 +7,7 @@ BIN := bin/ticketing
 # Every official client: clients/<name>/test.sh sets it up, builds it and runs its own tests.
 CLIENTS := go python js rust c java ruby
 
-.PHONY: all build run setup test test-go test-fuzz test-cluster test-clients test-conformance test-bench test-adminpage \
+.PHONY: all build run setup test test-server test-fuzz test-cluster test-clients test-conformance test-bench test-adminpage test-conformance-cluster \
 	$(addprefix test-,$(CLIENTS)) vet fuzz bench bench-quick clean
 
 all: build
@@ -34,12 +34,12 @@ vet:
 	  if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi
 	$(GO) vet ./...
 
-test: setup vet test-go test-fuzz test-cluster test-clients test-conformance test-bench test-adminpage
+test: setup vet test-server test-fuzz test-cluster test-clients test-conformance test-conformance-cluster test-bench test-adminpage
 
 # The server, the lock table, the wire format and the stores, with the race detector (the CLI
 # and the Go client are tested by clients/go/test.sh, among the clients).
-test-go: setup build
-	TICKETING_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 ./internal/...
+test-server: setup build
+	TICKETING_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 15m ./internal/...
 
 # Real cluster processes on 127.0.0.x: crashes, clock offsets, stalled disks (budget: 8 minutes).
 test-cluster: setup build
@@ -51,12 +51,7 @@ test-cluster: setup build
 FUZZN ?= 200000x
 FUZZN_SERVER ?= 1000x
 FUZZTIMEOUT ?= 120s
-test-# The admin page in Debian's headless Chromium, driven by playwright-core (npm, pinned); installs
-# both when missing.
-test-adminpage: build
-	TICKETING_BIN=$(CURDIR)/$(BIN) bash tests/adminpage/test.sh
-
-fuzz:
+test-fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZN) -timeout $(FUZZTIMEOUT) ./internal/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime $(FUZZN) -timeout $(FUZZTIMEOUT) ./internal/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzHandshake$$' -fuzztime $(FUZZN) -timeout $(FUZZTIMEOUT) ./internal/wire
@@ -74,9 +69,22 @@ test-conformance: build test-clients
 	TICKETING_BIN=$(CURDIR)/$(BIN) TICKETING_CONFORMANCE_REPORT=$(CURDIR)/bin/conformance.txt \
 	  $(GO) test -count=1 -timeout 10m ./tests/conformance; rc=$$?; cat bin/conformance.txt 2>/dev/null; exit $$rc
 
+# The conformance scenarios against a fresh 3-node cluster per scenario (127.0.0.41-43; stopping or
+# killing the server is a leader failover there: tests/conformance/SCENARIOS.md, "On a cluster"),
+# for the Go and Python drivers.
+test-conformance-cluster: build test-go test-python
+	TICKETING_BIN=$(CURDIR)/$(BIN) TICKETING_CONFORMANCE_TARGET=cluster TICKETING_CONFORMANCE_DRIVERS=go,python \
+	  TICKETING_CONFORMANCE_REPORT=$(CURDIR)/bin/conformance-cluster.txt \
+	  $(GO) test -count=1 -timeout 5m -run '^TestConformance$$' ./tests/conformance; rc=$$?; cat bin/conformance-cluster.txt 2>/dev/null; exit $$rc
+
 # The benchmark harness's own tests (its module: bench/go.mod).
 test-bench:
 	$(MAKE) -C bench test
+
+# The admin page in Debian's headless Chromium, driven by playwright-core (npm, pinned); installs
+# both when missing.
+test-adminpage: build
+	TICKETING_BIN=$(CURDIR)/$(BIN) bash tests/adminpage/test.sh
 
 fuzz:
 	$(MAKE) test-fuzz FUZZN=20000000x FUZZN_SERVER=50000x FUZZTIMEOUT=30m

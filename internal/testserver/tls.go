@@ -20,9 +20,9 @@ import (
 var ClusterHosts = []string{"127.0.0.41", "127.0.0.42", "127.0.0.43"}
 
 // TLSFiles are PEM files made by GenerateTLS for one test run: a server certificate for
-// localhost, 127.0.0.1, ::1 and ClusterHosts signed by CA, and a client certificate signed by a second CA
-// (ClientCA, for TICKETING_TLS_CLIENT_CA). Private keys exist only in the test's temporary
-// directory.
+// localhost, 127.0.0.1, ::1 and ClusterHosts signed by CA, and a client certificate signed by a
+// second CA (ClientCA, for TICKETING_TLS_CLIENT_CA). Private keys exist only in the test's
+// temporary directory.
 type TLSFiles struct {
 	CA         string // PEM: the CA that signed ServerCert (what clients trust)
 	ServerCert string

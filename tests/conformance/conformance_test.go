@@ -164,15 +164,19 @@ func serverBinary(t *testing.T) string {
 }
 
 // targetKinds are the server targets the runner can run scenarios against, by the name
-// TICKETING_CONFORMANCE_TARGET selects (default "single"). The cluster issue adds "cluster3".
+// TICKETING_CONFORMANCE_TARGET selects (default "single"; "cluster" names "cluster3").
 var targetKinds = map[string]func(bin string, certs *testserver.TLSFiles) targetFactory{
-	"single": newSingleNodeFactory,
+	"single":   newSingleNodeFactory,
+	"cluster3": newClusterFactory,
 }
 
 func TestConformance(t *testing.T) {
 	kind := os.Getenv("TICKETING_CONFORMANCE_TARGET")
-	if kind == "" {
+	switch kind {
+	case "":
 		kind = "single"
+	case "cluster":
+		kind = "cluster3"
 	}
 	runConformance(t, kind)
 }
@@ -333,13 +337,35 @@ func applicable(res *results, env *runEnv, d *driver, sc scenario) bool {
 // runOne runs a scenario and reports a failure with the step log, the drivers' stderr and the
 // server's log.
 func runOne(t *testing.T, env *runEnv, sc scenario, res *results, ds ...*driver) {
+	body := sc.run
+	if sc.cluster != nil && env.kind != "single" {
+		body = sc.cluster
+	}
 	s := newS(sc.name, env, ds...)
-	s.execute(sc.run)
+	s.execute(body)
 	dur := time.Since(s.start)
-	st := result{status: statusPass, dur: dur}
+	var first string
+	if n := s.unplannedElections(); s.failed() && n > 0 {
+		// The cluster changed leader on its own (a leader starved past its 75 ms leader lease
+		// on a loaded machine) while the scenario ran, and it failed: run it once more, and
+		// say so in the summary. A failure without such a change, or a second one, stands.
+		first = fmt.Sprintf("failed during %d leader changes the runner did not cause: %s", n, s.failures[0])
+		t.Logf("scenario %s %s; running it once more. Its report:\n%s", sc.name, first, s.report(ds))
+		clusterStats.reruns.Add(1)
+		s = newS(sc.name, env, ds...)
+		s.execute(body)
+		dur += time.Since(s.start)
+	}
+	st := result{status: statusPass, dur: dur, rerun: first != "", note: first}
 	if s.failed() {
 		st.status = statusFail
 		st.note = s.failures[0]
+		if n := s.unplannedElections(); n > 0 {
+			st.note = fmt.Sprintf("[%d leader changes the runner did not cause] %s", n, st.note)
+		}
+		if first != "" {
+			st.note = "twice; the first time " + first + "; the second: " + st.note
+		}
 		t.Error(s.report(ds))
 	}
 	for _, d := range ds {
@@ -376,6 +402,9 @@ func (s *S) report(ds []*driver) string {
 			lines = append([]string{fmt.Sprintf("... (%d frames before)", len(lines)-300)}, lines[len(lines)-300:]...)
 		}
 		fmt.Fprintf(&b, "frames through proxy #%d (%s):\n%s\n", i+1, p.Addr, indent(strings.Join(lines, "\n")))
+	}
+	if n := s.unplannedElections(); n > 0 {
+		fmt.Fprintf(&b, "the cluster had %d leader changes the runner did not cause (a leader that lost its quorum for a leader lease: a loaded machine); see the node logs\n", n)
 	}
 	logs := s.serverLogs()
 	if lines := strings.Split(logs, "\n"); len(lines) > 120 {

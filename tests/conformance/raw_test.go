@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sort"
 	"sync"
 	"time"
 
@@ -206,63 +207,190 @@ func (c *rawConn) write(reqs ...wire.Request) error {
 func (c *rawConn) close() { c.nc.Close() }
 
 // rawClient is the runner's own protocol client "R": one connection, requests matched to
-// answers by id, pushes kept in order.
+// answers by id, pushes kept in order. With redial (on a cluster) R follows the leader: when its
+// connection ends (GOAWAY, a NOT_LEADER answer, a dead node) it reconnects with the same session
+// and re-sends its unanswered requests with their ids, as a client does (retries are answered
+// from the replicated state, never run twice); without it (one node) a lost connection fails
+// what is unanswered.
 type rawClient struct {
 	conn *rawConn
 	log  func(format string, args ...any)
+	// redial connects a new connection for the same session (nil: R does not reconnect).
+	redial  func(session [wire.SessionIDSize]byte) (*rawConn, error)
+	session [wire.SessionIDSize]byte
+	stateID [wire.StateIDSize]byte
 
 	smu sync.Mutex // request ids reach the wire in order
 
 	mu      sync.Mutex
+	gen     int // connections so far; frames of an older one are ignored
+	down    bool
 	nextID  uint64
-	pending map[uint64]chan rawFrame
+	pending map[uint64]*rawPending
 	pushes  []rawFrame
 	changed chan struct{}
-	closed  bool
+	closed  bool // for good: nothing more is answered
+	stopped bool // close was called
+	closeCh chan struct{}
 }
+
+type rawPending struct {
+	req wire.Request
+	ch  chan rawFrame
+}
+
+// rawReconnectWithin bounds how long R tries to reconnect (an election, a restart).
+const rawReconnectWithin = 15 * time.Second
 
 func newRawClient(addr string, o rawOptions, log func(string, ...any)) (*rawClient, error) {
 	conn, err := dialRaw(addr, o)
 	if err != nil {
 		return nil, err
 	}
-	r := &rawClient{conn: conn, log: log, pending: map[uint64]chan rawFrame{}, changed: make(chan struct{})}
-	conn.run(r.onFrame, r.onClose)
-	return r, nil
+	return newRawClientOn(conn, log, nil), nil
 }
 
-func (r *rawClient) onFrame(f rawFrame) {
+// newRawClientOn makes R on a connected conn; redial (may be nil) reconnects it.
+func newRawClientOn(conn *rawConn, log func(string, ...any), redial func([wire.SessionIDSize]byte) (*rawConn, error)) *rawClient {
+	r := &rawClient{conn: conn, log: log, redial: redial, pending: map[uint64]*rawPending{},
+		changed: make(chan struct{}), closeCh: make(chan struct{}),
+		session: conn.Session, stateID: conn.Welcome.StateID}
+	r.runLocked(conn)
+	return r
+}
+
+// runLocked starts the read loop of conn as the current connection (r.mu held or not yet shared).
+func (r *rawClient) runLocked(conn *rawConn) {
+	r.gen++
+	gen := r.gen
+	conn.run(func(f rawFrame) { r.onFrame(gen, f) }, func(err error) { r.onClose(gen, err) })
+}
+
+func (r *rawClient) notifyLocked() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+func (r *rawClient) onFrame(gen int, f rawFrame) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if gen != r.gen {
+		return
+	}
 	if f.ID == 0 {
 		r.pushes = append(r.pushes, f)
 		if r.log != nil {
 			r.log("R push %s", describeFrame(f.Response))
 		}
-		close(r.changed)
-		r.changed = make(chan struct{})
+		r.notifyLocked()
+		if f.Op == wire.OpGoaway && r.redial != nil {
+			r.conn.close() // the node closes it too; R reconnects and resumes
+		}
 		return
 	}
-	if ch, ok := r.pending[f.ID]; ok {
+	if f.Status == wire.StatusNotLeader && r.redial != nil {
+		if r.log != nil {
+			r.log("R: %s answered NOT_LEADER (leader %q): reconnecting", f.Op, f.Data)
+		}
+		r.conn.close() // the request stays pending and is re-sent on the next connection
+		return
+	}
+	if p, ok := r.pending[f.ID]; ok {
 		delete(r.pending, f.ID)
-		ch <- f
+		p.ch <- f
 	}
 }
 
-func (r *rawClient) onClose(err error) {
+func (r *rawClient) onClose(gen int, err error) {
 	r.mu.Lock()
-	r.closed = true
-	for id, ch := range r.pending {
-		close(ch)
+	defer r.mu.Unlock()
+	if gen != r.gen || r.closed {
+		return
+	}
+	if r.redial == nil || r.stopped {
+		r.failLocked(true)
+		return
+	}
+	r.down = true
+	if r.log != nil {
+		r.log("R: connection lost (%v): reconnecting", err)
+	}
+	go r.reconnect()
+}
+
+// failLocked ends every unanswered request (its channel closes without a value); forGood: R
+// answers nothing any more.
+func (r *rawClient) failLocked(forGood bool) {
+	if forGood {
+		r.closed = true
+	}
+	for id, p := range r.pending {
+		close(p.ch)
 		delete(r.pending, id)
 	}
-	close(r.changed)
-	r.changed = make(chan struct{})
+	r.notifyLocked()
+}
+
+// reconnect dials until a connection resumes R's session, then re-sends the unanswered
+// requests in id order.
+func (r *rawClient) reconnect() {
+	deadline := time.Now().Add(rawReconnectWithin)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-r.closeCh:
+			return
+		default:
+		}
+		conn, err := r.redial(r.session)
+		if err != nil {
+			last = err
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		r.smu.Lock()
+		r.mu.Lock()
+		if r.stopped {
+			r.mu.Unlock()
+			r.smu.Unlock()
+			conn.close()
+			return
+		}
+		resumed := conn.resumed() && conn.Welcome.StateID == r.stateID
+		var resend []wire.Request
+		if resumed {
+			for _, p := range r.pending {
+				resend = append(resend, p.req)
+			}
+			sort.Slice(resend, func(i, j int) bool { return resend[i].ID < resend[j].ID })
+		} else {
+			r.failLocked(false) // the session ended: nothing can be retried
+		}
+		r.conn, r.down = conn, false
+		if r.log != nil {
+			r.log("R reconnected (resumed=%v), re-sending %d requests", resumed, len(resend))
+		}
+		r.runLocked(conn)
+		r.mu.Unlock()
+		if len(resend) > 0 {
+			if err := conn.write(resend...); err != nil {
+				conn.close()
+			}
+		}
+		r.smu.Unlock()
+		return
+	}
+	r.mu.Lock()
+	if r.log != nil {
+		r.log("R: no connection within %v (last: %v)", rawReconnectWithin, last)
+	}
+	r.failLocked(true)
 	r.mu.Unlock()
 }
 
 // send sends one request with the next id and returns the channel of its answer (closed
-// without a value if the connection ends first).
+// without a value if R cannot get it any more). While R reconnects, the request waits and is
+// sent on the next connection.
 func (r *rawClient) send(req wire.Request) (uint64, <-chan rawFrame) {
 	ch := make(chan rawFrame, 1)
 	r.smu.Lock()
@@ -275,10 +403,13 @@ func (r *rawClient) send(req wire.Request) (uint64, <-chan rawFrame) {
 	}
 	r.nextID++
 	req.ID = r.nextID
-	r.pending[req.ID] = ch
+	r.pending[req.ID] = &rawPending{req: req, ch: ch}
+	conn, down := r.conn, r.down
 	r.mu.Unlock()
-	if err := r.conn.write(req); err != nil {
-		r.conn.close()
+	if !down {
+		if err := conn.write(req); err != nil {
+			conn.close()
+		}
 	}
 	return req.ID, ch
 }
@@ -291,7 +422,10 @@ func (r *rawClient) do(req wire.Request, timeout time.Duration) (wire.Response, 
 	select {
 	case f, ok := <-ch:
 		if !ok {
-			return wire.Response{}, fmt.Errorf("R: connection closed before the answer to %s (%v)", req.Op, r.conn.err)
+			r.mu.Lock()
+			err := r.conn.err
+			r.mu.Unlock()
+			return wire.Response{}, fmt.Errorf("R: connection closed before the answer to %s (%v)", req.Op, err)
 		}
 		return f.Response, nil
 	case <-t.C:
@@ -368,11 +502,16 @@ func (r *rawClient) ping() error {
 
 // waitPush waits up to timeout for a push matching pred.
 func (r *rawClient) waitPush(pred func(rawFrame) bool, timeout time.Duration) (rawFrame, bool) {
+	return r.waitPushAfter(0, pred, timeout)
+}
+
+// waitPushAfter is waitPush among the pushes after the first skip ones.
+func (r *rawClient) waitPushAfter(skip int, pred func(rawFrame) bool, timeout time.Duration) (rawFrame, bool) {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
 		r.mu.Lock()
-		for _, p := range r.pushes {
+		for _, p := range r.pushes[min(skip, len(r.pushes)):] {
 			if pred(p) {
 				r.mu.Unlock()
 				return p, true
@@ -391,17 +530,24 @@ func (r *rawClient) waitPush(pred func(rawFrame) bool, timeout time.Duration) (r
 	}
 }
 
-// closedAt waits up to timeout for the connection to end.
-func (r *rawClient) waitClosed(timeout time.Duration) bool {
-	select {
-	case <-r.conn.done:
-		return true
-	case <-time.After(timeout):
-		return false
-	}
+// pushesNow returns the pushes received so far.
+func (r *rawClient) pushesNow() []rawFrame {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]rawFrame(nil), r.pushes...)
 }
 
-func (r *rawClient) close() { r.conn.close() }
+// close closes R for good.
+func (r *rawClient) close() {
+	r.mu.Lock()
+	if !r.stopped {
+		r.stopped = true
+		close(r.closeCh)
+	}
+	conn := r.conn
+	r.mu.Unlock()
+	conn.close()
+}
 
 // describeFrame renders a response for logs.
 func describeFrame(f wire.Response) string {

@@ -19,8 +19,9 @@ const (
 
 type result struct {
 	status string
-	note   string // FAIL: the first failure; n/a: why
+	note   string // FAIL: the first failure; n/a: why; a rerun: why the first run failed
 	dur    time.Duration
+	rerun  bool // the first run failed during a leader change the runner did not cause
 }
 
 // results is the driver x scenario table of a run.
@@ -77,6 +78,9 @@ func (r *results) table(kind string) string {
 				st = "-" // not run (the run ended early)
 			}
 			counts[st]++
+			if cell.rerun {
+				st += "*"
+			}
 			fmt.Fprintf(&b, "%-8s", st)
 		}
 		b.WriteString("\n")
@@ -95,6 +99,10 @@ func (r *results) table(kind string) string {
 		fmt.Fprintf(&b, ", %d not run", counts["-"])
 	}
 	b.WriteString("\n")
+	if kind != "single" {
+		fmt.Fprintf(&b, "%d clusters started; %d leader changes the runner did not cause (a leader that lost its quorum for a leader lease under load); %d scenarios run again after failing during one (marked *)\n",
+			clusterStats.started.Load(), clusterStats.unplanned.Load(), clusterStats.reruns.Load())
+	}
 	var notes []string
 	for _, d := range r.drivers {
 		na := map[string][]string{}
@@ -120,6 +128,8 @@ func (r *results) table(kind string) string {
 		for _, sc := range r.scenarios {
 			if c := r.cells[d][sc.name]; c.status == statusFail {
 				notes = append(notes, fmt.Sprintf("FAIL %s/%s: %s", d, sc.name, clip(c.note, 200)))
+			} else if c.rerun {
+				notes = append(notes, fmt.Sprintf("pass* %s/%s: passed on its second run; the first: %s", d, sc.name, clip(c.note, 200)))
 			}
 		}
 	}

@@ -25,9 +25,12 @@ const scenarioTimeout = 90 * time.Second
 type scenario struct {
 	name  string
 	needs []string // driver features (DRIVER.md); a driver without one of them: n/a
-	// single: the scenario relies on single-node rules (a restart makes a new state id; SIGTERM
-	// expires holders), n/a on other targets.
+	// single: the scenario relies on single-node rules and has no cluster variant: n/a on other
+	// targets.
 	single bool
+	// cluster: the scenario's variant on a cluster target (SCENARIOS.md, "On a cluster"); nil:
+	// run runs there too.
+	cluster func(s *S)
 	// exclusive: timing-sensitive; runs while no other scenario runs.
 	exclusive bool
 	cross     bool // uses every driver at once (run once, after the per-driver scenarios)
@@ -221,6 +224,21 @@ func (s *S) server(cfg targetConfig) *target {
 	return tg
 }
 
+// unplannedElections counts the leader changes the runner did not cause in the scenario's
+// cluster targets (0 on one node).
+func (s *S) unplannedElections() int {
+	s.mu.Lock()
+	ts := append([]*target(nil), s.targets...)
+	s.mu.Unlock()
+	n := 0
+	for _, t := range ts {
+		if c, ok := t.Target.(*clusterTarget); ok {
+			n += c.UnplannedElections()
+		}
+	}
+	return n
+}
+
 // serverLogs returns the logs of the scenario's servers, for failure reports.
 func (s *S) serverLogs() string {
 	s.mu.Lock()
@@ -257,13 +275,50 @@ func (t *target) rawOptions() rawOptions {
 }
 
 // R opens a new observer connection to the target, closed when the scenario ends. It tries
-// the endpoints in order and follows a NOT_LEADER hint (a cluster's follower).
+// the endpoints in order and follows a NOT_LEADER hint (a cluster's follower); on a cluster it
+// tries again for up to 10 s (an election may be under way), and R follows the leader from then
+// on (rawClient.redial).
 func (t *target) R() *rawClient {
 	s := t.s
 	logf := func(format string, args ...any) { s.log.add(time.Now(), format, args...) }
+	o := t.rawOptions()
+	var errs []string
+	deadline := time.Now().Add(10 * time.Second)
+	for round := 0; ; round++ {
+		conn, addr, err := t.dialLeader(o)
+		if err == nil {
+			if eps := t.Endpoints(); round > 0 || addr != eps[0] {
+				s.log.add(time.Now(), "R connected to %s (round %d)", addr, round+1)
+			}
+			var redial func([wire.SessionIDSize]byte) (*rawConn, error)
+			if s.onCluster() {
+				redial = func(session [wire.SessionIDSize]byte) (*rawConn, error) {
+					o := o
+					o.Session = &session
+					conn, _, err := t.dialLeader(o)
+					return conn, err
+				}
+			}
+			r := newRawClientOn(conn, logf, redial)
+			s.cleanup(r.close)
+			return r
+		}
+		errs = append(errs[:0], err.Error())
+		if !s.onCluster() || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.Fatalf("R: cannot connect: %s", strings.Join(errs, "; "))
+	return nil
+}
+
+// dialLeader tries the target's endpoints once each, following NOT_LEADER hints, and returns
+// the first connection whose handshake succeeds.
+func (t *target) dialLeader(o rawOptions) (*rawConn, string, error) {
 	var errs []string
 	tried := map[string]bool{}
-	queue := append([]string(nil), t.Endpoints()...)
+	queue := t.Endpoints()
 	for len(queue) > 0 && len(tried) < 10 {
 		addr := queue[0]
 		queue = queue[1:]
@@ -271,10 +326,9 @@ func (t *target) R() *rawClient {
 			continue
 		}
 		tried[addr] = true
-		r, err := newRawClient(addr, t.rawOptions(), logf)
+		conn, err := dialRaw(addr, o)
 		if err == nil {
-			s.cleanup(r.close)
-			return r
+			return conn, addr, nil
 		}
 		errs = append(errs, fmt.Sprintf("%s: %v", addr, err))
 		var he *handshakeError
@@ -282,8 +336,41 @@ func (t *target) R() *rawClient {
 			queue = append([]string{he.Msg}, queue...)
 		}
 	}
-	s.Fatalf("R: cannot connect: %s", strings.Join(errs, "; "))
-	return nil
+	return nil, "", errors.New(strings.Join(errs, "; "))
+}
+
+// onCluster reports whether the scenario runs against a cluster target.
+func (s *S) onCluster() bool { return s.env.kind != "single" }
+
+// leader is the client address of the node that serves now (on a single node, the node).
+func (t *target) leader() string {
+	addr, err := t.Leader()
+	if err != nil {
+		t.s.Fatalf("%v", err)
+	}
+	return addr
+}
+
+// others are the target's endpoints other than addr, in order.
+func (t *target) others(addr string) []string {
+	var out []string
+	for _, ep := range t.Endpoints() {
+		if ep != addr {
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+// minLease is max(d, the target's minimum lease): the lease a scenario uses where it wants a
+// short one.
+func (t *target) minLease(d time.Duration) time.Duration { return max(d, t.MinLease()) }
+
+// kill is Target.Kill, failing the scenario on error.
+func (t *target) kill() {
+	if err := t.Kill(); err != nil {
+		t.s.Fatalf("kill: %v", err)
+	}
 }
 
 // tlsArg is DRIVER.md's connect "tls" argument for this target, or nil.

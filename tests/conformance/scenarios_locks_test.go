@@ -21,11 +21,11 @@ var scenarios = []scenario{
 	{name: "lost_on_expiry", needs: []string{"locks", "lost_events"}, exclusive: true, run: scLostOnExpiry},
 	{name: "keepalive", needs: []string{"locks", "keepalive"}, exclusive: true, run: scKeepalive},
 	{name: "with_lock_lost", needs: []string{"with_lock"}, run: scWithLockLost},
-	{name: "lost_on_restart", needs: []string{"locks", "lost_events"}, single: true, run: scLostOnRestart},
-	{name: "stopping", needs: []string{"locks", "lost_events"}, single: true, run: scStopping},
+	{name: "lost_on_restart", needs: []string{"locks", "lost_events"}, run: scLostOnRestart, cluster: scLostOnRestartCluster},
+	{name: "stopping", needs: []string{"locks", "lost_events"}, run: scStopping, cluster: scStoppingCluster},
 	{name: "resume_queue_place", needs: []string{"locks"}, run: scResumeQueuePlace},
-	{name: "retry_idempotent", needs: []string{"locks"}, run: scRetryIdempotent},
-	{name: "release_retry", needs: []string{"locks"}, run: scReleaseRetry},
+	{name: "retry_idempotent", needs: []string{"locks"}, run: scRetryIdempotent, cluster: scRetryIdempotentCluster},
+	{name: "release_retry", needs: []string{"locks"}, run: scReleaseRetry, cluster: scReleaseRetryCluster},
 	{name: "ack_outcomes", needs: []string{"locks"}, run: scAckOutcomes},
 	{name: "unreachable", run: scUnreachable},
 	{name: "half_open", run: scHalfOpen},
@@ -35,7 +35,7 @@ var scenarios = []scenario{
 	{name: "tls", needs: []string{"tls"}, run: scTLS},
 	{name: "mtls", needs: []string{"mtls"}, run: scMTLS},
 	{name: "bad_arguments", run: scBadArguments},
-	{name: "shutting_down", single: true, run: scShuttingDown},
+	{name: "shutting_down", run: scShuttingDown, cluster: scShuttingDownCluster},
 }
 
 func scBasic(s *S) {

@@ -28,12 +28,16 @@ func scCancelRace(s *S) {
 	r := t.R()
 	a := s.connect(s.d, t, connectOpts{})
 	const rounds = 20
+	// R's lease: 50 ms, or the target's minimum (a cluster's); the cancels spread over the
+	// lease and 30 ms beyond it, so the later rounds race the hand-off at its end.
+	lease := t.minLease(50 * time.Millisecond)
+	spread := lease + 30*time.Millisecond
 	var cancelled, grantedFirst, grantedRacing int
 	for i := 0; i < rounds; i++ {
 		key := fmt.Sprintf("k%d", i)
-		delay := time.Duration(i) * 80 * time.Millisecond / (rounds - 1)
-		s.Step("round %d: R holds %s for 50 ms; A's acquire is cancelled %v after it is sent", i+1, key, delay)
-		s.rAcquire(r, key, 50*time.Millisecond)
+		delay := time.Duration(i) * spread / (rounds - 1)
+		s.Step("round %d: R holds %s for %v; A's acquire is cancelled %v after it is sent", i+1, key, lease, delay)
+		s.rAcquire(r, key, lease)
 		c, lock := a.acquire(key, 10*time.Second, acquireArgs{})
 		time.Sleep(time.Until(c.sent.Add(delay)))
 		if c.isDone() { // granted (or failed) before the cancel could be asked for
@@ -170,12 +174,13 @@ func scWithLockLost(s *S) {
 	c := a.withLock("k", 300*time.Millisecond, 900*time.Millisecond)
 	if keeps {
 		// The helper keeps its lease alive, so the runner ends the lease itself: EXTEND to 1 ms
-		// by the holder's token (the owner is the token).
+		// (a cluster's minimum lease there) by the holder's token (the owner is the token).
 		s.waitInspect(r, "k", true, 0, 5*time.Second)
 		tok := s.holderToken(r, "k", after)
-		resp, err := r.extend("k", tok, time.Millisecond)
+		short := t.minLease(time.Millisecond)
+		resp, err := r.extend("k", tok, short)
 		if err != nil || resp.Status != wire.StatusOK {
-			s.Fatalf("R's EXTEND of the helper's lock to 1 ms: %v %s", err, describeFrame(resp))
+			s.Fatalf("R's EXTEND of the helper's lock to %v: %v %s", short, err, describeFrame(resp))
 		}
 	}
 	s.lockLost(c, 900*time.Millisecond+prompt, "with_lock whose lease ran out during the body", "expired")
@@ -194,7 +199,7 @@ func scLostOnRestart(s *S) {
 	cB, _ := b.acquire("k2", 10*time.Second, acquireArgs{})
 	s.waitInspect(r, "k2", true, 1, 5*time.Second)
 	s.Step("SIGKILL the server")
-	t.Kill()
+	t.kill()
 	s.Step("restart it on the same port and data directory")
 	if err := t.Restart(); err != nil {
 		s.Fatalf("restart: %v", err)
@@ -216,7 +221,11 @@ func scLostOnRestart(s *S) {
 // stopInBackground sends SIGTERM (Target.Stop) and returns a channel closed when it returned.
 func (s *S) stopInBackground(t *target) <-chan struct{} {
 	done := make(chan struct{})
-	s.Step("SIGTERM the server")
+	if s.onCluster() {
+		s.Step("SIGTERM the leader")
+	} else {
+		s.Step("SIGTERM the server")
+	}
 	go func() {
 		defer close(done)
 		if err := t.Stop(); err != nil {

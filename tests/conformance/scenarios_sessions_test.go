@@ -16,10 +16,20 @@ import (
 // only through them.
 type proxies []*testserver.Proxy
 
-// proxy starts a proxy to each of the target's endpoints, closed when the scenario ends.
+// proxy starts a proxy to each of the target's endpoints, closed when the scenario ends. On a
+// cluster it proxies the leader only: a follower's leader hint names the leader's own address,
+// which would take the client around the proxy.
 func (s *S) proxy(t *target) proxies {
+	if s.onCluster() {
+		return s.proxyTo(t.leader())
+	}
+	return s.proxyTo(t.Endpoints()...)
+}
+
+// proxyTo starts a proxy to each address, closed when the scenario ends.
+func (s *S) proxyTo(addrs ...string) proxies {
 	var ps proxies
-	for _, ep := range t.Endpoints() {
+	for _, ep := range addrs {
 		p, err := testserver.StartProxy(ep)
 		if err != nil {
 			s.Fatalf("%v", err)
@@ -31,6 +41,13 @@ func (s *S) proxy(t *target) proxies {
 		s.mu.Unlock()
 	}
 	return ps
+}
+
+// refuse makes every proxy reset new connections at once (a node that is down).
+func (ps proxies) refuse(on bool) {
+	for _, p := range ps {
+		p.Refuse(on)
+	}
 }
 
 func (ps proxies) addrs() []string {

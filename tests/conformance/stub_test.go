@@ -427,6 +427,7 @@ type stubClient struct {
 	done       chan struct{}
 
 	mu       sync.Mutex
+	hint     string // a leader's address from GOAWAY or NOT_LEADER: tried first on reconnect
 	session  [wire.SessionIDSize]byte
 	stateID  [wire.StateIDSize]byte
 	grace    time.Duration
@@ -455,20 +456,46 @@ func (c *stubClient) sessionID() []byte {
 	return append([]byte(nil), c.session[:]...)
 }
 
-// dialOnce tries every endpoint once.
+// dialOnce tries every endpoint once, the last leader hint first; a follower's CHALLENGE
+// NOT_LEADER hint is tried next.
 func (c *stubClient) dialOnce() (*rawConn, error) {
 	c.mu.Lock()
 	o := c.opts
 	sess := c.session
+	queue := append([]string(nil), c.endpoints...)
+	if c.hint != "" {
+		queue = append([]string{c.hint}, queue...)
+		c.hint = ""
+	}
 	c.mu.Unlock()
 	o.Session = &sess
 	var last error
-	for _, ep := range c.endpoints {
+	tried := map[string]bool{}
+	for len(queue) > 0 && len(tried) < 2*len(c.endpoints)+2 {
+		ep := queue[0]
+		queue = queue[1:]
+		if tried[ep] {
+			continue
+		}
+		tried[ep] = true
 		conn, err := dialRaw(ep, o)
 		if err == nil {
 			return conn, nil
 		}
+		var he *handshakeError
+		if errors.As(err, &he) && he.Status == wire.StatusNotLeader {
+			if he.Msg != "" {
+				queue = append([]string{he.Msg}, queue...)
+			}
+			if last == nil {
+				last = errKind("unavailable", "%s: not the leader (leader %q)", ep, he.Msg)
+			}
+			continue
+		}
 		last = classifyDial(ep, err, o.Token != "")
+		if k := last.(*stubError).kind; k == "auth_failed" || k == "unsupported_version" {
+			return nil, last // the same answer everywhere: no other endpoint can do better
+		}
 	}
 	return nil, last
 }
@@ -593,6 +620,18 @@ func (c *stubClient) onFrame(gen int, f rawFrame) {
 		return
 	}
 	c.lastRecv = time.Now()
+	if f.Op == wire.OpGoaway || f.ID != 0 && f.Status == wire.StatusNotLeader {
+		// This node does not serve any more: reconnect (to the hint first) and resume; a
+		// request answered NOT_LEADER stays pending and is re-sent there with its id.
+		c.hint = string(f.Data)
+		conn := c.conn
+		c.mu.Unlock()
+		c.d.logf("%s: %s (leader %q): reconnecting", c.name, f.Op, f.Data)
+		if conn != nil {
+			conn.close()
+		}
+		return
+	}
 	if f.ID == 0 {
 		var l *stubLock
 		if f.Op == wire.OpExpired {

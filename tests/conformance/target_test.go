@@ -7,25 +7,33 @@ import (
 	"github.com/ticketing/ticketing/internal/testserver"
 )
 
-// Target is the server side of a scenario: one node now, a 3-node cluster later (issue 11 adds
-// a cluster target and runs the same scenarios through it for Go and one other client). Every
-// method acts on all of the target's processes and waits until it has taken effect.
+// Target is the server side of a scenario: one node (singleNode) or a 3-node Raft cluster
+// (clusterTarget, target_cluster_test.go). Every method waits until it has taken effect.
 type Target interface {
-	// Kind names the target in reports: "single" (one node), later "cluster3".
+	// Kind names the target in reports: "single" (one node) or "cluster3".
 	Kind() string
 	// Endpoints are the client addresses (host:port), in the order clients should try them.
 	Endpoints() []string
-	// Stop stops every node gracefully (SIGTERM) and waits for the processes to exit.
+	// Leader is the client address that serves clients now (the node itself on a single
+	// node; on a cluster the leader, waiting for an election if there is none).
+	Leader() (string, error)
+	// MinLease is the shortest lease the target accepts (1 ms on one node; on a cluster what a
+	// failover can cost).
+	MinLease() time.Duration
+	// Stop stops the serving node gracefully (SIGTERM; on a cluster the leader, which hands
+	// leadership over first) and waits for the process to exit.
 	Stop() error
-	// Kill stops every node with SIGKILL (a crash) and waits for the processes to exit.
-	Kill()
-	// Restart starts the stopped or killed nodes again on the same addresses and data
-	// directories, and waits until they listen.
+	// Kill stops the serving node with SIGKILL (a crash; on a cluster the leader) and waits for
+	// the process to exit.
+	Kill() error
+	// Restart starts the stopped or killed node again on the same addresses and data
+	// directory, and waits until it listens (on a cluster: until a leader serves and every
+	// node knows it).
 	Restart() error
-	// Freeze stops every node with SIGSTOP; Thaw resumes them with SIGCONT.
+	// Freeze stops every node with SIGSTOP (nothing answers); Thaw resumes them with SIGCONT.
 	Freeze() error
 	Thaw() error
-	// Exited is closed when the processes stopped by the last Stop or Kill have exited.
+	// Exited is closed when the process stopped by the last Stop or Kill has exited.
 	Exited() <-chan struct{}
 	// Log is what the nodes wrote to stderr (for failure reports).
 	Log() string
@@ -81,7 +89,9 @@ func newSingleNodeFactory(bin string, certs *testserver.TLSFiles) targetFactory 
 func (n *singleNode) Kind() string            { return "single" }
 func (n *singleNode) Endpoints() []string     { return []string{n.srv.Addr} }
 func (n *singleNode) Stop() error             { return n.srv.Stop() }
-func (n *singleNode) Kill()                   { n.srv.Kill() }
+func (n *singleNode) Kill() error             { n.srv.Kill(); return nil }
+func (n *singleNode) Leader() (string, error) { return n.srv.Addr, nil }
+func (n *singleNode) MinLease() time.Duration { return time.Millisecond }
 func (n *singleNode) Restart() error          { return n.srv.Respawn() }
 func (n *singleNode) Freeze() error           { return n.srv.Freeze() }
 func (n *singleNode) Thaw() error             { return n.srv.Thaw() }

@@ -5,7 +5,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin/ticketing
 # Every official client: clients/<name>/test.sh sets it up, builds it and runs its own tests.
-CLIENTS := go python js rust c java ruby
+CLIENTS := go python js rust c java ruby csharp
 
 .PHONY: all build run setup test test-server test-fuzz test-cluster test-clients test-conformance test-bench test-adminpage test-conformance-cluster \
 	$(addprefix test-,$(CLIENTS)) vet fuzz bench bench-quick clean

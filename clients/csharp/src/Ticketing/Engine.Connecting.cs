@@ -1,0 +1,583 @@
+using System;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.Linq;
+using System.Security.Cryptography;
+using System.Threading;
+using System.Threading.Tasks;
+using Ticketing.Protocol;
+
+namespace Ticketing
+{
+    /// <summary>
+    /// The engine's connection life: the first connect, reconnect rounds with backoff and leader
+    /// hints, adopting a connection per its <c>WELCOME</c> (resume, session ended, restarted
+    /// server), connection failures, the session grace, the heartbeat, and closing.
+    /// </summary>
+    internal sealed partial class Engine
+    {
+        // ---- connecting ----
+
+        /// <summary>Connects for the first time; throws when no endpoint answers.</summary>
+        internal async Task StartAsync(CancellationToken ct)
+        {
+            using (ct.Register(() => _closeCts.Cancel()))
+            {
+                Dialer.Dialed d = null;
+                var elapsed = Stopwatch.StartNew();
+                for (int round = 0; d == null; round++)
+                {
+                    try
+                    {
+                        d = await DialRoundAsync().ConfigureAwait(false);
+                    }
+                    catch (ClosedException) when (ct.IsCancellationRequested)
+                    {
+                        throw new OperationCanceledException("connecting was cancelled", ct);
+                    }
+                    catch (UnavailableException e) when (e.InnerException is Dialer.NotLeaderException && elapsed.Elapsed < Opts.ConnectTimeout)
+                    {
+                        // A cluster electing its leader: every node said "not leader". Try again
+                        // (with backoff) for as long as one endpoint's connect timeout.
+                        try
+                        {
+                            await Task.Delay(Backoff(round), _closeCts.Token).ConfigureAwait(false);
+                        }
+                        catch (OperationCanceledException)
+                        {
+                            throw new OperationCanceledException("connecting was cancelled", ct);
+                        }
+                    }
+                }
+                var after = new List<Action>();
+                lock (_mu)
+                {
+                    Install(d, after); // no state id yet: never asks to dial again
+                }
+                Run(after);
+            }
+        }
+
+        /// <summary>One round: the leader hint first, then every endpoint once.</summary>
+        private async Task<Dialer.Dialed> DialRoundAsync()
+        {
+            var order = new List<string>();
+            byte[] session;
+            int start;
+            lock (_mu)
+            {
+                if (_leaderHint != null)
+                {
+                    order.Add(_leaderHint);
+                    _leaderHint = null;
+                }
+                session = (byte[])_sessionId.Clone();
+                start = _endpointIndex;
+            }
+            for (int i = 0; i < Opts.Endpoints.Count; i++)
+            {
+                order.Add(Opts.Endpoints[(start + i) % Opts.Endpoints.Count].ToString());
+            }
+            var failures = new List<TicketingException>();
+            TicketingException definitive = null;
+            int redirects = 0;
+            for (int i = 0; i < order.Count; i++)
+            {
+                if (_closeCts.IsCancellationRequested)
+                {
+                    throw new ClosedException("the client was closed while connecting");
+                }
+                Endpoint ep;
+                try
+                {
+                    ep = Endpoint.Parse(order[i]);
+                }
+                catch (ArgumentException)
+                {
+                    failures.Add(new UnavailableException("bad leader address \"" + order[i] + "\""));
+                    continue;
+                }
+                try
+                {
+                    Dialer.Dialed d = await Dialer.DialAsync(ep, Opts, session, _rng, _closeCts.Token).ConfigureAwait(false);
+                    lock (_mu)
+                    {
+                        int idx = Opts.Endpoints.IndexOf(ep);
+                        if (idx >= 0)
+                        {
+                            _endpointIndex = idx;
+                        }
+                    }
+                    return d;
+                }
+                catch (ClosedException)
+                {
+                    throw;
+                }
+                catch (Dialer.NotLeaderException e)
+                {
+                    failures.Add(e);
+                    if (e.Leader != null && redirects++ < Opts.Endpoints.Count + 2)
+                    {
+                        order.Insert(i + 1, e.Leader);
+                    }
+                }
+                catch (TicketingException e) when (e is UnavailableException || e is ProtocolException || e is ShuttingDownException || e is BusyException)
+                {
+                    failures.Add(e);
+                }
+                catch (TicketingException e)
+                {
+                    // auth, version, TLS: the same on every endpoint of one deployment
+                    failures.Add(e);
+                    if (definitive == null)
+                    {
+                        definitive = e;
+                    }
+                }
+            }
+            if (_closeCts.IsCancellationRequested)
+            {
+                throw new ClosedException("the client was closed while connecting");
+            }
+            if (definitive != null)
+            {
+                throw definitive;
+            }
+            if (failures.Count == 1 && !(failures[0] is Dialer.NotLeaderException))
+            {
+                throw failures[0];
+            }
+            // When every endpoint said "not leader", the first such answer is the cause (a cluster electing).
+            throw new UnavailableException("no endpoint could be connected to: " + string.Join("; ", failures.Select(f => f.Message)),
+                failures.All(f => f is Dialer.NotLeaderException) ? failures[0] : null);
+        }
+
+        /// <summary>_mu must be held. Starts the reconnect loop unless it runs or the client is closed.</summary>
+        private void EnsureConnecting()
+        {
+            if (_connecting || _closed || _conn != null)
+            {
+                return;
+            }
+            _connecting = true;
+            Task.Run(ReconnectLoopAsync);
+        }
+
+        private async Task ReconnectLoopAsync()
+        {
+            int round = 0;
+            var after = new List<Action>();
+            while (true)
+            {
+                lock (_mu)
+                {
+                    if (_closed || _conn != null)
+                    {
+                        _connecting = false;
+                        return;
+                    }
+                    if (_inflight.Count == 0 && _unsent.Count == 0 && _held.Count == 0
+                        && Clock.ToMs(Clock.Now - _droppedAt) > _graceMs)
+                    {
+                        _connecting = false; // idle: the next request starts a new loop
+                        return;
+                    }
+                }
+                try
+                {
+                    Dialer.Dialed d = await DialRoundAsync().ConfigureAwait(false);
+                    bool again;
+                    lock (_mu)
+                    {
+                        again = Install(d, after);
+                        if (!again)
+                        {
+                            _connecting = false;
+                        }
+                    }
+                    Run(after);
+                    if (!again)
+                    {
+                        return;
+                    }
+                    round = 0;
+                    continue;
+                }
+                catch (ClosedException)
+                {
+                    lock (_mu)
+                    {
+                        _connecting = false;
+                    }
+                    return;
+                }
+                catch (TicketingException e) when (e is UnavailableException || e is Dialer.NotLeaderException)
+                {
+                    Log.TraceEvent(TraceEventType.Verbose, 0, "reconnect round failed: {0}", e.Message);
+                }
+                catch (TicketingException e)
+                {
+                    // A definitive refusal (auth, version, TLS, busy...): fail what waits, keep trying.
+                    Log.TraceEvent(TraceEventType.Warning, 0, "reconnect refused: {0}", e.Message);
+                    lock (_mu)
+                    {
+                        foreach (Request r in _unsent.ToList())
+                        {
+                            FailLocked(r, e, after);
+                        }
+                        foreach (Request r in _inflight.Values.ToList())
+                        {
+                            if (!r.Abandoned)
+                            {
+                                FailLocked(r, e, after);
+                            }
+                        }
+                    }
+                    Run(after);
+                }
+                catch (Exception e)
+                {
+                    Log.TraceEvent(TraceEventType.Error, 0, "reconnect failed unexpectedly: {0}", e);
+                }
+                TimeSpan pause = Backoff(round);
+                round++;
+                try
+                {
+                    await Task.Delay(pause, _closeCts.Token).ConfigureAwait(false);
+                }
+                catch (OperationCanceledException)
+                {
+                    lock (_mu)
+                    {
+                        _connecting = false;
+                    }
+                    return;
+                }
+            }
+        }
+
+        /// <summary>The pause before reconnect round <paramref name="round"/>: doubling from the minimum to the maximum, with jitter.</summary>
+        private TimeSpan Backoff(int round)
+        {
+            double min = Opts.BackoffMin.TotalMilliseconds;
+            double max = Opts.BackoffMax.TotalMilliseconds;
+            double baseMs = Math.Min(max, min * Math.Pow(2, Math.Min(round, 20)));
+            lock (_jitter)
+            {
+                return TimeSpan.FromMilliseconds(baseMs / 2 + _jitter.NextDouble() * baseMs / 2);
+            }
+        }
+
+        /// <summary>
+        /// _mu must be held. Adopts a new connection per its <c>WELCOME</c>: first state, resume,
+        /// session ended, or a different state id (then every lock is lost and it returns true:
+        /// dial again at once, with a new session id).
+        /// </summary>
+        private bool Install(Dialer.Dialed d, List<Action> after)
+        {
+            if (_closed)
+            {
+                d.Close();
+                return false;
+            }
+            long now = Clock.Now;
+            WelcomeFrame w = d.Welcome;
+            if (_stateId != null && !Handshake.ProofsEqual(_stateId, w.StateId))
+            {
+                Log.TraceEvent(TraceEventType.Information, 0, "server at {0} has a new state id: every lock is lost", d.Endpoint);
+                _generation++;
+                _stateId = w.StateId;
+                var e = new ServerRestartedException("the server at " + d.Endpoint
+                    + " restarted (its state id changed): every lock of this client is lost");
+                foreach (Request r in _unsent.ToList())
+                {
+                    FailLocked(r, e, after);
+                }
+                foreach (Request r in _inflight.Values.ToList())
+                {
+                    FailLocked(r, e, after);
+                }
+                _inflight.Clear();
+                foreach (TicketingLock l in _held.Values.ToList())
+                {
+                    after.Add(() => l.MarkLost(LostReason.ServerRestarted));
+                }
+                _held.Clear();
+                _sessionId = NewSessionId();
+                _nextId = 1;
+                _ackInFlight = false;
+                _answersSinceAck = 0;
+                d.Close();
+                return true;
+            }
+            _stateId = w.StateId;
+            _graceMs = w.SessionGraceMs;
+            if (_graceTimer != null)
+            {
+                _graceTimer.Dispose();
+                _graceTimer = null;
+            }
+            _conn = new Connection(d, this);
+            _conn.Start();
+            if (w.Resumed)
+            {
+                foreach (Request r in _inflight.Values)
+                {
+                    r.NotRun = false;
+                    r.Resent = true;
+                    r.LastSent = now;
+                    _conn.Enqueue(r.Encode());
+                }
+                foreach (Request r in _inflight.Values.ToList())
+                {
+                    if (r.Abandoned && !r.CancelSent && r.Op == Op.Acquire)
+                    {
+                        SendCancelLocked(r);
+                    }
+                }
+            }
+            else
+            {
+                var e = new ConnectionLostException("the connection to the server dropped and the session could not be resumed;"
+                    + " the outcome of the request is unknown");
+                foreach (Request r in _inflight.Values.ToList())
+                {
+                    if (r.NotRun)
+                    {
+                        r.NotRun = false;
+                        r.Resent = true;
+                        r.LastSent = now;
+                        _conn.Enqueue(r.Encode());
+                    }
+                    else
+                    {
+                        _inflight.Remove(r.Id);
+                        r.CancelTimer();
+                        if (r.Op == Op.Ack)
+                        {
+                            _ackInFlight = false;
+                        }
+                        if (r.Abandoned)
+                        {
+                            after.Add(() => r.Settled.TrySetResult(true));
+                        }
+                        else
+                        {
+                            FailLocked(r, e, after);
+                        }
+                    }
+                }
+                _ackInFlight = false;
+                _answersSinceAck = 0;
+            }
+            while (_unsent.Count > 0)
+            {
+                Request r = _unsent[0];
+                _unsent.RemoveAt(0);
+                SendLocked(r);
+            }
+            StartHeartbeatLocked(_conn);
+            return false;
+        }
+
+        public void OnFailure(Connection c, TicketingException cause)
+        {
+            lock (_mu)
+            {
+                if (c != _conn)
+                {
+                    c.Close();
+                    return;
+                }
+                Log.TraceEvent(TraceEventType.Verbose, 0, "connection lost: {0}", cause.Message);
+                _conn = null;
+                _droppedAt = Clock.Now;
+                c.Close();
+                if (_heartbeat != null)
+                {
+                    _inflight.Remove(_heartbeat.Id);
+                    _heartbeat.CancelTimer();
+                    _heartbeat.Done = true;
+                    _heartbeat = null;
+                }
+                if (_heartbeatTimer != null)
+                {
+                    _heartbeatTimer.Dispose();
+                    _heartbeatTimer = null;
+                }
+                if (_closed)
+                {
+                    return;
+                }
+                _graceTimer = Clock.Once(_graceMs, OnGraceOver);
+                EnsureConnecting();
+            }
+        }
+
+        /// <summary>The session grace passed without a reconnect: the answers still awaited are lost.</summary>
+        private void OnGraceOver()
+        {
+            var after = new List<Action>();
+            lock (_mu)
+            {
+                if (_conn != null || _closed)
+                {
+                    return;
+                }
+                var e = new ConnectionLostException("the connection dropped and was not back within the session grace ("
+                    + _graceMs + " ms); the outcome of the request is unknown");
+                foreach (Request r in _inflight.Values.ToList())
+                {
+                    if (r.Abandoned)
+                    {
+                        continue;
+                    }
+                    if (r.Op == Op.Acquire)
+                    {
+                        AbandonLocked(r, e, after); // withdrawn on the next connection if the session lives on
+                    }
+                    else
+                    {
+                        FailLocked(r, e, after);
+                    }
+                }
+            }
+            Run(after);
+        }
+
+        private void StartHeartbeatLocked(Connection c)
+        {
+            double interval = Opts.HeartbeatInterval.TotalMilliseconds;
+            if (interval <= 0)
+            {
+                return;
+            }
+            long period = (long)Math.Max(5, interval / 4);
+            _heartbeatTimer = new Timer(_ => HeartbeatCheck(c, interval), null, period, period);
+        }
+
+        private void HeartbeatCheck(Connection c, double interval)
+        {
+            lock (_mu)
+            {
+                if (c != _conn || _heartbeat != null || _closed)
+                {
+                    return;
+                }
+                if (Clock.ToMs(Clock.Now - c.LastReceive) < interval)
+                {
+                    return;
+                }
+                var ping = new Request(Op.Ping, null, 0, 0, 0, true);
+                ping.Timer = Clock.Once(Opts.RequestTimeout.TotalMilliseconds, () => OnTimeout(ping));
+                _heartbeat = ping;
+                SendLocked(ping);
+            }
+        }
+
+        // ---- closing ----
+
+        /// <summary>Closes once; every call returns the same task.</summary>
+        internal Task CloseAsync()
+        {
+            TaskCompletionSource<bool> done;
+            lock (_mu)
+            {
+                if (_closeTask != null)
+                {
+                    return _closeTask;
+                }
+                done = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
+                _closeTask = done.Task;
+            }
+            CloseCoreAsync().ContinueWith(t =>
+            {
+                if (t.IsFaulted)
+                {
+                    Log.TraceEvent(TraceEventType.Error, 0, "closing failed: {0}", t.Exception);
+                }
+                done.TrySetResult(true);
+            }, TaskContinuationOptions.ExecuteSynchronously);
+            return done.Task;
+        }
+
+        private async Task CloseCoreAsync()
+        {
+            var after = new List<Action>();
+            var waits = new List<Task>();
+            var toRelease = new List<TicketingLock>();
+            bool connected;
+            lock (_mu)
+            {
+                _closing = true;
+                var e = new ClosedException("the client was closed");
+                foreach (Request r in _unsent.ToList())
+                {
+                    if (!r.Internal)
+                    {
+                        FailLocked(r, e, after);
+                    }
+                }
+                foreach (Request r in _inflight.Values.ToList())
+                {
+                    if (r.Op == Op.Acquire && !r.Done)
+                    {
+                        AbandonLocked(r, e, after);
+                        waits.Add(r.Settled.Task);
+                    }
+                    else if (r.Abandoned)
+                    {
+                        waits.Add(r.Settled.Task);
+                    }
+                }
+                if (Opts.ReleaseOnClose)
+                {
+                    toRelease.AddRange(_held.Values);
+                }
+                connected = _conn != null;
+            }
+            Run(after);
+            foreach (TicketingLock l in toRelease)
+            {
+                waits.Add(l.ReleaseInternalAsync(true).ContinueWith(t => { var ignored = t.Exception; }, TaskContinuationOptions.ExecuteSynchronously));
+            }
+            if (connected && waits.Count > 0)
+            {
+                TimeSpan bound = Opts.CleanupTimeout < Opts.RequestTimeout ? Opts.CleanupTimeout : Opts.RequestTimeout;
+                await Task.WhenAny(Task.WhenAll(waits), Task.Delay(bound)).ConfigureAwait(false);
+            }
+            lock (_mu)
+            {
+                _closed = true;
+                var e = new ClosedException("the client was closed");
+                foreach (Request r in _unsent.ToList())
+                {
+                    FailLocked(r, e, after);
+                }
+                foreach (Request r in _inflight.Values.ToList())
+                {
+                    FailLocked(r, e, after);
+                }
+                _held.Clear();
+                if (_conn != null)
+                {
+                    _conn.Close();
+                    _conn = null;
+                }
+                if (_heartbeatTimer != null)
+                {
+                    _heartbeatTimer.Dispose();
+                    _heartbeatTimer = null;
+                }
+                if (_graceTimer != null)
+                {
+                    _graceTimer.Dispose();
+                    _graceTimer = null;
+                }
+            }
+            _closeCts.Cancel();
+            Run(after);
+        }
+    }
+}

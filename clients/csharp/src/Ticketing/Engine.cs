@@ -1,0 +1,471 @@
+using System;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.Linq;
+using System.Security.Cryptography;
+using System.Threading;
+using System.Threading.Tasks;
+using Ticketing.Protocol;
+
+namespace Ticketing
+{
+    /// <summary>
+    /// The session engine behind <see cref="TicketingClient"/>: request ids, the in-flight table,
+    /// the connection and its replacement (reconnect, resume, leader hints), ACK, heartbeat,
+    /// timeouts and the registry of held locks.
+    /// </summary>
+    /// <remarks>
+    /// Locking: one monitor, <c>_mu</c>, guards the engine's state. No I/O and no user code runs
+    /// under it: frames are queued to the connection's writer, and completions are collected in an
+    /// "after" list run once <c>_mu</c> is released (their continuations then run on the pool). A
+    /// <see cref="TicketingLock"/>'s own monitor is never held while taking <c>_mu</c>.
+    /// </remarks>
+    internal sealed partial class Engine : IConnectionListener
+    {
+        internal static readonly TraceSource Log = new TraceSource("Ticketing");
+
+        internal readonly Settings Opts;
+        private readonly object _mu = new object();
+        private readonly RandomNumberGenerator _rng = RandomNumberGenerator.Create();
+        private readonly Random _jitter = new Random();
+        private readonly CancellationTokenSource _closeCts = new CancellationTokenSource();
+
+        // Everything below is guarded by _mu.
+        private byte[] _sessionId;
+        private byte[] _stateId; // null until the first WELCOME
+        private long _generation; // bumped when the state id changes
+        private uint _graceMs;
+        private ulong _nextId = 1;
+        private readonly SortedDictionary<ulong, Request> _inflight = new SortedDictionary<ulong, Request>();
+        private readonly List<Request> _unsent = new List<Request>();
+        private readonly Dictionary<ulong, TicketingLock> _held = new Dictionary<ulong, TicketingLock>();
+        private Connection _conn;
+        private bool _connecting;
+        private long _droppedAt;
+        private Timer _graceTimer;
+        private Timer _heartbeatTimer;
+        private Request _heartbeat;
+        private string _leaderHint;
+        private int _endpointIndex;
+        private int _answersSinceAck;
+        private bool _ackInFlight;
+        private bool _closing;
+        private bool _closed;
+        private Task _closeTask;
+
+        internal Engine(Settings opts)
+        {
+            Opts = opts;
+            _sessionId = NewSessionId();
+        }
+
+        private byte[] NewSessionId()
+        {
+            byte[] id = new byte[Wire.SessionId];
+            do
+            {
+                _rng.GetBytes(id);
+            }
+            while (id.All(b => b == 0));
+            return id;
+        }
+
+        internal string SessionIdHex
+        {
+            get
+            {
+                lock (_mu)
+                {
+                    return Args.Hex(_sessionId);
+                }
+            }
+        }
+
+        internal bool IsClosed
+        {
+            get
+            {
+                lock (_mu)
+                {
+                    return _closing;
+                }
+            }
+        }
+
+        private static void Run(List<Action> after)
+        {
+            foreach (Action a in after)
+            {
+                a();
+            }
+            after.Clear();
+        }
+
+        // ---- requests ----
+
+        /// <summary>Sends (or queues until connected) a request; returns its answer.</summary>
+        internal Task<ResponseFrame> Submit(Request r)
+        {
+            var after = new List<Action>();
+            lock (_mu)
+            {
+                if (_closed || (_closing && !r.Internal))
+                {
+                    r.Done = true;
+                    after.Add(() =>
+                    {
+                        r.Answer.TrySetException(new ClosedException("the client is closed"));
+                        r.Settled.TrySetResult(true);
+                    });
+                }
+                else
+                {
+                    if (r.Op != Op.Acquire || _conn == null)
+                    {
+                        r.Timer = Clock.Once(Opts.RequestTimeout.TotalMilliseconds, () => OnTimeout(r));
+                    }
+                    if (_conn != null)
+                    {
+                        SendLocked(r);
+                    }
+                    else
+                    {
+                        _unsent.Add(r);
+                        EnsureConnecting();
+                    }
+                }
+            }
+            Run(after);
+            return r.Answer.Task;
+        }
+
+        /// <summary>_mu must be held and _conn set. Takes the next id (unless it has one) and queues the frame.</summary>
+        private void SendLocked(Request r)
+        {
+            long now = Clock.Now;
+            if (r.Id == 0)
+            {
+                r.Id = _nextId++;
+                r.FirstSent = now;
+                r.Generation = _generation;
+                if (r.Op == Op.Acquire)
+                {
+                    r.CancelTimer();
+                    if (r.WaitMs != Wire.WaitForever)
+                    {
+                        // Queued time is bounded by the wait timeout, the answer by the request timeout.
+                        r.Timer = Clock.Once(r.WaitMs + Opts.RequestTimeout.TotalMilliseconds, () => OnTimeout(r));
+                    }
+                }
+            }
+            else
+            {
+                r.Resent = true;
+            }
+            r.LastSent = now;
+            _inflight[r.Id] = r;
+            _conn.Enqueue(r.Encode());
+        }
+
+        private void OnTimeout(Request r)
+        {
+            var after = new List<Action>();
+            Connection failed = null;
+            lock (_mu)
+            {
+                if (r.Done)
+                {
+                    return;
+                }
+                bool isHeartbeat = r == _heartbeat;
+                double requestMs = Opts.RequestTimeout.TotalMilliseconds;
+                double ms = r.Op == Op.Acquire && r.Id != 0 && r.WaitMs != Wire.WaitForever ? r.WaitMs + requestMs : requestMs;
+                var e = new RequestTimeoutException((isHeartbeat ? "heartbeat PING" : r.Describe()) + " got no answer within "
+                    + (long)ms + " ms (request timeout " + (long)requestMs + " ms)");
+                if (isHeartbeat)
+                {
+                    _heartbeat = null;
+                    failed = _conn;
+                    _inflight.Remove(r.Id);
+                    r.Done = true;
+                }
+                else if (r.Op == Op.Acquire)
+                {
+                    AbandonLocked(r, e, after);
+                }
+                else
+                {
+                    FailLocked(r, e, after);
+                }
+            }
+            Run(after);
+            if (failed != null)
+            {
+                OnFailure(failed, new RequestTimeoutException("the server did not answer a heartbeat within "
+                    + (long)Opts.RequestTimeout.TotalMilliseconds + " ms"));
+            }
+        }
+
+        /// <summary>_mu must be held. Ends a request with an error (it is no longer awaited).</summary>
+        private void FailLocked(Request r, Exception e, List<Action> after)
+        {
+            if (r.Id != 0)
+            {
+                _inflight.Remove(r.Id);
+            }
+            _unsent.Remove(r);
+            r.CancelTimer();
+            if (r.Op == Op.Ack)
+            {
+                _ackInFlight = false;
+            }
+            if (r == _heartbeat)
+            {
+                _heartbeat = null;
+            }
+            bool answer = !r.Done;
+            r.Done = true;
+            after.Add(() =>
+            {
+                if (answer)
+                {
+                    r.Answer.TrySetException(e);
+                }
+                r.Settled.TrySetResult(true);
+            });
+        }
+
+        /// <summary>
+        /// Gives up on an <c>ACQUIRE</c> for its caller: it fails with <paramref name="cause"/>, and the
+        /// engine withdraws it (<c>CANCEL</c> now, or on the session's next connection) and releases
+        /// any grant that still comes.
+        /// </summary>
+        internal void Abandon(Request r, Exception cause)
+        {
+            var after = new List<Action>();
+            lock (_mu)
+            {
+                AbandonLocked(r, cause, after);
+            }
+            Run(after);
+        }
+
+        private void AbandonLocked(Request r, Exception cause, List<Action> after)
+        {
+            if (r.Done)
+            {
+                return;
+            }
+            r.Done = true;
+            r.Abandoned = true;
+            r.CancelTimer();
+            after.Add(() => r.Answer.TrySetException(cause));
+            if (_unsent.Remove(r) || r.Id == 0 || !_inflight.ContainsKey(r.Id))
+            {
+                after.Add(() => r.Settled.TrySetResult(true));
+                return;
+            }
+            if (_conn != null)
+            {
+                SendCancelLocked(r);
+            }
+        }
+
+        private void SendCancelLocked(Request acquire)
+        {
+            acquire.CancelSent = true;
+            var c = new Request(Op.Cancel, null, acquire.Id, 0, 0, true);
+            c.Timer = Clock.Once(Opts.RequestTimeout.TotalMilliseconds, () => OnTimeout(c));
+            SendLocked(c);
+        }
+
+        /// <summary>_mu must be held. Releases a grant nobody will use (a cancelled acquire's).</summary>
+        private void ReleaseGrantLocked(byte[] key, ulong token, Request acquire)
+        {
+            var rel = new Request(Op.Release, key, token, 0, 0, true);
+            rel.Answer.Task.ContinueWith(_ => acquire.Settled.TrySetResult(true), TaskContinuationOptions.ExecuteSynchronously);
+            rel.Timer = Clock.Once(Opts.RequestTimeout.TotalMilliseconds, () => OnTimeout(rel));
+            if (_conn != null)
+            {
+                SendLocked(rel);
+            }
+            else
+            {
+                _unsent.Add(rel);
+                EnsureConnecting();
+            }
+        }
+
+        // ---- reading ----
+
+        public void OnFrame(Connection c, ResponseFrame f)
+        {
+            var after = new List<Action>();
+            string failWhy = null;
+            lock (_mu)
+            {
+                if (c != _conn)
+                {
+                    return;
+                }
+                if (f.RequestId == 0)
+                {
+                    failWhy = PushLocked(c, f, after);
+                }
+                else
+                {
+                    Request r;
+                    if (!_inflight.TryGetValue(f.RequestId, out r))
+                    {
+                        Log.TraceEvent(TraceEventType.Verbose, 0, "answer for request {0} nobody awaits", f.RequestId);
+                    }
+                    else if (f.Status == Status.NotLeader)
+                    {
+                        r.NotRun = true;
+                        _leaderHint = f.Data.Length == 0 ? null : Args.Utf8(f.Data);
+                        failWhy = c.Endpoint + " is not the leader" + (_leaderHint == null ? "" : "; the leader is " + _leaderHint);
+                    }
+                    else
+                    {
+                        AnsweredLocked(r, f, after);
+                    }
+                }
+            }
+            Run(after);
+            if (failWhy != null)
+            {
+                OnFailure(c, new ConnectionLostException(failWhy));
+            }
+        }
+
+        private void AnsweredLocked(Request r, ResponseFrame f, List<Action> after)
+        {
+            _inflight.Remove(r.Id);
+            r.CancelTimer();
+            if (r.Op == Op.Ack)
+            {
+                _ackInFlight = false;
+            }
+            else
+            {
+                _answersSinceAck++;
+            }
+            if (r == _heartbeat)
+            {
+                _heartbeat = null;
+            }
+            if (r.Abandoned)
+            {
+                if (r.Op == Op.Acquire && f.Status == Status.Ok)
+                {
+                    ReleaseGrantLocked(r.Key, f.Token, r);
+                }
+                else
+                {
+                    after.Add(() => r.Settled.TrySetResult(true));
+                }
+            }
+            else if (!r.Done)
+            {
+                r.Done = true;
+                after.Add(() =>
+                {
+                    r.Answer.TrySetResult(f);
+                    r.Settled.TrySetResult(true);
+                });
+            }
+            MaybeAckLocked();
+        }
+
+        /// <summary>_mu must be held. Handles <c>EXPIRED</c> and <c>GOAWAY</c>; returns why to drop the connection, or null.</summary>
+        private string PushLocked(Connection c, ResponseFrame f, List<Action> after)
+        {
+            if (f.Op == Op.Expired)
+            {
+                TicketingLock l;
+                if (_held.TryGetValue(f.Token, out l) && l.KeyEquals(f.Data))
+                {
+                    LostReason lost = f.Detail == (uint)ExpiredReason.Stopping ? LostReason.ServerStopping : LostReason.Expired;
+                    after.Add(() => l.MarkLost(lost));
+                }
+                return null;
+            }
+            if (f.Op == Op.Goaway)
+            {
+                _leaderHint = f.Data.Length == 0 ? null : Args.Utf8(f.Data);
+                if (_leaderHint == null && Opts.Endpoints.Count > 1)
+                {
+                    _endpointIndex = (_endpointIndex + 1) % Opts.Endpoints.Count;
+                }
+                return c.Endpoint + " sent GOAWAY (reason " + f.Detail + ")";
+            }
+            Log.TraceEvent(TraceEventType.Verbose, 0, "ignoring unknown push op 0x{0:x2}", (byte)f.Op);
+            return null;
+        }
+
+        /// <summary>_mu must be held. Sends <c>ACK</c> when due and none is unanswered.</summary>
+        private void MaybeAckLocked()
+        {
+            if (_answersSinceAck < Wire.AckEvery / 2 || _ackInFlight || _conn == null || _closed)
+            {
+                return;
+            }
+            ulong x = _nextId;
+            foreach (Request r in _inflight.Values)
+            {
+                if (r.Op != Op.Acquire)
+                {
+                    x = r.Id;
+                    break;
+                }
+            }
+            var ack = new Request(Op.Ack, null, x, 0, 0, true);
+            ack.Timer = Clock.Once(Opts.RequestTimeout.TotalMilliseconds, () => OnTimeout(ack));
+            _ackInFlight = true;
+            _answersSinceAck = 0;
+            SendLocked(ack);
+        }
+
+        // ---- locks ----
+
+        /// <summary>
+        /// Registers a granted lock; false when it belongs to a lock state that is gone (the server
+        /// restarted while the grant was being handled).
+        /// </summary>
+        internal bool Register(TicketingLock l, long requestGeneration)
+        {
+            lock (_mu)
+            {
+                if (_closed || requestGeneration != _generation)
+                {
+                    return false;
+                }
+                _held[l.Token] = l;
+                return true;
+            }
+        }
+
+        internal void Unregister(TicketingLock l)
+        {
+            lock (_mu)
+            {
+                TicketingLock cur;
+                if (_held.TryGetValue(l.Token, out cur) && cur == l)
+                {
+                    _held.Remove(l.Token);
+                }
+            }
+        }
+
+        /// <summary>Tells whether this client holds a lock on the key that is not lost.</summary>
+        internal bool Holds(byte[] key)
+        {
+            List<TicketingLock> locks;
+            lock (_mu)
+            {
+                locks = _held.Values.ToList();
+            }
+            return locks.Any(l => l.KeyEquals(key) && !l.IsLost);
+        }
+    }
+}

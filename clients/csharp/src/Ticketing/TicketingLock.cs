@@ -1,0 +1,476 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+using Ticketing.Protocol;
+
+namespace Ticketing
+{
+    /// <summary>
+    /// A held lock: its key, its fencing token, its lease, a local deadline and a lost signal
+    /// (<see cref="HandleLostToken"/>). Dispose it to release it.
+    /// </summary>
+    /// <remarks>
+    /// <para>Pass <see cref="Token"/> to the resource you protect and have it reject any token lower
+    /// than the highest it has seen (fencing).</para>
+    /// <para><b>Lost.</b> The lock is lost at the first of: its local deadline (the lease measured
+    /// from when the acquire was sent, slowed by the clock-rate bound, a few milliseconds early:
+    /// never later than the server's), the server's <c>EXPIRED</c> notice, a <c>NOT_HELD</c> answer
+    /// to an extend or release, or a reconnect to a restarted server. Then <see cref="LostReason"/>
+    /// is set and <see cref="HandleLostToken"/> is cancelled, once; never after a successful
+    /// release. Stop the work that needed the lock.</para>
+    /// <para>The owner is the token, not a thread: any task may release or extend. Members are safe
+    /// for concurrent use.</para>
+    /// </remarks>
+    public sealed class TicketingLock : IDisposable, IAsyncDisposable
+    {
+        private const double RateFactor = 1.0 - 2.0 * Wire.ClockRateBoundPpm / 1000000.0; // 1 - 2ρ
+
+        private readonly Engine _engine;
+        private readonly byte[] _key;
+        private readonly AcquireOptions _options;
+        private readonly long _grantedAt;
+        private readonly object _gate = new object();
+        private readonly CancellationTokenSource _lostCts = new CancellationTokenSource();
+        private readonly TaskCompletionSource<LostReason> _lost =
+            new TaskCompletionSource<LostReason>(TaskCreationOptions.RunContinuationsAsynchronously);
+
+        // guarded by _gate
+        private uint _leaseMs;
+        private long _deadline; // Stopwatch timestamp
+        private LostReason? _lostReason;
+        private bool _released;
+        private Task _releasing;
+        private Timer _deadlineTimer;
+        private Timer _keepAliveTimer;
+
+        internal TicketingLock(Engine engine, byte[] key, ulong token, uint leaseMs, uint queuedMs, long sentAt, AcquireOptions options)
+        {
+            _engine = engine;
+            _key = key;
+            Key = Args.Text(key);
+            Token = token;
+            _leaseMs = leaseMs;
+            _options = options;
+            _grantedAt = Clock.Now;
+            _deadline = sentAt + Clock.FromMs(((double)queuedMs + leaseMs) * RateFactor);
+        }
+
+        /// <summary>The key as text (the string given to acquire; a binary key that is not UTF-8 as "0x" and hex).</summary>
+        public string Key { get; }
+
+        /// <summary>A copy of the key's bytes.</summary>
+        public byte[] KeyBytes => (byte[])_key.Clone();
+
+        /// <summary>
+        /// The fencing token: larger than every token granted before it, on any key, across
+        /// restarts and leader changes.
+        /// </summary>
+        public ulong Token { get; }
+
+        /// <summary>The lease last granted (by the acquire or the last successful extend).</summary>
+        public TimeSpan Lease
+        {
+            get
+            {
+                lock (_gate)
+                {
+                    return TimeSpan.FromMilliseconds(_leaseMs);
+                }
+            }
+        }
+
+        /// <summary>The time left until the local deadline (zero or negative once it passed).</summary>
+        public TimeSpan TimeLeft
+        {
+            get
+            {
+                lock (_gate)
+                {
+                    return Clock.ToTimeSpan(_deadline - Clock.Now);
+                }
+            }
+        }
+
+        /// <summary>Tells whether the lock is lost.</summary>
+        public bool IsLost
+        {
+            get
+            {
+                lock (_gate)
+                {
+                    return _lostReason != null;
+                }
+            }
+        }
+
+        /// <summary>Tells whether this handle released the lock (or a release found it gone).</summary>
+        public bool IsReleased
+        {
+            get
+            {
+                lock (_gate)
+                {
+                    return _released;
+                }
+            }
+        }
+
+        /// <summary>Why the lock was lost, or null while it is not. Set before <see cref="HandleLostToken"/> fires.</summary>
+        public LostReason? LostReason
+        {
+            get
+            {
+                lock (_gate)
+                {
+                    return _lostReason;
+                }
+            }
+        }
+
+        /// <summary>
+        /// Cancelled when the lock is lost (never for a lock released first). Pass it to the work
+        /// the lock protects, or register a callback; read <see cref="LostReason"/> for why.
+        /// </summary>
+        public CancellationToken HandleLostToken => _lostCts.Token;
+
+        /// <summary>A task that completes with the reason when the lock is lost; it never completes for a lock released first.</summary>
+        public Task<LostReason> Lost => _lost.Task;
+
+        internal bool KeyEquals(byte[] other)
+        {
+            return other != null && other.Length == _key.Length && Handshake.ProofsEqual(other, _key);
+        }
+
+        /// <summary>Arms the deadline timer and the keep-alive; called once the lock is registered.</summary>
+        internal void Start()
+        {
+            lock (_gate)
+            {
+                ArmDeadlineLocked();
+                if (_options.KeepAlive)
+                {
+                    ScheduleKeepAliveLocked();
+                }
+            }
+        }
+
+        private void ArmDeadlineLocked()
+        {
+            _deadlineTimer?.Dispose();
+            double margin = Math.Min(Wire.LostMarginMs, _leaseMs / 10.0);
+            double fireIn = Clock.ToMs(_deadline - Clock.Now) - margin;
+            _deadlineTimer = Clock.Once(fireIn, () => MarkLost(Ticketing.LostReason.Expired));
+        }
+
+        // ---- operations ----
+
+        /// <summary>
+        /// Releases the lock; the next waiter gets it at once. Releasing again does nothing.
+        /// </summary>
+        /// <param name="cancellationToken">stops waiting for the answer (the release may still happen)</param>
+        /// <returns>a task that completes when the server answered</returns>
+        /// <exception cref="LockLostException">the lock was lost (earlier, or the server answered <c>NOT_HELD</c>); the server is told anyway</exception>
+        /// <exception cref="TicketingException">a timeout, a closed client, a lost connection...</exception>
+        public Task ReleaseAsync(CancellationToken cancellationToken = default(CancellationToken))
+        {
+            return TicketingClient.WithCancellation(ReleaseInternalAsync(false), cancellationToken, "release of " + Describe());
+        }
+
+        /// <summary>Releases the lock and blocks until the server answered; see <see cref="ReleaseAsync"/>.</summary>
+        public void Release()
+        {
+            ReleaseAsync().GetAwaiter().GetResult();
+        }
+
+        internal Task ReleaseInternalAsync(bool isInternal)
+        {
+            TaskCompletionSource<bool> done;
+            LostReason? lostBefore;
+            lock (_gate)
+            {
+                if (_released)
+                {
+                    return Task.CompletedTask;
+                }
+                if (_releasing != null)
+                {
+                    return _releasing;
+                }
+                StopKeepAliveLocked();
+                done = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
+                _releasing = done.Task;
+                lostBefore = _lostReason;
+            }
+            ReleaseCoreAsync(isInternal, lostBefore).ContinueWith(t =>
+            {
+                if (t.IsFaulted)
+                {
+                    done.TrySetException(t.Exception.InnerExceptions);
+                }
+                else
+                {
+                    done.TrySetResult(true);
+                }
+            }, TaskContinuationOptions.ExecuteSynchronously);
+            return done.Task;
+        }
+
+        private async Task ReleaseCoreAsync(bool isInternal, LostReason? lostBefore)
+        {
+            ResponseFrame f;
+            try
+            {
+                f = await _engine.Submit(new Request(Op.Release, _key, Token, 0, 0, isInternal)).ConfigureAwait(false);
+            }
+            catch (Exception)
+            {
+                lock (_gate)
+                {
+                    _releasing = null; // may be retried
+                }
+                if (lostBefore != null)
+                {
+                    throw LostError(lostBefore.Value);
+                }
+                throw;
+            }
+            if (f.Status == Status.Ok)
+            {
+                FinishRelease();
+                if (lostBefore != null)
+                {
+                    throw LostError(lostBefore.Value);
+                }
+                return;
+            }
+            if (f.Status == Status.NotHeld)
+            {
+                MarkLost(Ticketing.LostReason.NotHeld);
+                FinishRelease();
+                throw LostError(lostBefore ?? Ticketing.LostReason.NotHeld);
+            }
+            lock (_gate)
+            {
+                _releasing = null;
+            }
+            throw TicketingClient.StatusError(f, "release of " + Describe());
+        }
+
+        private void FinishRelease()
+        {
+            lock (_gate)
+            {
+                _released = true;
+                CancelTimersLocked();
+            }
+            _engine.Unregister(this);
+        }
+
+        /// <summary>Sets the lease to <paramref name="lease"/> from now (it may shorten it) and moves the local deadline.</summary>
+        /// <param name="lease">the new lease, at least 1 ms</param>
+        /// <param name="cancellationToken">stops waiting for the answer</param>
+        /// <returns>the lease the server granted</returns>
+        /// <exception cref="ArgumentOutOfRangeException">the lease is below 1 ms or not below 2^32 ms</exception>
+        /// <exception cref="LockLostException">the lock is lost, or the server answered <c>NOT_HELD</c></exception>
+        public Task<TimeSpan> ExtendAsync(TimeSpan lease, CancellationToken cancellationToken = default(CancellationToken))
+        {
+            uint ms = Args.LeaseMs(lease);
+            return TicketingClient.WithCancellation(ExtendInternalAsync(ms), cancellationToken, "extend of " + Describe());
+        }
+
+        private async Task<TimeSpan> ExtendInternalAsync(uint ms)
+        {
+            lock (_gate)
+            {
+                if (_lostReason != null)
+                {
+                    throw LostError(_lostReason.Value);
+                }
+                if (_released || _releasing != null)
+                {
+                    throw new NotHeldException(Describe() + " was released");
+                }
+            }
+            var r = new Request(Op.Extend, _key, Token, ms, 0, false);
+            ResponseFrame f = await _engine.Submit(r).ConfigureAwait(false);
+            if (f.Status == Status.Ok)
+            {
+                lock (_gate)
+                {
+                    if (_lostReason != null)
+                    {
+                        throw LostError(_lostReason.Value);
+                    }
+                    _leaseMs = f.LeaseMs;
+                    _deadline = r.LastSent + Clock.FromMs(f.LeaseMs * RateFactor);
+                    if (!_released)
+                    {
+                        ArmDeadlineLocked();
+                    }
+                }
+                return TimeSpan.FromMilliseconds(f.LeaseMs);
+            }
+            if (f.Status == Status.NotHeld)
+            {
+                MarkLost(Ticketing.LostReason.NotHeld);
+                throw LostError(LostReason ?? Ticketing.LostReason.NotHeld);
+            }
+            throw TicketingClient.StatusError(f, "extend of " + Describe());
+        }
+
+        /// <summary>Asks the server whether this token still holds the key (<c>INSPECT</c> with the token).</summary>
+        /// <param name="cancellationToken">stops waiting for the answer</param>
+        /// <returns>true when the server says this lock holds the key</returns>
+        public async Task<bool> VerifyAsync(CancellationToken cancellationToken = default(CancellationToken))
+        {
+            LockInfo info = await TicketingClient.WithCancellation(
+                TicketingClient.InspectCoreAsync(_engine, _key, Token), cancellationToken, "verify of " + Describe()).ConfigureAwait(false);
+            return info.TokenMatches && info.Token == Token;
+        }
+
+        /// <summary>
+        /// Releases the lock (a <c>using</c> block). When the lock was lost while held it still tells
+        /// the server, then throws <see cref="LockLostException"/> naming the reason, unless the
+        /// acquire set <see cref="AcquireOptions.ThrowOnLost"/> to false. Disposing a released lock
+        /// does nothing, and so does disposing it after its client was closed (the server then keeps
+        /// the lock until its lease ends).
+        /// </summary>
+        /// <exception cref="LockLostException">the lock was lost meanwhile</exception>
+        public void Dispose()
+        {
+            DisposeAsync().AsTask().GetAwaiter().GetResult();
+        }
+
+        /// <summary>Releases the lock asynchronously; see <see cref="Dispose"/>.</summary>
+        /// <returns>a task that completes once released</returns>
+        public ValueTask DisposeAsync()
+        {
+            return new ValueTask(DisposeCoreAsync());
+        }
+
+        private async Task DisposeCoreAsync()
+        {
+            try
+            {
+                await ReleaseInternalAsync(false).ConfigureAwait(false);
+            }
+            catch (LockLostException)
+            {
+                if (_options.ThrowOnLost)
+                {
+                    throw;
+                }
+            }
+            catch (ClosedException)
+            {
+                // The client was closed first: the server keeps the lock until its lease ends.
+            }
+        }
+
+        // ---- lost ----
+
+        /// <summary>Marks the lock lost (once; never after a release) and fires the signal.</summary>
+        internal void MarkLost(LostReason reason)
+        {
+            lock (_gate)
+            {
+                if (_lostReason != null || _released)
+                {
+                    return;
+                }
+                _lostReason = reason;
+                CancelTimersLocked();
+            }
+            _engine.Unregister(this);
+            ThreadPool.QueueUserWorkItem(_ =>
+            {
+                try
+                {
+                    _lostCts.Cancel(); // runs the HandleLostToken callbacks here, off every lock
+                }
+                catch (AggregateException e)
+                {
+                    Engine.Log.TraceEvent(System.Diagnostics.TraceEventType.Warning, 0, "a HandleLostToken callback failed: {0}", e);
+                }
+                finally
+                {
+                    _lost.TrySetResult(reason);
+                }
+            });
+        }
+
+        private void CancelTimersLocked()
+        {
+            _deadlineTimer?.Dispose();
+            _deadlineTimer = null;
+            StopKeepAliveLocked();
+        }
+
+        private void StopKeepAliveLocked()
+        {
+            _keepAliveTimer?.Dispose();
+            _keepAliveTimer = null;
+        }
+
+        private LockLostException LostError(LostReason reason)
+        {
+            return new LockLostException(Describe() + " was lost: " + reason.ToText(), reason);
+        }
+
+        internal string Describe()
+        {
+            return "lock on " + Args.Printable(_key) + " (token " + Token + ")";
+        }
+
+        // ---- keep-alive ----
+
+        private void ScheduleKeepAliveLocked()
+        {
+            _keepAliveTimer = Clock.Once(Math.Max(1, _leaseMs / 3), KeepAliveTick);
+        }
+
+        private void KeepAliveTick()
+        {
+            uint ms;
+            bool closed = _engine.IsClosed; // taken before _gate: _mu is never taken under _gate
+            lock (_gate)
+            {
+                _keepAliveTimer = null;
+                if (_lostReason != null || _released || _releasing != null || closed)
+                {
+                    return;
+                }
+                if (_options.MaxHold != null && Clock.ToMs(Clock.Now - _grantedAt) >= _options.MaxHold.Value.TotalMilliseconds)
+                {
+                    return; // the cap: the lock now runs out its lease
+                }
+                ms = _leaseMs;
+            }
+            ExtendInternalAsync(ms).ContinueWith(t =>
+            {
+                if (t.IsFaulted && t.Exception.InnerException is LockLostException)
+                {
+                    return;
+                }
+                bool closing = _engine.IsClosed;
+                lock (_gate)
+                {
+                    if (_lostReason == null && !_released && _releasing == null && _keepAliveTimer == null && !closing)
+                    {
+                        ScheduleKeepAliveLocked();
+                    }
+                }
+            }, TaskContinuationOptions.ExecuteSynchronously);
+        }
+
+        /// <inheritdoc/>
+        public override string ToString()
+        {
+            lock (_gate)
+            {
+                return "TicketingLock{key=" + Args.Printable(_key) + ", token=" + Token + ", lease=" + _leaseMs + "ms"
+                    + (_lostReason != null ? ", lost=" + _lostReason.Value.ToText() : "") + (_released ? ", released" : "") + "}";
+            }
+        }
+    }
+}

@@ -7,7 +7,7 @@ BIN := bin/ticketing
 # Every official client: clients/<name>/test.sh sets it up, builds it and runs its own tests.
 CLIENTS := go python js rust c java ruby csharp
 
-.PHONY: all build run setup test test-server test-fuzz test-cluster test-clients test-conformance test-bench test-adminpage test-conformance-cluster \
+.PHONY: all build run setup test test-server test-fuzz test-cluster test-clients test-conformance test-bench test-adminpage test-conformance-cluster chaos \
 	$(addprefix test-,$(CLIENTS)) vet fuzz bench bench-quick clean
 
 all: build
@@ -80,6 +80,14 @@ test-conformance-cluster: build test-go test-python
 # The benchmark harness's own tests (its module: bench/go.mod).
 test-bench:
 	$(MAKE) -C bench test
+
+# Chaos soak: the chaos tests of tests/cluster with the nemesis running CHAOS_DURATION each
+# (make test-cluster runs them bounded). CHAOS_SEED=n replays a run's fault schedule.
+CHAOS_DURATION ?= 10m
+CHAOS_SEED ?= 0
+CHAOS_TIMEOUT ?= 3h
+chaos: build
+	TICKETING_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -v -timeout $(CHAOS_TIMEOUT) -run '^TestChaos' ./tests/cluster -args -chaos.duration=$(CHAOS_DURATION) -chaos.seed=$(CHAOS_SEED)
 
 # The admin page in Debian's headless Chromium, driven by playwright-core (npm, pinned); installs
 # both when missing.

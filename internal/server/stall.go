@@ -11,9 +11,10 @@ import (
 
 // A leader whose disk stalls keeps sending heartbeats (they do not touch the disk), so its
 // followers never elect another leader while nothing commits (hashicorp/raft#503). The log
-// store is wrapped to time every write; a watchdog on the leader hands leadership over when a
-// write has been in progress longer than the stall bound, and, if that cannot finish, stops the
-// process (a supervisor restarts it) rather than hold the cluster hostage.
+// store is wrapped to time every write; a watchdog on the leader stops the process (a
+// supervisor restarts it) when a write has been in progress longer than the stall bound, so the
+// others elect a leader. It does not try a leadership transfer first: hashicorp/raft runs the
+// transfer on the same loop that is blocked in the stalled write, so it could never finish.
 
 // timedLogStore times the writes of a raft.LogStore.
 type timedLogStore struct {
@@ -67,23 +68,8 @@ func (c *cluster) watchDisk(logs *timedLogStore) {
 		if d < c.stallBound() || c.raft.State() != raft.Leader {
 			continue
 		}
-		c.s.log.Error("cluster: the log store has stalled; handing leadership over", "stalled_for", d.Round(time.Millisecond))
-		f := c.raft.LeadershipTransfer()
-		done := make(chan error, 1)
-		go func() { done <- f.Error() }()
-		select {
-		case err := <-done:
-			if err == nil {
-				continue
-			}
-			c.s.log.Error("cluster: leadership transfer failed", "err", err)
-		case <-time.After(2 * c.stallBound()):
-		case <-c.s.done:
-			return
-		}
-		if c.raft.State() == raft.Leader && logs.stalledFor() >= c.stallBound() {
-			c.s.log.Error("cluster: still leading on a stalled disk; stopping the process so the cluster can elect another leader")
-			os.Exit(70)
-		}
+		c.s.log.Error("cluster: the log store has stalled while leading; stopping the process so the cluster can elect another leader",
+			"stalled_for", d.Round(time.Millisecond))
+		os.Exit(70)
 	}
 }

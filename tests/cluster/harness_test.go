@@ -1,15 +1,20 @@
 // Package cluster holds black-box tests of a Ticketing cluster: real server processes on
-// 127.0.0.x, killed with SIGKILL, restarted, run in their own time namespaces, driven by a raw
-// protocol client that sees exactly what the servers send.
+// 127.0.0.x, killed with SIGKILL, paused with SIGSTOP, stopped with SIGTERM, restarted, cut off
+// by TCP proxies on their raft links (netproxy_test.go), run in their own time namespaces, and
+// driven by raw protocol clients that see exactly what the servers send (client here; session
+// in session_test.go follows the leader) or by the official Go client. chaos_test.go and
+// history_test.go are the chaos test and its checker; docs/cluster.md describes them.
 package cluster
 
 import (
 	"bufio"
 	"bytes"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,13 +60,14 @@ func serverBin(t *testing.T) string {
 
 // node is one server process.
 type node struct {
-	id, addr, raftAddr, dir string
-	env                     []string
-	prefix                  []string // e.g. unshare --time ... --
-	cmd                     *exec.Cmd
-	log                     *bytes.Buffer
-	logMu                   sync.Mutex
-	exited                  chan struct{}
+	id, host, addr, raftAddr, admin, dir string
+	env                                  []string
+	prefix                               []string // e.g. unshare --time ... --
+	cmd                                  *exec.Cmd
+	log                                  *bytes.Buffer
+	logMu                                sync.Mutex
+	exited                               chan struct{}
+	paused                               bool // SIGSTOPped by the test
 }
 
 type proc struct {
@@ -70,32 +76,95 @@ type proc struct {
 	nodes  []*node
 	secret string
 	timing string
+	links  *linkNet // per-link proxies between the nodes' raft ports (nil: direct)
+}
+
+// clusterSpec describes the nodes newClusterWith prepares.
+type clusterSpec struct {
+	n int
+	// proxied: every node reaches every other node's raft port through a proxy of its own
+	// (p.links), so the test can cut any link in either direction.
+	proxied bool
+	env     []string // extra environment for every node
+	timing  string   // TICKETING_RAFT_TIMING (default 0.3)
 }
 
 // newCluster prepares n nodes on 127.0.0.(base+i) with free ports.
 func newCluster(t *testing.T, n int, extraEnv ...string) *proc {
 	t.Helper()
+	return newClusterWith(t, clusterSpec{n: n, env: extraEnv})
+}
+
+// newClusterWith prepares the nodes of spec: node i on 127.0.0.(10+i) with a free client port,
+// raft port and admin port. With spec.proxied, node i's TICKETING_PEERS names its own raft
+// address and, for every other node j, the proxy i->j (listening on node i's host), so that
+// each node has its own view of its peers and every directed link can be cut.
+func newClusterWith(t *testing.T, spec clusterSpec) *proc {
+	t.Helper()
 	p := &proc{t: t, bin: serverBin(t), secret: "chaos-secret", timing: "0.3"}
-	var peers []string
-	for i := 0; i < n; i++ {
-		host := fmt.Sprintf("127.0.0.%d", 10+i)
-		nd := &node{id: fmt.Sprintf("n%d", i+1), addr: freePort(t, host), raftAddr: freePort(t, host), dir: t.TempDir()}
-		peers = append(peers, nd.id+"="+nd.raftAddr)
-		p.nodes = append(p.nodes, nd)
+	if spec.timing != "" {
+		p.timing = spec.timing
 	}
-	for _, nd := range p.nodes {
-		nd.env = append([]string{
-			"TICKETING_NODE_ID=" + nd.id, "TICKETING_PEERS=" + strings.Join(peers, ","),
-			"TICKETING_ADDR=" + nd.addr, "TICKETING_DATA_DIR=" + nd.dir, "TICKETING_CLUSTER_SECRET=" + p.secret,
-			"TICKETING_RAFT_TIMING=" + p.timing, "TICKETING_SESSION_GRACE=5s", "TICKETING_LOG_LEVEL=info",
-		}, extraEnv...)
+	for i := 0; i < spec.n; i++ {
+		p.nodes = append(p.nodes, p.newNode(i))
 	}
 	t.Cleanup(func() {
 		for _, nd := range p.nodes {
 			p.kill(nd)
 		}
+		if p.links != nil {
+			p.links.close()
+		}
 	})
+	if spec.proxied {
+		p.links = newLinkNet(t, p.nodes)
+	}
+	for i, nd := range p.nodes {
+		var peers []string
+		for j, o := range p.nodes {
+			addr := o.raftAddr
+			if p.links != nil && i != j {
+				addr = p.links.link(i, j).addr
+			}
+			peers = append(peers, o.id+"="+addr)
+		}
+		nd.env = append(p.baseEnv(nd, strings.Join(peers, ",")), spec.env...)
+	}
 	return p
+}
+
+// newNode allocates node i's addresses and data directory (not started, no environment).
+func (p *proc) newNode(i int) *node {
+	host := fmt.Sprintf("127.0.0.%d", 10+i)
+	return &node{id: fmt.Sprintf("n%d", i+1), host: host, addr: freePort(p.t, host), raftAddr: freePort(p.t, host),
+		admin: freePort(p.t, host), dir: p.t.TempDir()}
+}
+
+func (p *proc) baseEnv(nd *node, peers string) []string {
+	return []string{
+		"TICKETING_NODE_ID=" + nd.id, "TICKETING_PEERS=" + peers,
+		"TICKETING_ADDR=" + nd.addr, "TICKETING_ADMIN_ADDR=" + nd.admin, "TICKETING_DATA_DIR=" + nd.dir,
+		"TICKETING_CLUSTER_SECRET=" + p.secret, "TICKETING_RAFT_TIMING=" + p.timing,
+		"TICKETING_SESSION_GRACE=5s", "TICKETING_LOG_LEVEL=info",
+	}
+}
+
+// addJoiner prepares one more node that joins the running cluster (TICKETING_JOIN=true: it
+// never bootstraps); an operator adds it with `ticketing cluster add`. Not started.
+func (p *proc) addJoiner(extraEnv ...string) *node {
+	p.t.Helper()
+	if p.links != nil {
+		p.t.Fatal("addJoiner: not with proxied links")
+	}
+	nd := p.newNode(len(p.nodes))
+	var peers []string
+	for _, o := range p.nodes {
+		peers = append(peers, o.id+"="+o.raftAddr)
+	}
+	peers = append(peers, nd.id+"="+nd.raftAddr)
+	nd.env = append(append(p.baseEnv(nd, strings.Join(peers, ",")), "TICKETING_JOIN=true"), extraEnv...)
+	p.nodes = append(p.nodes, nd)
+	return nd
 }
 
 func freePort(t *testing.T, host string) string {
@@ -125,6 +194,7 @@ func (p *proc) start(nd *node) {
 		p.t.Fatal(err)
 	}
 	nd.cmd = cmd
+	nd.paused = false
 	nd.exited = make(chan struct{})
 	listening := make(chan struct{})
 	go func() {
@@ -166,6 +236,80 @@ func (p *proc) kill(nd *node) {
 			<-nd.exited
 		}
 	}
+	nd.paused = false
+}
+
+// terminate sends SIGTERM (graceful stop: a leader hands leadership over first) and waits for
+// the process to exit, at most within; it is SIGKILLed after that. It returns how long the stop
+// took and whether it finished in time.
+func (p *proc) terminate(nd *node, within time.Duration) (time.Duration, bool) {
+	if !p.running(nd) {
+		return 0, true
+	}
+	start := time.Now()
+	nd.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-nd.exited:
+		return time.Since(start), true
+	case <-time.After(within):
+		p.kill(nd)
+		return time.Since(start), false
+	}
+}
+
+// pause stops the process with SIGSTOP (it keeps its sockets; peers see silence); resume
+// continues it.
+func (p *proc) pause(nd *node) {
+	if p.running(nd) && !nd.paused {
+		nd.cmd.Process.Signal(syscall.SIGSTOP)
+		nd.paused = true
+	}
+}
+
+func (p *proc) resume(nd *node) {
+	if p.running(nd) && nd.paused {
+		nd.cmd.Process.Signal(syscall.SIGCONT)
+		nd.paused = false
+	}
+}
+
+// setEnv sets (or adds) one variable of nd's environment for its next start.
+func (nd *node) setEnv(name, value string) {
+	for i, e := range nd.env {
+		if strings.HasPrefix(e, name+"=") {
+			nd.env[i] = name + "=" + value
+			return
+		}
+	}
+	nd.env = append(nd.env, name+"="+value)
+}
+
+// exitCode is the exit status of nd's last process (-1 if it is running or was killed by a
+// signal).
+func (p *proc) exitCode(nd *node) int {
+	if p.running(nd) || nd.cmd == nil || nd.cmd.ProcessState == nil {
+		return -1
+	}
+	return nd.cmd.ProcessState.ExitCode()
+}
+
+// clientAddrs lists every node's client address (the endpoint list of a client).
+func (p *proc) clientAddrs() []string {
+	var a []string
+	for _, nd := range p.nodes {
+		a = append(a, nd.addr)
+	}
+	return a
+}
+
+// byAddr returns the node whose client address is addr (nil if none).
+func (p *proc) byAddr(addr string) *node {
+	for _, nd := range p.nodes {
+		if nd.addr == addr {
+			return nd
+		}
+	}
+	return nil
 }
 
 func (p *proc) running(nd *node) bool {
@@ -186,7 +330,7 @@ func (p *proc) leader(within time.Duration) *node {
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
 		for _, nd := range p.nodes {
-			if !p.running(nd) {
+			if !p.running(nd) || nd.paused {
 				continue
 			}
 			if st, _ := probe(nd.addr); st == wire.StatusOK {
@@ -348,6 +492,24 @@ func (c *client) answer(id uint64, d time.Duration) (wire.Response, error) {
 	}
 }
 
+// call sends r and returns its answer, following the leader: when the connection ends first
+// (GOAWAY, a leader change, a crash) it resumes the session on the leader and re-sends r with
+// the same id, a few times at most.
+func (c *client) call(r wire.Request) wire.Response {
+	c.t.Helper()
+	for attempt := 0; ; attempt++ {
+		c.send(r)
+		a, err := c.answer(r.ID, 10*time.Second)
+		if err == nil {
+			return a
+		}
+		if attempt == 3 {
+			c.t.Fatalf("answer to %d: %v (after %d reconnects)", r.ID, err, attempt)
+		}
+		c.reconnect()
+	}
+}
+
 func (c *client) mustAnswer(id uint64) wire.Response {
 	c.t.Helper()
 	r, err := c.answer(id, 10*time.Second)
@@ -363,4 +525,121 @@ func acquire(id uint64, key string, leaseMs, waitMs uint32) wire.Request {
 
 func release(id uint64, key string, token uint64) wire.Request {
 	return wire.Request{Op: wire.OpRelease, ID: id, Key: []byte(key), Token: token}
+}
+
+// nodeStatus is the part of GET /cluster/status (the admin listener) the tests read.
+type nodeStatus struct {
+	Node         string `json:"node"`
+	Role         string `json:"role"`
+	Serving      bool   `json:"serving"`
+	Leader       string `json:"leader"`
+	LeaderAddr   string `json:"leader_addr"`
+	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
+	StateID      string `json:"state_id"`
+	StateHash    string `json:"state_hash"`
+	Members      []struct {
+		ID       string `json:"id"`
+		RaftAddr string `json:"raft_addr"`
+		Voter    bool   `json:"voter"`
+	} `json:"members"`
+}
+
+var adminHTTP = &http.Client{Timeout: 5 * time.Second}
+
+// status reads nd's GET /cluster/status.
+func (p *proc) status(nd *node) (nodeStatus, error) {
+	var st nodeStatus
+	resp, err := adminHTTP.Get("http://" + nd.admin + "/cluster/status")
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("%s: %s", nd.id, resp.Status)
+	}
+	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st)
+	return st, err
+}
+
+// readyz returns the HTTP status of nd's GET /readyz and its body (0 when unreachable).
+func readyz(nd *node) (int, string) {
+	return adminGet(nd, "/readyz")
+}
+
+// adminPost posts a JSON body (or none) to nd's admin listener.
+func adminPost(nd *node, path, body string) (int, string) {
+	resp, err := adminHTTP.Post("http://"+nd.admin+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+func adminGet(nd *node, path string) (int, string) {
+	resp, err := adminHTTP.Get("http://" + nd.admin + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+// waitConverged waits until every running node reports the same applied index and state hash
+// twice in a row (no entry in between) and returns that status; it fails the test after within.
+func (p *proc) waitConverged(within time.Duration) nodeStatus {
+	p.t.Helper()
+	deadline := time.Now().Add(within)
+	var prev []nodeStatus
+	var last string
+	for time.Now().Before(deadline) {
+		var round []nodeStatus
+		ok := true
+		for _, nd := range p.nodes {
+			if !p.running(nd) {
+				continue
+			}
+			st, err := p.status(nd)
+			if err != nil {
+				ok, last = false, err.Error()
+				break
+			}
+			round = append(round, st)
+		}
+		if ok && len(round) > 0 {
+			same := true
+			for _, st := range round {
+				if st.AppliedIndex != round[0].AppliedIndex || st.StateHash != round[0].StateHash || st.StateID != round[0].StateID {
+					same = false
+				}
+			}
+			if same && len(prev) == len(round) && prev[0].AppliedIndex == round[0].AppliedIndex {
+				return round[0]
+			}
+			last = fmt.Sprintf("%+v", summarize(round))
+			prev = round
+			if !same {
+				prev = nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	p.t.Fatalf("nodes did not converge to one state hash at one applied index within %v: %s", within, last)
+	return nodeStatus{}
+}
+
+func summarize(sts []nodeStatus) []string {
+	var out []string
+	for _, st := range sts {
+		h := st.StateHash
+		if len(h) > 12 {
+			h = h[:12]
+		}
+		out = append(out, fmt.Sprintf("%s:%s applied=%d hash=%s", st.Node, st.Role, st.AppliedIndex, h))
+	}
+	return out
 }

@@ -181,7 +181,8 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithBackoff sets the pause between reconnect rounds (each round tries every endpoint once):
-// min, doubling up to max, with jitter. It needs 0 < min <= max. Default: DefaultMinBackoff
+// min, doubling up to max, with jitter; a round in which a node answered "not the leader" (an
+// election) is followed by the min pause. It needs 0 < min <= max. Default: DefaultMinBackoff
 // (50ms) to DefaultMaxBackoff (2s).
 func WithBackoff(min, max time.Duration) Option {
 	return func(o *options) {

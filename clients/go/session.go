@@ -53,6 +53,11 @@ func (c *Client) manage() {
 			continue
 		}
 		round++
+		if errors.Is(err, ErrNotLeader) {
+			// A node answered "not the leader": the cluster is electing one, which takes well
+			// under a second; retry at the shortest pause rather than back off as from a dead server.
+			round = 1
+		}
 		c.opts.logger.Warn("ticketing: reconnect failed", "err", err, "round", round)
 		c.mu.Lock()
 		c.connErr = err

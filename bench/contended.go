@@ -31,36 +31,65 @@ func granted(rc *runCtx, wi int, acq *int64, handoffs *int64) {
 const contendedKey = "contended:000000000001"
 
 // Ticketing: ACQUIRE with wait without limit; the server queues it FIFO and answers at hand-off.
+// Each worker is one session; it sends an ACK (and waits for its answer) after every ackEvery
+// answers, between a release and the next acquire.
 type tkContended struct {
-	nc  net.Conn
-	r   *bufio.Reader
-	buf []byte
-	key []byte
+	nc   net.Conn
+	r    *bufio.Reader
+	sess *session
+	ack  acker
+	buf  []byte
+	key  []byte
 }
 
 func newTkContended(addr string) (*tkContended, error) {
-	nc, err := dialTicketing(addr)
+	nc, sess, err := dialTicketing(addr)
 	if err != nil {
 		return nil, err
 	}
-	return &tkContended{nc: nc, r: bufio.NewReaderSize(nc, 4096), key: []byte(contendedKey)}, nil
+	return &tkContended{nc: nc, r: bufio.NewReaderSize(nc, 4096), sess: sess, key: []byte(contendedKey)}, nil
 }
 
 func (w *tkContended) close() { w.nc.Close() }
 
+// call sends one request and reads its answer (skipping EXPIRED pushes).
+func (w *tkContended) call(resp *response, op byte, token uint64, lease, wait uint32, key []byte) error {
+	id := w.sess.take()
+	w.buf = appendRequest(w.buf[:0], op, id, token, lease, wait, key)
+	if _, err := w.nc.Write(w.buf); err != nil {
+		return err
+	}
+	for {
+		if err := readResponse(w.r, resp); err != nil {
+			return err
+		}
+		w.ack.answers++
+		if resp.id == id {
+			return nil
+		}
+		if resp.id != 0 || resp.op != opExpired {
+			return fmt.Errorf("unexpected answer id %d op %#x status %d (awaiting %d)", resp.id, resp.op, resp.status, id)
+		}
+	}
+}
+
 func (w *tkContended) run(rc *runCtx, wi int) error {
 	w.nc.SetDeadline(rc.deadline)
-	var id uint64
 	var acq, handoffs, errs int64
 	var resp response
 	for !rc.stop.Load() {
-		id++
-		t0 := nanotime()
-		w.buf = appendRequest(w.buf[:0], opAcquire, id, 0, leaseMs, waitForever, w.key)
-		if _, err := w.nc.Write(w.buf); err != nil {
-			return ignoreAfterStop(rc, err)
+		if w.ack.due() {
+			// nothing is awaited: the ACK's token is the id it takes itself
+			w.ack.answers = 0
+			if err := w.call(&resp, opAck, w.sess.next+1, 0, 0, nil); err != nil {
+				return ignoreAfterStop(rc, err)
+			}
+			if resp.status != stOK {
+				return fmt.Errorf("ACK answered status %d", resp.status)
+			}
 		}
-		if err := readResponse(w.r, &resp); err != nil {
+		t0 := nanotime()
+		if err := w.call(&resp, opAcquire, 0, leaseMs, waitForever, w.key); err != nil {
 			return ignoreAfterStop(rc, err)
 		}
 		if resp.status != stOK {
@@ -72,12 +101,7 @@ func (w *tkContended) run(rc *runCtx, wi int) error {
 			rc.hists[wi].RecordValue(nanotime() - t0)
 		}
 		granted(rc, wi, &acq, &handoffs)
-		id++
-		w.buf = appendRequest(w.buf[:0], opRelease, id, resp.token, 0, 0, w.key)
-		if _, err := w.nc.Write(w.buf); err != nil {
-			return ignoreAfterStop(rc, err)
-		}
-		if err := readResponse(w.r, &resp); err != nil {
+		if err := w.call(&resp, opRelease, resp.token, 0, 0, w.key); err != nil {
 			return ignoreAfterStop(rc, err)
 		}
 		if resp.status != stOK {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -50,7 +51,9 @@ func ignoreAfterStop(rc *runCtx, err error) error {
 // Every slot of the window is one lock user: ACQUIRE (wait 0, lease 30 s), and when it is
 // granted RELEASE with the token it got, then the next key. One acquire+release pair counts as
 // 2 operations. All answers that arrived in one read are handled, then the requests they caused
-// go out in one write.
+// go out in one write. The connection is one session: request ids increase in send order, and
+// an answer finds its slot through a ring indexed by the low bits of its id; an ACK goes out
+// after every ackEvery answers.
 
 const (
 	slotIdle = iota
@@ -63,50 +66,74 @@ type tkSlot struct {
 	ki    int
 	state uint8
 	sent  int64
-	token uint64
-	gen   uint64
+	id    uint64 // the request id awaited
 }
 
 type tkPipe struct {
 	nc    net.Conn
 	r     *bufio.Reader
+	sess  *session
+	ack   acker
 	slots []tkSlot
+	owner []int32 // owner[id & mask]: the slot that sent request id
+	mask  uint64
 	wbuf  []byte
 }
 
 func newTkPipe(addr string, slotKeyLists [][][]byte) (*tkPipe, error) {
-	nc, err := dialTicketing(addr)
+	nc, sess, err := dialTicketing(addr)
 	if err != nil {
 		return nil, err
 	}
-	w := &tkPipe{nc: nc, r: bufio.NewReaderSize(nc, 64<<10), slots: make([]tkSlot, len(slotKeyLists))}
+	// The ring must outlast the oldest request in flight: with wait 0 the server answers in
+	// order, so a few windows suffice; a wrapped entry is detected (the slot awaits another id).
+	size := 4096
+	for size < 256*len(slotKeyLists) {
+		size *= 2
+	}
+	w := &tkPipe{nc: nc, r: bufio.NewReaderSize(nc, 64<<10), sess: sess, slots: make([]tkSlot, len(slotKeyLists)),
+		owner: make([]int32, size), mask: uint64(size - 1)}
 	for i, ks := range slotKeyLists {
 		w.slots[i].keys = ks
 	}
-	w.wbuf = make([]byte, 0, len(w.slots)*(hdrLen+64))
+	w.wbuf = make([]byte, 0, len(w.slots)*(hdrLen+64)+hdrLen)
 	return w, nil
 }
 
 func (w *tkPipe) close() { w.nc.Close() }
 
-func (w *tkPipe) acquire(i int, now int64) {
+func (w *tkPipe) send(i int, now int64, op byte, token uint64, lease uint32) {
 	s := &w.slots[i]
-	s.gen++
-	s.state = slotAcquiring
 	s.sent = now
-	w.wbuf = appendRequest(w.wbuf, opAcquire, s.gen<<16|uint64(i+1), 0, leaseMs, 0, s.keys[s.ki])
+	s.id = w.sess.take()
+	w.owner[s.id&w.mask] = int32(i)
+	w.wbuf = appendRequest(w.wbuf, op, s.id, token, lease, 0, s.keys[s.ki])
+}
+
+func (w *tkPipe) acquire(i int, now int64) {
+	w.slots[i].state = slotAcquiring
+	w.send(i, now, opAcquire, 0, leaseMs)
 }
 
 func (w *tkPipe) release(i int, now int64, token uint64) {
 	s := &w.slots[i]
-	s.gen++
 	s.state = slotReleasing
-	s.sent = now
-	w.wbuf = appendRequest(w.wbuf, opRelease, s.gen<<16|uint64(i+1), token, 0, 0, s.keys[s.ki])
+	w.send(i, now, opRelease, token, 0)
 	s.ki++
 	if s.ki == len(s.keys) {
 		s.ki = 0
 	}
+}
+
+// lowestAwaited is the ACK's token: the lowest id still awaited, ACQUIREs not counted.
+func (w *tkPipe) lowestAwaited() uint64 {
+	low := w.sess.next + 1
+	for i := range w.slots {
+		if s := &w.slots[i]; s.state == slotReleasing && s.id < low {
+			low = s.id
+		}
+	}
+	return low
 }
 
 func (w *tkPipe) run(rc *runCtx, wi int) error {
@@ -121,6 +148,10 @@ func (w *tkPipe) run(rc *runCtx, wi int) error {
 	w.wbuf = w.wbuf[:0]
 	active := len(w.slots)
 	hist := rc.hists[wi]
+	var acqHist *hdrhistogram.Histogram
+	if rc.acqHists != nil {
+		acqHist = rc.acqHists[wi]
+	}
 	var ops, errs int64
 	var resp response
 	var tnow int64
@@ -136,47 +167,68 @@ func (w *tkPipe) run(rc *runCtx, wi int) error {
 		if tnow == 0 {
 			tnow = nanotime()
 		}
-		i := int(resp.id&0xffff) - 1
-		if i < 0 || i >= len(w.slots) {
-			return fmt.Errorf("answer with unknown request id %#x (op %#x status %d)", resp.id, resp.op, resp.status)
-		}
-		s := &w.slots[i]
-		if rc.measuring.Load() {
-			hist.RecordValue(tnow - s.sent)
-		}
-		ops++
-		stopping := rc.stop.Load()
-		switch s.state {
-		case slotAcquiring:
-			if resp.status == stOK {
-				w.release(i, tnow, resp.token)
-				break
-			}
-			errs++
-			if stopping {
-				s.state = slotIdle
-				active--
-			} else {
-				w.acquire(i, tnow)
-			}
-		case slotReleasing:
+		w.ack.answers++
+		switch {
+		case resp.op == opAck && w.ack.answered(resp.id):
 			if resp.status != stOK {
-				errs++
+				return fmt.Errorf("ACK answered status %d", resp.status)
 			}
-			if stopping {
-				s.state = slotIdle
-				active--
-			} else {
-				w.acquire(i, tnow)
-			}
+		case resp.id == 0 && resp.op == opExpired:
+			// a lease ran out (never with 30 s leases inside a point): nothing to do
+		case resp.id == 0:
+			return fmt.Errorf("push op %#x (status %d, detail %d) during the run", resp.op, resp.status, resp.detail)
 		default:
-			return fmt.Errorf("answer for an idle slot (id %#x)", resp.id)
-		}
-		if w.r.Buffered() < hdrLen && len(w.wbuf) > 0 {
-			if _, err := w.nc.Write(w.wbuf); err != nil {
-				return ignoreAfterStop(rc, err)
+			i := int(w.owner[resp.id&w.mask])
+			s := &w.slots[i]
+			if s.id != resp.id || s.state == slotIdle {
+				return fmt.Errorf("answer with unknown request id %d (op %#x status %d)", resp.id, resp.op, resp.status)
 			}
-			w.wbuf = w.wbuf[:0]
+			if rc.measuring.Load() {
+				hist.RecordValue(tnow - s.sent)
+				if acqHist != nil && s.state == slotAcquiring {
+					acqHist.RecordValue(tnow - s.sent)
+				}
+			}
+			ops++
+			stopping := rc.stop.Load()
+			switch s.state {
+			case slotAcquiring:
+				if resp.status == stOK {
+					w.release(i, tnow, resp.token)
+					break
+				}
+				errs++
+				if resp.status == stNotLeader || resp.status == stInvalid {
+					return fmt.Errorf("ACQUIRE answered status %d (detail %d)", resp.status, resp.detail)
+				}
+				if stopping {
+					s.state = slotIdle
+					active--
+				} else {
+					w.acquire(i, tnow)
+				}
+			case slotReleasing:
+				if resp.status != stOK {
+					errs++
+				}
+				if stopping {
+					s.state = slotIdle
+					active--
+				} else {
+					w.acquire(i, tnow)
+				}
+			}
+		}
+		if w.r.Buffered() < hdrLen {
+			if w.ack.due() {
+				w.wbuf = w.ack.appendAck(w.wbuf, w.sess, w.lowestAwaited())
+			}
+			if len(w.wbuf) > 0 {
+				if _, err := w.nc.Write(w.wbuf); err != nil {
+					return ignoreAfterStop(rc, err)
+				}
+				w.wbuf = w.wbuf[:0]
+			}
 			rc.counts[wi].Store(ops)
 			rc.errs[wi].Store(errs)
 		}
@@ -315,6 +367,9 @@ func (w *redisPipe) run(rc *runCtx, wi int) error {
 		s := &w.slots[i]
 		if rc.measuring.Load() {
 			hist.RecordValue(tnow - s.sent)
+			if rc.acqHists != nil && s.state == slotAcquiring {
+				rc.acqHists[wi].RecordValue(tnow - s.sent)
+			}
 		}
 		ops++
 		if rp.kind == '-' {
@@ -461,6 +516,9 @@ func (w *etcdPipe) run(rc *runCtx, wi int) error {
 					w.mu.Lock()
 					hist.RecordValue(t1 - t0)
 					hist.RecordValue(t2 - t1)
+					if rc.acqHists != nil {
+						rc.acqHists[wi].RecordValue(t1 - t0)
+					}
 					w.mu.Unlock()
 				}
 				rc.counts[wi].Add(2)

@@ -39,7 +39,7 @@ func holdTicketing(addr string, n int, timeout time.Duration) (*heldResult, erro
 	var wg sync.WaitGroup
 	errCh := make(chan error, heldConns)
 	for c := 0; c < heldConns; c++ {
-		nc, err := dialTicketing(addr)
+		nc, sess, err := dialTicketing(addr)
 		if err != nil {
 			res.closeAll()
 			return nil, err
@@ -52,12 +52,17 @@ func holdTicketing(addr string, n int, timeout time.Duration) (*heldResult, erro
 			r := bufio.NewReaderSize(nc, 64<<10)
 			var buf []byte
 			var resp response
+			var ack acker
 			next, inflight := c, 0
-			for next < n || inflight > 0 {
+			for next < n || inflight > 0 || ack.inflight != 0 {
 				for inflight < heldWindow && next < n {
-					buf = appendRequest(buf, opAcquire, uint64(next+1), 0, idleLeaseMs, 0, keyName("idle", next))
+					buf = appendRequest(buf, opAcquire, sess.take(), 0, idleLeaseMs, 0, keyName("idle", next))
 					next += heldConns
 					inflight++
+				}
+				if ack.due() {
+					// only ACQUIREs are awaited: the ACK's token is the id it takes itself
+					buf = ack.appendAck(buf, sess, sess.next+1)
 				}
 				if len(buf) > 0 {
 					if _, err := nc.Write(buf); err != nil {
@@ -69,6 +74,10 @@ func holdTicketing(addr string, n int, timeout time.Duration) (*heldResult, erro
 				if err := readResponse(r, &resp); err != nil {
 					errCh <- err
 					return
+				}
+				ack.answers++
+				if resp.op == opAck && ack.answered(resp.id) {
+					continue
 				}
 				inflight--
 				if resp.status == stOK {

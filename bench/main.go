@@ -14,6 +14,15 @@
 //	c  contended: W workers on one key: hand-offs per second, waits, fairness
 //	d  memory: peak RSS during (a) (in the (a) records) and RSS with N idle locks held
 //	fair  redis-benchmark beside the harness's own Redis driver, same command, -c and -P
+//	cluster   3-node Ticketing beside 3-node etcd: pipelined throughput and one-at-a-time
+//	          latency (acquires timed alone)
+//	failover  SIGKILL the leader of a 3-node cluster under a looping client: time to its next
+//	          successful acquire, several trials (Ticketing and etcd)
+//	clients   pipelined acquire+release pairs/s of each client library on one connection
+//	          (the harness's raw Go driver, clients/go, clients/rust, clients/c), same server
+//	metrics   (a) with the server's metrics off and on, when the server has a metrics setting
+//
+// With -baseline, the report also compares every Ticketing figure with that earlier run.
 package main
 
 import (
@@ -52,13 +61,33 @@ type options struct {
 	cpuprof   string
 	fresh     bool
 	drain     time.Duration
+
+	clusterNodes   int
+	clusterConns   int
+	raftTiming     string
+	raftStore      string
+	failoverTrials int
+	etcdAttempt    time.Duration
+
+	clients        []string
+	clientInFlight int
+	clientDuration time.Duration
+	goClientBin    string
+	rustBench      string
+	cBench         string
+
+	metricsEnv    string
+	metricsOffEnv string
+	metricsConns  int
+
+	baseline string
 }
 
 func main() {
 	var o options
 	var systems, workloads, conns, fairConns string
 	flag.StringVar(&systems, "systems", "ticketing,redis,etcd,null", "systems to run, comma-separated")
-	flag.StringVar(&workloads, "workloads", "a,fair,b,c,d", "workloads to run: a, fair, b, c, d")
+	flag.StringVar(&workloads, "workloads", "a,fair,b,c,d,cluster,failover,clients,metrics", "workloads to run: a, fair, b, c, d, cluster, failover, clients, metrics")
 	flag.StringVar(&conns, "conns", "16,64", "connections for workload (a), comma-separated")
 	flag.StringVar(&fairConns, "fair-conns", "16,64", "connections for the redis-benchmark comparison")
 	flag.IntVar(&o.depth, "depth", 32, "pipeline depth (requests in flight per connection) for (a)")
@@ -79,7 +108,28 @@ func main() {
 	flag.StringVar(&o.pprofOut, "server-cpuprofile", "", "if set, the Ticketing binary serves net/http/pprof at $TICKETING_PPROF_ADDR (a profiling build, see profile.sh): write its CPU profile during (a) at the most connections here")
 	flag.BoolVar(&o.fresh, "fresh", true, "start each system anew before every point (no state or memory carried over); false: one process per system for the whole run")
 	flag.StringVar(&o.cpuprof, "cpuprofile", "", "write the harness's own CPU profile here")
+	flag.IntVar(&o.clusterNodes, "cluster-nodes", 3, "members of the clusters in the cluster and failover workloads")
+	flag.IntVar(&o.clusterConns, "cluster-conns", 16, "connections for the cluster throughput point (depth: -depth)")
+	flag.StringVar(&o.raftTiming, "raft-timing", "1", "TICKETING_RAFT_TIMING of the Ticketing cluster (1: heartbeat = election timeout = 500 ms)")
+	flag.StringVar(&o.raftStore, "raft-store", "", "TICKETING_RAFT_STORE of the Ticketing cluster (wal or bolt; empty: the server's default)")
+	flag.IntVar(&o.failoverTrials, "failover-trials", 7, "leader kills per system in the failover workload")
+	flag.DurationVar(&o.etcdAttempt, "etcd-attempt-timeout", 250*time.Millisecond, "failover: bound on each etcd Lock/Unlock call of the looping client")
+	var clients string
+	flag.StringVar(&clients, "clients", "go-raw,go,rust,c", "client libraries for the clients workload")
+	flag.IntVar(&o.clientInFlight, "client-in-flight", 64, "clients workload: acquire+release pairs in flight on the one connection")
+	flag.DurationVar(&o.clientDuration, "client-duration", 0, "clients workload: time per run (default: -duration)")
+	flag.StringVar(&o.goClientBin, "go-client-bench", "", "clients workload: prebuilt bench/goclient program (default: build it)")
+	flag.StringVar(&o.rustBench, "rust-bench", "", "clients workload: prebuilt clients/rust bench example (default: cargo build --release --example bench)")
+	flag.StringVar(&o.cBench, "c-bench", "", "clients workload: prebuilt clients/c ticketing-bench (default: build it with cmake)")
+	flag.StringVar(&o.metricsEnv, "metrics-env", "auto", "metrics workload: server environment that turns metrics on, comma-separated K=V; auto: find a metrics setting in `ticketing server -h`; empty: skip")
+	flag.StringVar(&o.metricsOffEnv, "metrics-off-env", "", "metrics workload: environment for metrics off (with an explicit -metrics-env; default: none)")
+	flag.IntVar(&o.metricsConns, "metrics-conns", 16, "metrics workload: connections of the (a) point")
+	flag.StringVar(&o.baseline, "baseline", "baseline/previous.json", "an earlier run's latest.json to compare Ticketing's figures with (empty: none)")
 	flag.Parse()
+	o.clients = splitList(clients)
+	if o.clientDuration <= 0 {
+		o.clientDuration = o.duration
+	}
 	o.systems = splitList(systems)
 	o.tkEnv = splitList(tkEnv)
 	o.workloads = map[string]bool{}
@@ -91,7 +141,10 @@ func main() {
 	if o.repeat < 1 || o.depth < 1 || o.keys < 1 || o.workers < 1 {
 		fatalf("-repeat, -depth, -keys and -workers must be at least 1")
 	}
-	for _, c := range append(o.conns, o.fairConns...) {
+	if o.clusterNodes < 1 || o.clusterConns < 1 || o.failoverTrials < 1 || o.clientInFlight < 1 || o.metricsConns < 1 {
+		fatalf("-cluster-nodes, -cluster-conns, -failover-trials, -client-in-flight and -metrics-conns must be at least 1")
+	}
+	for _, c := range append(append(o.conns, o.fairConns...), o.clusterConns, o.metricsConns) {
 		if c*o.depth > o.keys {
 			fatalf("-conns %d x -depth %d exceeds -keys %d: the run would be contended", c, o.depth, o.keys)
 		}
@@ -162,6 +215,13 @@ func run(o *options) error {
 		}
 	}
 	need := map[string][]string{"redis": {"redis-server", "redis-benchmark"}, "etcd": {"etcd"}}
+	for _, c := range o.clients {
+		switch c {
+		case "go-raw", "go", "rust", "c":
+		default:
+			return fmt.Errorf("unknown client %q (want go-raw, go, rust, c)", c)
+		}
+	}
 	for _, s := range o.systems {
 		for _, bin := range need[s] {
 			if _, err := exec.LookPath(bin); err != nil {
@@ -202,6 +262,7 @@ func run(o *options) error {
 	defer os.RemoveAll(tmp)
 
 	meta := collectMeta(o)
+	meta.LoadAvgAt = map[string]string{}
 	b := &bench{o: o, tmp: tmp, servers: map[string]*server{}, meta: meta, idleRSS: map[string]int64{}}
 	// Stop every server we started, also on Ctrl-C.
 	sig := make(chan os.Signal, 1)
@@ -215,36 +276,71 @@ func run(o *options) error {
 	}()
 	defer b.stopAll()
 
-	for _, s := range o.systems {
-		if err := b.start(s); err != nil {
-			return err
+	if o.workloads["clients"] && has(o.systems, "ticketing") {
+		b.buildClients() // before any measurement: builds take the CPU
+	}
+	if o.workloads["a"] || o.workloads["fair"] || o.workloads["b"] || o.workloads["c"] || o.workloads["d"] {
+		for _, s := range o.systems {
+			if err := b.start(s); err != nil {
+				return err
+			}
+			srv := b.server(s)
+			logf("%s: pid %d on %s", s, srv.pid(), srv.addr)
 		}
-		srv := b.server(s)
-		logf("%s: pid %d on %s", s, srv.pid(), srv.addr)
 	}
 
 	if o.workloads["a"] {
+		b.meta.LoadAvgAt["a"] = loadAvg()
 		if err := b.workloadA(); err != nil {
 			return err
 		}
 	}
 	if o.workloads["fair"] && has(o.systems, "redis") {
+		b.meta.LoadAvgAt["fair"] = loadAvg()
 		if err := b.workloadFair(); err != nil {
 			return err
 		}
 	}
 	if o.workloads["b"] {
+		b.meta.LoadAvgAt["b"] = loadAvg()
 		if err := b.workloadB(); err != nil {
 			return err
 		}
 	}
 	if o.workloads["c"] {
+		b.meta.LoadAvgAt["c"] = loadAvg()
 		if err := b.workloadC(); err != nil {
 			return err
 		}
 	}
 	if o.workloads["d"] {
+		b.meta.LoadAvgAt["d"] = loadAvg()
 		if err := b.workloadD(); err != nil {
+			return err
+		}
+	}
+	b.stopAll() // the single-node systems; the rest start their own
+	if o.workloads["metrics"] && has(o.systems, "ticketing") {
+		b.meta.LoadAvgAt["metrics"] = loadAvg()
+		if err := b.workloadMetrics(); err != nil {
+			return err
+		}
+	}
+	if o.workloads["clients"] && has(o.systems, "ticketing") {
+		b.meta.LoadAvgAt["clients"] = loadAvg()
+		if err := b.workloadClients(); err != nil {
+			return err
+		}
+	}
+	if o.workloads["cluster"] {
+		b.meta.LoadAvgAt["cluster"] = loadAvg()
+		if err := b.workloadCluster(); err != nil {
+			return err
+		}
+	}
+	if o.workloads["failover"] {
+		b.meta.LoadAvgAt["failover"] = loadAvg()
+		if err := b.workloadFailover(); err != nil {
 			return err
 		}
 	}

@@ -55,6 +55,26 @@ type Record struct {
 	RedisBenchmarkRuns      []float64 `json:"redis_benchmark_runs_ops_per_sec,omitempty"`
 	HarnessVsRedisBenchmark float64   `json:"harness_vs_redis_benchmark,omitempty"`
 
+	Nodes     int     `json:"nodes,omitempty"`          // cluster workloads: members
+	AcqP50us  float64 `json:"acquire_p50_us,omitempty"` // one-at-a-time workloads: acquires alone
+	AcqP99us  float64 `json:"acquire_p99_us,omitempty"`
+	AcqP999us float64 `json:"acquire_p999_us,omitempty"`
+
+	FailoverMs       []float64 `json:"failover_ms,omitempty"` // every trial; -1: no success within the bound
+	FailoverMedianMs float64   `json:"failover_median_ms,omitempty"`
+	FailoverMinMs    float64   `json:"failover_min_ms,omitempty"`
+	FailoverMaxMs    float64   `json:"failover_max_ms,omitempty"`
+	FailoverFailed   int       `json:"failover_failed,omitempty"`
+
+	Client      string  `json:"client,omitempty"` // per-client throughput
+	InFlight    int     `json:"in_flight,omitempty"`
+	PairsPerSec float64 `json:"pairs_per_sec,omitempty"`
+	ClientCPU   float64 `json:"client_cpu_cores,omitempty"`
+	Skipped     string  `json:"skipped,omitempty"` // why a figure is missing
+
+	Metrics string `json:"metrics,omitempty"` // metrics workload: on or off
+	Setting string `json:"setting,omitempty"` // the server environment of the point
+
 	Note string `json:"note,omitempty"`
 }
 
@@ -75,6 +95,9 @@ type Meta struct {
 	Warmup       string   `json:"warmup_per_point"`
 	Repeat       int      `json:"repeat"`
 	Note         string   `json:"note"`
+	// LoadAvgAt: the load average when each workload started (others' work shows here).
+	LoadAvgAt map[string]string `json:"loadavg_at_workload_start,omitempty"`
+	Baseline  string            `json:"baseline,omitempty"` // the earlier run compared with
 }
 
 func loadAvg() string {
@@ -190,7 +213,7 @@ func (b *bench) markdown() string {
 	w(". The load generator shares the CPUs with the server under test.\n\n")
 
 	if o.workloads["a"] {
-		w("### (a) Uncontended, pipelined: acquire+release pairs on %d keys, depth %d (a pair = 2 ops)\n\n", o.keys, o.depth)
+		w("### (a) Uncontended, pipelined: acquire+release pairs on %d keys, depth %d (a pair = 2 ops)%s\n\n", o.keys, o.depth, b.loadNote("a"))
 		w("| system | conns | ops/s | runs | p50 µs | p99 µs | p999 µs | server RSS max KiB (anon + file) | server CPU | harness CPU | errors |\n")
 		w("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, conns := range o.conns {
@@ -204,7 +227,7 @@ func (b *bench) markdown() string {
 		w("\netcd's Mutex cannot pipeline: its \"depth\" is that many goroutines per client, each blocking on Lock/Unlock. Latencies under pipelining include the queueing of the whole window.\n\n")
 	}
 	if o.workloads["fair"] {
-		w("### Harness fairness: the same Redis command as redis-benchmark (`SET key:__rand_int__ tok NX PX %d`, -P %d, -r %d)\n\n", leaseMs, o.depth, o.keys)
+		w("### Harness fairness: the same Redis command as redis-benchmark (`SET key:__rand_int__ tok NX PX %d`, -P %d, -r %d)%s\n\n", leaseMs, o.depth, o.keys, b.loadNote("fair"))
 		w("| conns | harness ops/s | runs | redis-benchmark ops/s | runs | harness / redis-benchmark |\n|---:|---:|---|---:|---|---:|\n")
 		for _, conns := range o.fairConns {
 			if r := b.find("redis", "fair_setnx", conns); r != nil {
@@ -214,11 +237,11 @@ func (b *bench) markdown() string {
 		w("\n")
 	}
 	if o.workloads["b"] {
-		w("### (b) Uncontended, one request at a time (1 connection; acquire and release each timed)\n\n")
-		w("| system | ops/s | p50 µs | p99 µs | p999 µs | max µs | p99 of each run µs |\n|---|---:|---:|---:|---:|---:|---|\n")
+		w("### (b) Uncontended, one request at a time (1 connection; acquire and release each timed)%s\n\n", b.loadNote("b"))
+		w("| system | ops/s | p50 µs | p99 µs | p999 µs | max µs | acquire p50 / p99 µs | p99 of each run µs |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, sys := range o.systems {
 			if r := b.find(sys, "b_latency", 0); r != nil {
-				w("| %s | %.0f | %.1f | %.1f | %.1f | %.1f | %s |\n", sys, r.OpsPerSec, r.P50us, r.P99us, r.P999us, r.MaxUs, floatList(r.Runs))
+				w("| %s | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f / %.1f | %s |\n", sys, r.OpsPerSec, r.P50us, r.P99us, r.P999us, r.MaxUs, r.AcqP50us, r.AcqP99us, floatList(r.Runs))
 			}
 		}
 		if o.repeat > 1 {
@@ -227,7 +250,7 @@ func (b *bench) markdown() string {
 		w("\n")
 	}
 	if o.workloads["c"] {
-		w("### (c) Contended: %d workers on one key, release at once after each grant\n\n", o.workers)
+		w("### (c) Contended: %d workers on one key, release at once after each grant%s\n\n", o.workers, b.loadNote("c"))
 		w("| system | acquisitions/s | hand-offs/s | hand-offs/s of each run | wait p50 µs | wait p99 µs | wait max µs | acquisitions per worker min / max | min/max | errors |\n|---|---:|---:|---|---:|---:|---:|---|---:|---:|\n")
 		for _, sys := range o.systems {
 			if r := b.find(sys, "c_contended", 0); r != nil {
@@ -241,7 +264,7 @@ func (b *bench) markdown() string {
 		w("A hand-off is a grant to a different worker than the previous holder. A Redis worker that releases and at once wins `SET NX` again counts as an acquisition, not a hand-off. Waits run from the first attempt to the grant.\n\n")
 	}
 	if o.workloads["d"] {
-		w("### (d) Memory: %d idle locks held (lease %d s)\n\n", o.held, idleLeaseMs/1000)
+		w("### (d) Memory: %d idle locks held (lease %d s)%s\n\n", o.held, idleLeaseMs/1000, b.loadNote("d"))
 		w("| system | locks held | taken in s | RSS at start KiB | RSS before KiB | RSS held KiB | peak KiB | bytes/lock |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, sys := range o.systems {
 			if r := b.find(sys, "d_held_idle", 0); r != nil {
@@ -250,8 +273,18 @@ func (b *bench) markdown() string {
 		}
 		w("\nPeak RSS during (a) is the `server RSS max` column of (a).\n\n")
 	}
+	w("%s", b.markdownMore())
 	w("%s", b.targets())
+	w("%s", b.compareBaseline())
 	return s.String()
+}
+
+// loadNote is " (load average a b c at its start)" for workload wl.
+func (b *bench) loadNote(wl string) string {
+	if la := b.meta.LoadAvgAt[wl]; la != "" {
+		return " — load average " + la + " at its start"
+	}
+	return ""
 }
 
 // targets compares Ticketing with the others, as issue 3 asks.
@@ -286,6 +319,7 @@ func (b *bench) targets() string {
 		}
 		if t := b.find("ticketing", "a_pipelined", maxC); t != nil {
 			w("| (a) %d conns: peak RSS < 10 MB | %d KiB (%.1f MB) | %s |\n", maxC, t.ServerRSSMaxKB, float64(t.ServerRSSMaxKB)*1024/1e6, yesNo(float64(t.ServerRSSMaxKB)*1024 < 10e6))
+			w("| (a) %d conns: of that, anonymous (heap, stacks) + file-backed (the mapped binary) (no target) | %d + %d KiB | |\n", maxC, t.RSSAnonKB, t.RSSFileKB)
 		}
 	}
 	if o.workloads["b"] {
@@ -317,12 +351,14 @@ func (b *bench) targets() string {
 			}
 		}
 	}
+	w("%s", b.targetsMore())
 	w("\n")
 	return s.String()
 }
 
 func (b *bench) report() error {
 	o := b.o
+	b.meta.Baseline = o.baseline
 	md := b.markdown()
 	fmt.Print(md)
 	if err := os.WriteFile(filepath.Join(o.out, "latest.md"), []byte(md), 0o644); err != nil {

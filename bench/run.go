@@ -31,7 +31,8 @@ type runCtx struct {
 	aux       []counter   // per worker: a second count ((c): hand-offs, grants from another worker)
 	errs      []counter   // per worker: failed operations
 	hists     []*hdrhistogram.Histogram
-	deadline  time.Time // no I/O of this point runs past it
+	acqHists  []*hdrhistogram.Histogram // per worker, when the point asks for it: acquires only
+	deadline  time.Time                 // no I/O of this point runs past it
 
 	// (c): the worker that holds (or last held) the lock. Written only by the holder, while it
 	// holds the lock, so the sequence of holders is the real order of grants.
@@ -52,6 +53,7 @@ type pointResult struct {
 	perWorker []int64 // operations of each worker inside the window
 	aux       int64   // sum of the aux counts inside the window
 	hist      *hdrhistogram.Histogram
+	acqHist   *hdrhistogram.Histogram // acquires only (nil unless asked for)
 	rssMaxKB  int64
 	anonKB    int64 // RssAnon and RssFile at the largest sampled RSS
 	fileKB    int64
@@ -66,10 +68,21 @@ func (p *pointResult) opsPerSec() float64 {
 	return float64(p.ops) / p.window
 }
 
+// target is the system a point measures: the process whose RSS is sampled and the processes
+// whose CPU is counted.
+type target struct {
+	name  string
+	pids  []int // pids[0]: RSS sampled (a cluster's leader); CPU summed over all of them
+	alive func() bool
+}
+
+func (s *server) target() target { return target{name: s.name, pids: []int{s.pid()}, alive: s.alive} }
+
 // runPoint runs workers for warmup+dur, measuring only the last dur, with the server's RSS
 // sampled throughout. The workers are then asked to stop (releasing what they hold) and given
-// drain to do so; every I/O is bounded by the point's deadline.
-func runPoint(srv *server, workers []worker, warmup, dur, drain time.Duration) (*pointResult, error) {
+// drain to do so; every I/O is bounded by the point's deadline. With acq, the drivers also
+// record the latency of acquires alone.
+func runPoint(srv target, workers []worker, warmup, dur, drain time.Duration, acq bool) (*pointResult, error) {
 	n := len(workers)
 	rc := &runCtx{
 		counts:   make([]counter, n),
@@ -82,7 +95,13 @@ func runPoint(srv *server, workers []worker, warmup, dur, drain time.Duration) (
 	for i := range rc.hists {
 		rc.hists[i] = newHist()
 	}
-	mon := startMonitor(srv.pid())
+	if acq {
+		rc.acqHists = make([]*hdrhistogram.Histogram, n)
+		for i := range rc.acqHists {
+			rc.acqHists[i] = newHist()
+		}
+	}
+	mon := startMonitor(srv.pids)
 	errCh := make(chan error, n)
 	var wg sync.WaitGroup
 	for i, w := range workers {
@@ -127,6 +146,12 @@ func runPoint(srv *server, workers []worker, warmup, dur, drain time.Duration) (
 	}
 	<-finished // closing the connections ends any blocked I/O
 	res := &pointResult{window: window, perWorker: make([]int64, n), hist: newHist()}
+	if acq {
+		res.acqHist = newHist()
+		for _, h := range rc.acqHists {
+			res.acqHist.Merge(h)
+		}
+	}
 	res.rssMaxKB = mon.stop()
 	res.anonKB, res.fileKB = mon.anonAt, mon.fileAt
 	res.cpuServer, res.cpuHarn = mon.cpuSrv, mon.cpuSelf
@@ -143,7 +168,7 @@ func runPoint(srv *server, workers []worker, warmup, dur, drain time.Duration) (
 			err = e
 		}
 	}
-	if err == nil && !srv.alive() {
+	if err == nil && srv.alive != nil && !srv.alive() {
 		err = fmt.Errorf("%s exited during the run", srv.name)
 	}
 	return res, err

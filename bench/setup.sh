@@ -13,8 +13,8 @@ echo "bench/setup.sh: installing ${need[*]}" >&2
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+$sudo apt-get -o DPkg::Lock::Timeout=600 update -qq
+$sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends --no-upgrade "${need[@]}" >/dev/null
 # The Debian packages start their own services; the benchmark starts private instances on free
 # ports, so stop the system-wide ones if a service manager started them (ignore failures).
 for svc in redis-server etcd; do

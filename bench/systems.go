@@ -31,7 +31,25 @@ type server struct {
 	dir  string // its private temp dir (data, logs)
 	log  *os.File
 	done chan struct{} // closed when the process has exited
+
+	mu    sync.Mutex
+	admin string // Ticketing: the admin listener's address, from its log
 }
+
+// adminAddr is the admin listener's address logged by a Ticketing server ("" if none within 2 s).
+func (s *server) adminAddr() string {
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		s.mu.Lock()
+		a := s.admin
+		s.mu.Unlock()
+		if a != "" || time.Now().After(deadline) || !s.alive() {
+			return a
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func mkdir(dir string) error { return os.MkdirAll(dir, 0o755) }
 
 func (s *server) pid() int { return s.cmd.Process.Pid }
 
@@ -81,11 +99,17 @@ func spawn(name, dir string, env []string, listenLine bool, bin string, args ...
 		addrCh := make(chan string, 1)
 		go func() {
 			re := regexp.MustCompile(`msg=listening addr=(\S+)`)
+			adminRe := regexp.MustCompile(`msg="admin listening" addr=(\S+)`)
 			sc := bufio.NewScanner(stderr)
 			found := false
 			for sc.Scan() {
 				line := sc.Text()
 				fmt.Fprintln(logf, line)
+				if m := adminRe.FindStringSubmatch(line); m != nil {
+					s.mu.Lock()
+					s.admin = m[1]
+					s.mu.Unlock()
+				}
 				if m := re.FindStringSubmatch(line); m != nil && !found {
 					found = true
 					addrCh <- m[1]
@@ -223,9 +247,10 @@ func startEtcd(dir string) (*server, error) {
 	return nil, lastErr
 }
 
+// newEtcdClient connects to addr: one endpoint, or a cluster's endpoints comma-separated.
 func newEtcdClient(addr string) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{
-		Endpoints:   []string{addr},
+		Endpoints:   strings.Split(addr, ","),
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 	})
@@ -331,7 +356,8 @@ func selfCPUSeconds() float64 {
 // monitor samples a server's RSS while a workload point runs and measures the CPU that the
 // server and the harness used over the measured window.
 type monitor struct {
-	pid     int
+	pid     int   // RSS sampled
+	cpuPIDs []int // CPU counted
 	stopCh  chan struct{}
 	wg      sync.WaitGroup
 	mu      sync.Mutex
@@ -345,8 +371,9 @@ type monitor struct {
 	cpuSelf float64
 }
 
-func startMonitor(pid int) *monitor {
-	m := &monitor{pid: pid, stopCh: make(chan struct{})}
+func startMonitor(pids []int) *monitor {
+	pid := pids[0]
+	m := &monitor{pid: pid, cpuPIDs: pids, stopCh: make(chan struct{})}
 	resetPeakRSS(pid)
 	m.wg.Add(1)
 	go func() {
@@ -372,13 +399,21 @@ func startMonitor(pid int) *monitor {
 
 // windowStart and windowEnd bracket the measured part of a point for the CPU figures.
 func (m *monitor) windowStart() {
-	m.cpu0, m.self0, m.t0 = procCPUSeconds(m.pid), selfCPUSeconds(), time.Now()
+	m.cpu0, m.self0, m.t0 = m.serverCPU(), selfCPUSeconds(), time.Now()
+}
+
+func (m *monitor) serverCPU() float64 {
+	var s float64
+	for _, p := range m.cpuPIDs {
+		s += procCPUSeconds(p)
+	}
+	return s
 }
 
 func (m *monitor) windowEnd() {
 	el := time.Since(m.t0).Seconds()
 	if el > 0 {
-		m.cpuSrv = (procCPUSeconds(m.pid) - m.cpu0) / el
+		m.cpuSrv = (m.serverCPU() - m.cpu0) / el
 		m.cpuSelf = (selfCPUSeconds() - m.self0) / el
 	}
 }

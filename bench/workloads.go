@@ -25,9 +25,11 @@ type bench struct {
 	// (a): every run of every point, by system and connections, for the medians
 	aRuns map[string]map[int][]*pointResult
 
-	mu      sync.Mutex
-	servers map[string]*server
-	seq     int
+	mu       sync.Mutex
+	servers  map[string]*server
+	clusters []cluster
+	progs    map[string]*clientProg
+	seq      int
 }
 
 func (b *bench) server(sys string) *server {
@@ -100,7 +102,7 @@ func (b *bench) fresh(sys string) error {
 	return b.start(sys)
 }
 
-// stopAll stops every running server by its PID.
+// stopAll stops every running server and cluster member by its PID.
 func (b *bench) stopAll() {
 	b.mu.Lock()
 	var all []*server
@@ -108,9 +110,14 @@ func (b *bench) stopAll() {
 		all = append(all, srv)
 		delete(b.servers, name)
 	}
+	cls := b.clusters
+	b.clusters = nil
 	b.mu.Unlock()
 	for _, srv := range all {
 		srv.stop()
+	}
+	for _, cl := range cls {
+		cl.stop()
 	}
 }
 
@@ -119,6 +126,12 @@ func (b *bench) addrOf(system string) string { return b.server(system).addr }
 // pipelineWorkers opens conns connections to system, each with depth slots, the slots of all
 // connections sharing the key space without overlap.
 func (b *bench) pipelineWorkers(system string, conns, depth int, keys [][]byte, setnx bool) ([]worker, error) {
+	return pipelineWorkersAt(system, b.addrOf(system), conns, depth, keys, b.redisSHA, setnx)
+}
+
+// pipelineWorkersAt is pipelineWorkers for a server of kind system at addr (etcd: endpoints,
+// comma-separated).
+func pipelineWorkersAt(system, addr string, conns, depth int, keys [][]byte, redisSHA string, setnx bool) ([]worker, error) {
 	S := conns * depth
 	var ws []worker
 	fail := func(err error) ([]worker, error) {
@@ -136,11 +149,11 @@ func (b *bench) pipelineWorkers(system string, conns, depth int, keys [][]byte, 
 		var err error
 		switch system {
 		case "ticketing", "null":
-			w, err = newTkPipe(b.addrOf(system), lists)
+			w, err = newTkPipe(addr, lists)
 		case "redis":
-			w, err = newRedisPipe(b.addrOf(system), c, lists, b.redisSHA, setnx, keys)
+			w, err = newRedisPipe(addr, c, lists, redisSHA, setnx, keys)
 		case "etcd":
-			w, err = newEtcdPipe(b.addrOf(system), lists)
+			w, err = newEtcdPipe(addr, lists)
 		}
 		if err != nil {
 			return fail(err)
@@ -182,7 +195,7 @@ func (b *bench) workloadA() error {
 				if sys == "ticketing" && b.pprofAddr != "" && conns == maxConns && rep == 0 {
 					prof = b.fetchServerProfile()
 				}
-				res, err := runPoint(b.server(sys), ws, o.warmup, o.duration, o.drain)
+				res, err := runPoint(b.server(sys).target(), ws, o.warmup, o.duration, o.drain, false)
 				if prof != nil {
 					if perr := <-prof; perr != nil {
 						logf("server CPU profile: %v", perr)
@@ -259,7 +272,7 @@ func (b *bench) pointRecord(sys, workload string, conns, pipeline, keys int, res
 		OpsPerSec: round1(res.opsPerSec()),
 		P50us:     round1(us(h.ValueAtQuantile(50))), P99us: round1(us(h.ValueAtQuantile(99))),
 		P999us: round1(us(h.ValueAtQuantile(99.9))), MaxUs: round1(us(h.Max())),
-		ServerRSSMaxKB: res.rssMaxKB, Errors: res.errs, Ops: res.ops, WindowS: round2(res.window),
+		ServerRSSMaxKB: res.rssMaxKB, RSSAnonKB: res.anonKB, RSSFileKB: res.fileKB, Errors: res.errs, Ops: res.ops, WindowS: round2(res.window),
 		ServerCPU: round2(res.cpuServer), HarnessCPU: round2(res.cpuHarn),
 	}
 }
@@ -342,7 +355,7 @@ func (b *bench) workloadFair() error {
 			if err != nil {
 				return err
 			}
-			res, err := runPoint(b.server("redis"), ws, o.warmup, o.duration, o.drain)
+			res, err := runPoint(b.server("redis").target(), ws, o.warmup, o.duration, o.drain, false)
 			if err != nil {
 				return fmt.Errorf("fairness point, %d connections: %w", conns, err)
 			}
@@ -456,7 +469,7 @@ func (b *bench) workloadB() error {
 			if err != nil {
 				return err
 			}
-			res, err := runPoint(b.server(sys), ws, o.warmup, o.duration, o.drain)
+			res, err := runPoint(b.server(sys).target(), ws, o.warmup, o.duration, o.drain, true)
 			if err != nil {
 				return fmt.Errorf("(b) %s: %w", sys, err)
 			}
@@ -470,6 +483,9 @@ func (b *bench) workloadB() error {
 		p99 := func(p *pointResult) float64 { return us(p.hist.ValueAtQuantile(99)) }
 		med, all := medianRun(runs[sys], p99)
 		r := b.pointRecord(sys, "b_latency", 1, 1, o.keys, med)
+		r.AcqP50us = round1(us(med.acqHist.ValueAtQuantile(50)))
+		r.AcqP99us = round1(us(med.acqHist.ValueAtQuantile(99)))
+		r.AcqP999us = round1(us(med.acqHist.ValueAtQuantile(99.9)))
 		r.Runs = all
 		r.RunsMetric = "p99_us"
 		r.OpsCounting = "acquire and release each 1 op; latency per request"
@@ -528,7 +544,7 @@ func (b *bench) workloadC() error {
 				}
 				ws = append(ws, w)
 			}
-			res, err := runPoint(b.server(sys), ws, o.warmup, o.duration, o.drain)
+			res, err := runPoint(b.server(sys).target(), ws, o.warmup, o.duration, o.drain, false)
 			if err != nil {
 				return fmt.Errorf("(c) %s: %w", sys, err)
 			}

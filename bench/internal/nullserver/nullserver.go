@@ -1,12 +1,14 @@
-// Package nullserver is the benchmark's I/O limit: it speaks the Ticketing handshake (without
-// auth), then answers every request frame (32-byte header + key) with a 32-byte answer frame
-// (status OK, the request's op and id, token 1) — exactly the sizes Ticketing reads and writes —
-// with no lock table behind it. Like Ticketing it reads every complete frame of a read and
+// Package nullserver is the benchmark's I/O limit: it speaks the Ticketing handshake of protocol
+// v1 final (without auth; every connection a new session), then answers every request frame
+// (32-byte header + key) with a 32-byte answer frame (status OK, the request's op and id,
+// token 1) — exactly the sizes Ticketing reads and writes, ACKs included — with no lock table
+// and no session state behind it. Like Ticketing it reads every complete frame of a read and
 // answers them all with one write. It is its own small binary (cmd/nullserver) so that its RSS
 // is that of a minimal Go TCP server, comparable with Ticketing's.
 package nullserver
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -17,9 +19,10 @@ import (
 const (
 	hdrLen       = 32
 	helloLen     = 56
-	challengeLen = 40
+	challengeLen = 48 // no data
 	authLen      = 40
-	welcomeLen   = 40
+	welcomeLen   = 64
+	graceMs      = 5000
 	opHello      = 0x01
 	opChallenge  = 0x02
 	opAuth       = 0x03
@@ -30,18 +33,20 @@ var be = binary.BigEndian
 
 // Serve answers connections on ln until it is closed.
 func Serve(ln net.Listener) {
+	var state [16]byte // the state id: one per server process, as a single node draws at start
+	rand.Read(state[:])
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
 			return
 		}
-		go serveConn(nc)
+		go serveConn(nc, state)
 	}
 }
 
-func serveConn(nc net.Conn) {
+func serveConn(nc net.Conn, state [16]byte) {
 	defer nc.Close()
-	if err := handshake(nc); err != nil {
+	if err := handshake(nc, state); err != nil {
 		return
 	}
 	var zero [hdrLen]byte
@@ -88,7 +93,7 @@ func serveConn(nc net.Conn) {
 	}
 }
 
-func handshake(nc net.Conn) error {
+func handshake(nc net.Conn, state [16]byte) error {
 	nc.SetDeadline(time.Now().Add(5 * time.Second))
 	defer nc.SetDeadline(time.Time{})
 	var hello [helloLen]byte
@@ -113,7 +118,9 @@ func handshake(nc net.Conn) error {
 	}
 	var wel [welcomeLen]byte
 	be.PutUint32(wel[0:], welcomeLen-4)
-	wel[4] = opWelcome // status OK, zero proof
+	wel[4] = opWelcome // status OK, a new session, zero proof
+	be.PutUint32(wel[12:], graceMs)
+	copy(wel[16:32], state[:])
 	_, err := nc.Write(wel[:])
 	return err
 }

@@ -117,6 +117,7 @@ func (o *serverSettings) list() []setting {
 		stringSetting("cluster-secret-file", "cluster: file holding the node-to-node secret (or TICKETING_CLUSTER_SECRET)", &o.secretFile),
 		floatSetting("raft-timing", "cluster: multiplier over the base timing (heartbeat = election timeout = 500ms)", &o.cluster.Timing),
 		stringSetting("raft-store", "cluster: raft log store, wal or bolt", &o.cluster.LogStore),
+		intSetting("raft-max-pending", "cluster: bytes of client requests the leader holds before Raft takes them; beyond it it stops reading from clients (backpressure)", &c.RaftMaxPending),
 		boolSetting("raft-recover", "cluster: forced recovery after losing a majority for good: replace this node's Raft configuration with --peers (new state id; no grants for the max lease)", &o.cluster.Recover),
 		boolSetting("join", "cluster: join an existing cluster (an operator adds the node with: ticketing cluster add) instead of bootstrapping one", &o.cluster.Join),
 		stringSetting("raft-tls-cert", "cluster: PEM certificate for node-to-node TLS (with --raft-tls-key and --raft-tls-ca)", &o.raftCert),

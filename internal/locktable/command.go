@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/ticketing/ticketing/internal/wire"
 )
@@ -47,6 +48,10 @@ import (
 //	          makes a new one); no grant before not_before (table time)
 //	NODE      id_len u16 id, addr_len u16 addr (a cluster node's client address, for leader hints)
 //	DETACH_ALL empty (a new leader: no session has a connection any more)
+//	CONFIG    max_waiters_per_key u64 max_waiters u64 max_locks u64 lock_delay_ns i64
+//	          max_sessions u64 max_outcomes u64 max_queued u64: the table's limits (Limits)
+//	          from this command on, on every replica (a cluster's leader appends its own when
+//	          elected); 0 means what it means in Config
 const (
 	CommandVersion = 1
 
@@ -62,11 +67,13 @@ const (
 	CmdInit      byte = 0x0a
 	CmdNode      byte = 0x0b
 	CmdDetachAll byte = 0x0c
+	CmdConfig    byte = 0x0d
 
 	CmdFlagIgnorable byte = 0x01
 
 	entryHeaderSize = 16
 	cmdHeaderSize   = 8
+	configBodySize  = limitWords * 8
 )
 
 // Errors from Apply: the entry is not one this version can apply.
@@ -228,6 +235,15 @@ func (e *Encoder) Node(id, addr string) {
 // DetachAll adds a DETACH_ALL command.
 func (e *Encoder) DetachAll() { e.finish(e.open(CmdDetachAll)) }
 
+// Config adds a CONFIG command carrying the limits l.
+func (e *Encoder) Config(l Limits) {
+	at := e.open(CmdConfig)
+	for _, v := range l.words() {
+		e.buf = be.AppendUint64(e.buf, uint64(v))
+	}
+	e.finish(at)
+}
+
 // SetTime overwrites the time stamped in a finished entry (a proposer stamps at submission).
 func SetTime(entry []byte, now int64) { be.PutUint64(entry[8:], uint64(now)) }
 
@@ -379,6 +395,15 @@ func (t *Table) applyCommand(now int64, typ, flags byte, body []byte, reqs []wir
 		t.nodes[id] = string(body[4+n:])
 	case CmdDetachAll:
 		t.DetachAll(now)
+	case CmdConfig:
+		if len(body) != configBodySize {
+			return reqs, ErrCommandLayout
+		}
+		var w [limitWords]int64
+		for k := range w {
+			w[k] = int64(be.Uint64(body[8*k:]))
+		}
+		t.SetLimits(now, limitsOf(w))
 	default:
 		if flags&CmdFlagIgnorable == 0 {
 			return reqs, fmt.Errorf("%w 0x%02x", ErrCommandType, typ)
@@ -386,4 +411,24 @@ func (t *Table) applyCommand(now int64, typ, flags byte, body []byte, reqs []wir
 		t.Tick(now)
 	}
 	return reqs, nil
+}
+
+// limitWords is the number of 8-byte words of a CONFIG body (and of the limits in a snapshot).
+const limitWords = 7
+
+// words is l as CONFIG and Snapshot carry it, in the order of the CONFIG body. The counts are
+// clamped to 0..math.MaxInt32 (negative means what 0 means in Config; more than MaxInt32 is
+// more than any table holds), so that the same words decode to the same limits on every
+// platform and a decoded Limits encodes to the same words.
+func (l Limits) words() [limitWords]int64 {
+	c := func(v int) int64 { return int64(min(max(v, 0), math.MaxInt32)) }
+	return [limitWords]int64{c(l.MaxWaitersPerKey), c(l.MaxWaitersTotal), c(l.MaxLocks), l.LockDelay,
+		c(l.MaxSessions), c(l.MaxOutcomes), c(l.MaxQueued)}
+}
+
+// limitsOf is the inverse of words, for any words (a malformed count is clamped as in words).
+func limitsOf(w [limitWords]int64) Limits {
+	c := func(v int64) int { return int(min(max(v, 0), math.MaxInt32)) }
+	return Limits{MaxWaitersPerKey: c(w[0]), MaxWaitersTotal: c(w[1]), MaxLocks: c(w[2]), LockDelay: w[3],
+		MaxSessions: c(w[4]), MaxOutcomes: c(w[5]), MaxQueued: c(w[6])}
 }

@@ -49,6 +49,10 @@ func commandVectors() []commandVector {
 	add("init_forced", "INIT state id 60..6f, FORCE (a recovery or a restore), no grant before 3600 s", func() { e.Init(&state, true, 3_600_000_000_000) })
 	add("node", "NODE n1 at 127.0.0.1:7070", func() { e.Node("n1", "127.0.0.1:7070") })
 	add("detach_all", "DETACH_ALL", func() { e.DetachAll() })
+	add("config", "CONFIG waiters per key 10000, waiters 1000000, keys 1000000, lock-delay 250 ms, sessions 20000, outcomes 4096, queued acquires 4096", func() {
+		e.Config(Limits{MaxWaitersPerKey: 10_000, MaxWaitersTotal: 1_000_000, MaxLocks: 1_000_000, LockDelay: 250_000_000,
+			MaxSessions: 20_000, MaxOutcomes: 4096, MaxQueued: 4096})
+	})
 	add("batch", "one entry of several commands: ATTACH, REQUESTS (PING id 1), TICK", func() {
 		e.Attach(&sid, 8, 0)
 		e.Requests(&sid, 8)

@@ -26,11 +26,14 @@ type cmdGen struct {
 	count     int
 	stopAt    int  // the entry that is a STOP (0: none)
 	detachAll bool // also emit DETACH_ALL now and then (a new leader)
+	config    bool // also emit CONFIG now and then (a new leader with other limits)
 }
 
 type genSession struct {
 	id      [wire.SessionIDSize]byte
 	conn    uint64 // 0: detached
+	last    uint64 // the connection last attached (kept while detached)
+	prev    uint64 // the one before it (0: none)
 	nextID  uint64
 	history []wire.Request // recent requests, for faithful retries
 }
@@ -123,7 +126,10 @@ func (g *cmdGen) next() []byte {
 		switch r := g.rng.IntN(20); {
 		case r < 2:
 			g.conn++
-			s.conn = g.conn
+			if s.last != 0 {
+				s.prev = s.last
+			}
+			s.conn, s.last = g.conn, g.conn
 			g.enc.Attach(&s.id, s.conn, uint32(g.rng.IntN(3)*150))
 		case r < 4 && s.conn != 0:
 			g.enc.Detach(&s.id, s.conn)
@@ -141,9 +147,15 @@ func (g *cmdGen) next() []byte {
 			for k := range g.sessions {
 				g.sessions[k].conn = 0
 			}
+		case r == 9 && g.config && g.rng.IntN(15) == 0:
+			g.enc.Config(g.limits())
 		case r == 7 && s.conn != 0 && len(s.history) > 0:
 			g.enc.Undelivered(&s.id, s.conn, s.history[g.rng.IntN(len(s.history))].ID)
 			s.conn = 0
+		case r == 7 && s.prev != 0 && len(s.history) > 0:
+			// A grant for an older connection found dropped late (in a cluster the command is
+			// applied after the session moved on): it must change nothing.
+			g.enc.Undelivered(&s.id, s.prev, s.history[g.rng.IntN(len(s.history))].ID)
 		default:
 			conn := s.conn
 			if g.rng.IntN(25) == 0 {
@@ -157,6 +169,18 @@ func (g *cmdGen) next() []byte {
 		}
 	}
 	return g.enc.Bytes()
+}
+
+// limits returns random limits small enough to be reached (0: unlimited or the default).
+func (g *cmdGen) limits() Limits {
+	pick := func(lo, hi int) int {
+		if g.rng.IntN(4) == 0 {
+			return 0
+		}
+		return lo + g.rng.IntN(hi-lo+1)
+	}
+	return Limits{MaxWaitersPerKey: pick(1, 6), MaxWaitersTotal: pick(4, 30), MaxLocks: pick(3, 8),
+		LockDelay: int64(pick(1, 40)) * nsPerMs, MaxSessions: pick(3, 12), MaxOutcomes: pick(4, 40), MaxQueued: pick(1, 5)}
 }
 
 // learn records the tokens granted in outputs, as clients would.
@@ -203,6 +227,10 @@ func TestDeterminismWithSnapshot(t *testing.T) {
 		cut := 1 + rng.IntN(n-1)
 		ga, gb := newCmdGen(seed), newCmdGen(seed)
 		ga.stopAt, gb.stopAt = n-2000, n-2000
+		ga.config, gb.config = true, true
+		// Restored tables get other limits from their Config: the snapshot's (the replicated
+		// ones, last set by CONFIG or by New) must win.
+		rcfg := Config{Durable: true, MaxWaitersPerKey: 1, MaxSessions: 2}
 		a, b := New(cfg), New(cfg)
 		var ha, hb []byte
 		var ra, rb []wire.Request
@@ -220,7 +248,7 @@ func TestDeterminismWithSnapshot(t *testing.T) {
 				}
 				// Snapshot round trip on whatever state this is.
 				snap := a.Snapshot()
-				x, err := Restore(cfg, snap)
+				x, err := Restore(rcfg, snap)
 				if err != nil {
 					t.Fatalf("seed %d entry %d: restore: %v", seed, i, err)
 				}
@@ -238,7 +266,7 @@ func TestDeterminismWithSnapshot(t *testing.T) {
 			if i == cut {
 				snap := b.Snapshot()
 				var err error
-				restored, err = Restore(cfg, snap)
+				restored, err = Restore(rcfg, snap)
 				if err != nil {
 					t.Fatalf("seed %d: restore at %d: %v", seed, cut, err)
 				}

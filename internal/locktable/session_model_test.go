@@ -33,6 +33,7 @@ type smSess struct {
 	owner                     Owner
 	slot                      int32
 	conn                      uint64
+	last                      uint64 // the connection last attached
 	grace                     int64
 	highest, retryBound, acks uint64
 	recs                      map[uint64]smRec
@@ -118,7 +119,7 @@ func (m *smodel) attach(now int64, sid [wire.SessionIDSize]byte, conn uint64, gr
 	if s := m.sess[sid]; s != nil {
 		delete(m.core.sessExp, s.owner)
 		res.Owner, res.Resumed, res.Prev = s.owner, true, s.conn
-		s.conn, s.grace, s.retryBound = conn, grace, s.highest
+		s.conn, s.last, s.grace, s.retryBound = conn, conn, grace, s.highest
 		m.core.SetDetached(s.owner, false)
 	} else if len(m.sess) >= m.maxSess {
 		res.Busy = true
@@ -131,7 +132,7 @@ func (m *smodel) attach(now int64, sid [wire.SessionIDSize]byte, conn uint64, gr
 			m.nslots++
 		}
 		m.nextNum++
-		s := &smSess{id: sid, owner: Owner(m.nextNum<<24 | uint64(slot)), slot: slot, conn: conn, grace: grace, recs: map[uint64]smRec{}}
+		s := &smSess{id: sid, owner: Owner(m.nextNum<<24 | uint64(slot)), slot: slot, conn: conn, last: conn, grace: grace, recs: map[uint64]smRec{}}
 		m.sess[sid], m.byOwner[s.owner] = s, s
 		res.Owner = s.owner
 	}
@@ -398,7 +399,7 @@ func (m *smodel) undelivered(now int64, s *smSess, conn, reqID uint64) {
 	if now > m.now {
 		m.now = now
 	}
-	if s == nil || (s.conn != 0 && s.conn != conn) {
+	if s == nil || conn == 0 || s.last != conn {
 		return
 	}
 	if key, ok := m.core.FindHeld(s.owner, reqID); ok {
@@ -407,6 +408,16 @@ func (m *smodel) undelivered(now int64, s *smSess, conn, reqID uint64) {
 	if s.conn == conn && conn != 0 {
 		m.detach(m.now, s, conn)
 	}
+}
+
+// setLimits: CONFIG. The new limits govern what comes next; nothing already there is removed.
+func (m *smodel) setLimits(now int64, l Limits) {
+	m.advance(now)
+	m.cfg.setLimits(l)
+	m.core.cfg.setLimits(l)
+	m.maxSess = orDefault(l.MaxSessions, DefaultMaxSessions)
+	m.maxOut = orDefault(l.MaxOutcomes, DefaultMaxOutcomes)
+	m.maxQueued = orDefault(l.MaxQueued, DefaultMaxQueued)
 }
 
 func (m *smodel) detachAll(now int64) {
@@ -468,6 +479,12 @@ func (m *smodel) apply(t *testing.T, entry []byte) {
 			m.stop(now)
 		case CmdDetachAll:
 			m.detachAll(now)
+		case CmdConfig:
+			var w [limitWords]int64
+			for k := range w {
+				w[k] = int64(be.Uint64(body[8*k:]))
+			}
+			m.setLimits(now, limitsOf(w))
 		default: // TICK; CEILING and STORAGE are ticks on a table without durable bounds
 			m.advance(now)
 		}
@@ -494,6 +511,7 @@ func TestSessionsAgainstModel(t *testing.T) {
 			t.Run(fmt.Sprintf("cfg%d/seed%d", ci, seed), func(t *testing.T) {
 				g := newCmdGen(seed*31 + uint64(ci))
 				g.detachAll = true
+				g.config = true
 				g.stopAt = entries - 300
 				tb := New(cfg)
 				m := newSModel(cfg)
@@ -571,6 +589,12 @@ func describeEntry(entry []byte) string {
 			fmt.Fprintf(&sb, " DETACH(s%d c%d)", sid, be.Uint64(body[16:]))
 		case CmdUndeliv:
 			fmt.Fprintf(&sb, " UNDELIV(s%d c%d r%d)", sid, be.Uint64(body[16:]), be.Uint64(body[24:]))
+		case CmdConfig:
+			var w [limitWords]int64
+			for k := range w {
+				w[k] = int64(be.Uint64(body[8*k:]))
+			}
+			fmt.Fprintf(&sb, " CONFIG(%+v)", limitsOf(w))
 		default:
 			fmt.Fprintf(&sb, " cmd%d", typ)
 		}

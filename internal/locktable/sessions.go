@@ -42,6 +42,7 @@ type session struct {
 	id         [wire.SessionIDSize]byte
 	owner      Owner  // the core's owner: session number << 24 | slot
 	conn       uint64 // the attached connection; 0 while detached
+	last       uint64 // the connection it was last attached to (kept while detached)
 	grace      int64  // ns the session outlives its connection
 	tseq       uint64 // the grace timer's seq while detached; 0 otherwise
 	expireAt   int64
@@ -74,16 +75,21 @@ type Out struct {
 	Resp wire.Response
 	// Attach result (Attached is true): the session's owner, whether it was resumed, the
 	// connection it was taken from (0: none), or Busy (too many sessions).
-	Attached bool
 	Owner    Owner
-	Resumed  bool
 	Prev     uint64
+	Attached bool
+	Resumed  bool
 	Busy     bool
 }
 
 func (s *sessions) init(cfg *Config) {
 	s.free = noSession
 	s.byID = make(map[[wire.SessionIDSize]byte]int32)
+	s.limits(cfg)
+}
+
+// limits takes the session layer's limits from cfg.
+func (s *sessions) limits(cfg *Config) {
 	s.maxSessions = orDefault(cfg.MaxSessions, DefaultMaxSessions)
 	s.maxOutcomes = orDefault(cfg.MaxOutcomes, DefaultMaxOutcomes)
 	s.maxQueued = orDefault(cfg.MaxQueued, DefaultMaxQueued)
@@ -129,7 +135,7 @@ func (t *Table) Attach(now int64, sid [wire.SessionIDSize]byte, conn uint64, gra
 		s := &ss.slots[i]
 		t.cancelTimer(&s.tseq)
 		res.Owner, res.Resumed, res.Prev = s.owner, true, s.conn
-		s.conn = conn
+		s.conn, s.last = conn, conn
 		s.grace = grace
 		s.retryBound = s.highest
 		t.SetDetached(s.owner, false)
@@ -150,6 +156,7 @@ func (t *Table) Attach(now int64, sid [wire.SessionIDSize]byte, conn uint64, gra
 			id:      sid,
 			owner:   Owner(ss.nextNum<<slotBits | uint64(i)),
 			conn:    conn,
+			last:    conn,
 			grace:   grace,
 			records: recs,
 			inUse:   true,
@@ -187,25 +194,36 @@ func (t *Table) Detach(now int64, owner Owner, conn uint64) {
 
 // Undelivered records that the grant of owner's acquire reqID, made for connection conn, was
 // dropped unwritten (the connection was doomed: it stopped reading, or its socket failed): no
-// byte of it can have reached the client. The session is detached from conn (if conn is still
-// its connection) and the grant, if still held and the session is still detached, becomes
-// revocable as if the session had been detached when it was made.
+// byte of it can have reached the client. It counts only while conn is the last connection the
+// session attached to (a newer connection may have carried a retry's answer, even if it is
+// gone too): the session is detached from conn if still attached, and the grant, if still
+// held, becomes revocable as if the session had been detached when it was made.
 func (t *Table) Undelivered(now int64, owner Owner, conn uint64, reqID uint64) {
 	now = t.tick(now)
 	i := t.sess.slotOf(owner)
-	if i == noSession {
+	if i == noSession || conn == 0 || t.sess.slots[i].last != conn {
 		return
-	}
-	cur := t.sess.slots[i].conn
-	if cur != 0 && cur != conn {
-		return // attached elsewhere: the client learns of the grant by its retry
 	}
 	if ei := t.FindHeld(owner, reqID); ei != nilIdx {
 		t.entries.at(ei).revocable = true
 	}
-	if cur == conn && conn != 0 {
+	if t.sess.slots[i].conn == conn {
 		t.Detach(now, owner, conn)
 	}
+}
+
+// SessionOnConn returns the id of the session attached to connection conn, if any. It scans
+// every session: for rare paths only (a grant for a connection the server already dropped).
+func (t *Table) SessionOnConn(conn uint64) (sid [wire.SessionIDSize]byte, ok bool) {
+	if conn == 0 {
+		return sid, false
+	}
+	for i := range t.sess.slots {
+		if s := &t.sess.slots[i]; s.inUse && s.conn == conn {
+			return s.id, true
+		}
+	}
+	return sid, false
 }
 
 // DetachAll detaches every session from its connection (a new leader: the connections to the

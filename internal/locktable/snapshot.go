@@ -19,10 +19,12 @@ import (
 // The encoding is canonical: two tables in the same logical state give the same bytes whatever
 // their memory layout (keys are sorted, sessions listed by slot), so StateHash can compare
 // replicas. Big-endian, versioned; Restore rejects what it cannot read.
+//
+// Version 2 adds the table's limits (Limits: replicated by CONFIG, so part of the state).
 
 const (
 	snapMagic   = "TKSN"
-	snapVersion = 1
+	snapVersion = 2
 )
 
 // ErrSnapshot is wrapped by Restore's errors.
@@ -72,6 +74,9 @@ func (t *Table) Snapshot() []byte {
 		w.u16(uint16(len(a)))
 		w.b = append(w.b, a...)
 	}
+	for _, v := range t.cfg.Limits().words() {
+		w.i64(v)
+	}
 
 	// Sessions: the slot array's length, the free list in order, then the live sessions by slot.
 	ss := &t.sess
@@ -94,6 +99,7 @@ func (t *Table) Snapshot() []byte {
 		w.b = append(w.b, s.id[:]...)
 		w.u64(uint64(s.owner))
 		w.u64(s.conn)
+		w.u64(s.last)
 		w.i64(s.grace)
 		w.i64(s.expireAt)
 		w.u64(s.tseq)
@@ -228,7 +234,8 @@ type restoredWaiter struct {
 	try                bool
 }
 
-// Restore builds a table with configuration cfg from a snapshot.
+// Restore builds a table with configuration cfg from a snapshot. The snapshot's limits replace
+// cfg's.
 func Restore(cfg Config, snap []byte) (*Table, error) {
 	r := &snapReader{b: snap}
 	if string(r.take(4)) != snapMagic {
@@ -256,6 +263,12 @@ func Restore(cfg Config, snap []byte) (*Table, error) {
 		}
 		t.nodes[id] = addr
 	}
+	var lw [limitWords]int64
+	for k := range lw {
+		lw[k] = r.i64()
+	}
+	t.cfg.setLimits(limitsOf(lw))
+	t.sess.limits(&t.cfg)
 
 	ss := &t.sess
 	nslots := r.count(0)
@@ -288,6 +301,7 @@ func Restore(cfg Config, snap []byte) (*Table, error) {
 		copy(s.id[:], r.take(wire.SessionIDSize))
 		s.owner = Owner(r.u64())
 		s.conn = r.u64()
+		s.last = r.u64()
 		s.grace = r.i64()
 		s.expireAt = r.i64()
 		s.tseq = r.u64()

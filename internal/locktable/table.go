@@ -119,6 +119,21 @@ func New(cfg Config) *Table {
 // SetObserver installs an observer (nil removes it). It is not part of the state.
 func (t *Table) SetObserver(o Observer) { t.obs = o }
 
+// SetLimits replaces the table's limits (the CONFIG command) after applying the deadlines up to
+// now. They govern what comes next: a lowered limit refuses new keys, waiters, sessions, queued
+// acquires and stored outcomes beyond it, but removes nothing already there; a lock-delay
+// applies to the expiries from now on.
+func (t *Table) SetLimits(now int64, l Limits) {
+	now = t.tick(now)
+	t.Advance(now)
+	t.drain(now)
+	t.cfg.setLimits(l)
+	t.sess.limits(&t.cfg)
+}
+
+// Limits returns the limits in force.
+func (t *Table) Limits() Limits { return t.cfg.Limits() }
+
 // addSat returns now+d, saturated at math.MaxInt64 (d >= 0).
 func addSat(now, d int64) int64 {
 	if d > math.MaxInt64-now {

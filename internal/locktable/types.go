@@ -71,6 +71,33 @@ type Config struct {
 	MaxQueued   int // queued acquires per session; default 4,096
 }
 
+// Limits are the settings of Config that shape the table's state: what an acquire, an attach
+// or an expiry does depends on them. A replicated table must apply the same ones on every
+// replica, so a cluster carries them in the log (the CONFIG command, Encoder.Config) and every
+// replica applies them from that entry on (SetLimits); they are part of Snapshot and StateHash.
+// Zero values mean what they mean in Config.
+type Limits struct {
+	MaxWaitersPerKey int
+	MaxWaitersTotal  int
+	MaxLocks         int
+	LockDelay        int64 // ns
+	MaxSessions      int
+	MaxOutcomes      int
+	MaxQueued        int
+}
+
+// Limits returns the limits of c.
+func (c Config) Limits() Limits {
+	return Limits{MaxWaitersPerKey: c.MaxWaitersPerKey, MaxWaitersTotal: c.MaxWaitersTotal, MaxLocks: c.MaxLocks,
+		LockDelay: c.LockDelay, MaxSessions: c.MaxSessions, MaxOutcomes: c.MaxOutcomes, MaxQueued: c.MaxQueued}
+}
+
+// setLimits replaces the limits of c with l.
+func (c *Config) setLimits(l Limits) {
+	c.MaxWaitersPerKey, c.MaxWaitersTotal, c.MaxLocks = l.MaxWaitersPerKey, l.MaxWaitersTotal, l.MaxLocks
+	c.LockDelay, c.MaxSessions, c.MaxOutcomes, c.MaxQueued = l.LockDelay, l.MaxSessions, l.MaxOutcomes, l.MaxQueued
+}
+
 // Observer receives what the table decides, for metrics. It is called synchronously, inside
 // the table's calls (the caller's lock held): it must be quick, must not allocate in steady
 // state, and must not call back into the table. It never influences the table's state.

@@ -12,9 +12,17 @@
 //
 // Both proofs are compared in constant time; the labels keep one from being replayed as the
 // other, and fresh nonces on both sides keep a recorded handshake from being replayed at all.
+//
+// Accepted connections that have not proved the secret yet are bounded, so that a flood of them
+// (idle sockets, garbage; no secret needed) never keeps a peer out: each has AcceptTimeout to
+// finish its handshake; at most pendingPerHost of them from one address are kept (a newer one
+// closes that address's oldest) and at most pendingMax in all (a newer one closes the oldest).
+// A peer's own handshake takes a few round trips, so it completes unless a flood replaces the
+// whole pending set within that time.
 package raftnet
 
 import (
+	"container/list"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -36,7 +44,9 @@ const (
 	nonceSize      = 32
 	labelListener  = "ticketing/raft listener"
 	labelDialer    = "ticketing/raft dialer"
-	handshakeLimit = 64 // handshakes in progress at once; more are closed at once
+	pendingMax     = 64              // accepted connections in their handshake; beyond it the oldest is closed
+	pendingPerHost = 8               // of them from one address; beyond it that address's oldest is closed
+	acceptTimeout  = 2 * time.Second // default Options.AcceptTimeout
 )
 
 // ErrAuth is returned by Dial when the peer does not prove it holds the cluster secret.
@@ -50,12 +60,13 @@ type Layer struct {
 	serverTLS *tls.Config // nil: plain TCP
 	clientTLS *tls.Config
 	timeout   time.Duration
+	acceptTO  time.Duration
 	log       *slog.Logger
 
 	accepted chan net.Conn
 	done     chan struct{}
 	once     sync.Once
-	sem      chan struct{}
+	pending  pendingSet
 	wg       sync.WaitGroup
 }
 
@@ -65,8 +76,11 @@ type Options struct {
 	ServerTLS *tls.Config   // TLS for accepted connections (with ClientCAs + RequireAndVerifyClientCert for mutual TLS); nil = plain TCP
 	ClientTLS *tls.Config   // TLS for dialled connections; must be set exactly when ServerTLS is
 	Advertise net.Addr      // the address peers dial (default: the listener's)
-	Timeout   time.Duration // handshake bound; default 5s
-	Logger    *slog.Logger
+	Timeout   time.Duration // handshake bound of Dial; default 5s
+	// AcceptTimeout bounds the handshake of an accepted connection (TLS included), which has
+	// not proved anything yet; default 2s.
+	AcceptTimeout time.Duration
+	Logger        *slog.Logger
 }
 
 // Listen opens a Layer on addr.
@@ -83,14 +97,18 @@ func Listen(addr string, o Options) (*Layer, error) {
 	}
 	l := &Layer{
 		ln: ln, advertise: o.Advertise, secret: o.Secret, serverTLS: o.ServerTLS, clientTLS: o.ClientTLS,
-		timeout: o.Timeout, log: o.Logger,
-		accepted: make(chan net.Conn), done: make(chan struct{}), sem: make(chan struct{}, handshakeLimit),
+		timeout: o.Timeout, acceptTO: o.AcceptTimeout, log: o.Logger,
+		accepted: make(chan net.Conn), done: make(chan struct{}),
 	}
+	l.pending.init(pendingMax, pendingPerHost)
 	if l.advertise == nil {
 		l.advertise = ln.Addr()
 	}
 	if l.timeout <= 0 {
 		l.timeout = 5 * time.Second
+	}
+	if l.acceptTO <= 0 {
+		l.acceptTO = acceptTimeout
 	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
@@ -116,17 +134,21 @@ func (l *Layer) acceptLoop() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		select {
-		case l.sem <- struct{}{}:
-		default:
-			nc.Close() // a flood of unauthenticated connections: shed it
+		p := l.pending.add(nc) // may close the oldest pending connection(s); nil once closed
+		if p == nil {
 			continue
 		}
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			defer func() { <-l.sem }()
 			c, err := l.serverHandshake(nc)
+			if !l.pending.remove(p) { // closed under it: a newer connection took its place
+				l.log.Debug("raft connection closed in its handshake: too many pending", "remote", nc.RemoteAddr().String())
+				if c != nil {
+					c.Close()
+				}
+				return
+			}
 			if err != nil {
 				l.log.Warn("raft connection refused", "remote", nc.RemoteAddr().String(), "err", err)
 				nc.Close()
@@ -156,6 +178,7 @@ func (l *Layer) Close() error {
 	l.once.Do(func() {
 		close(l.done)
 		l.ln.Close()
+		l.pending.closeAll()
 	})
 	l.wg.Wait()
 	return nil
@@ -230,7 +253,7 @@ func dialHandshake(c net.Conn, secret []byte) error {
 }
 
 func (l *Layer) serverHandshake(nc net.Conn) (net.Conn, error) {
-	nc.SetDeadline(time.Now().Add(l.timeout))
+	nc.SetDeadline(time.Now().Add(l.acceptTO))
 	var c net.Conn = nc
 	if l.serverTLS != nil {
 		tc := tls.Server(nc, l.serverTLS)
@@ -265,4 +288,103 @@ func (l *Layer) serverHandshake(nc net.Conn) (net.Conn, error) {
 	}
 	nc.SetDeadline(time.Time{})
 	return c, nil
+}
+
+// pendingSet holds the accepted connections still in their handshake, oldest first, and makes
+// room for a new one by closing the oldest of its address (more than perHost from it) or the
+// oldest of all (more than max in all). A peer's handshake is short, so it is rarely the oldest.
+type pendingSet struct {
+	mu      sync.Mutex
+	max     int
+	perHost int
+	l       list.List // of *pendingConn, oldest first
+	hosts   map[string]int
+	closed  bool
+}
+
+type pendingConn struct {
+	nc   net.Conn
+	host string
+	el   *list.Element // nil once removed
+}
+
+func (p *pendingSet) init(max, perHost int) {
+	p.max, p.perHost = max, perHost
+	p.hosts = make(map[string]int)
+}
+
+// add registers nc, closing whatever it replaces; it returns nil (and closes nc) once the set
+// is closed.
+func (p *pendingSet) add(nc net.Conn) *pendingConn {
+	pc := &pendingConn{nc: nc, host: hostOf(nc.RemoteAddr())}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		nc.Close()
+		return nil
+	}
+	if p.hosts[pc.host] >= p.perHost {
+		for e := p.l.Front(); e != nil; e = e.Next() {
+			if old := e.Value.(*pendingConn); old.host == pc.host {
+				p.evict(old)
+				break
+			}
+		}
+	}
+	for p.l.Len() >= p.max {
+		p.evict(p.l.Front().Value.(*pendingConn))
+	}
+	pc.el = p.l.PushBack(pc)
+	p.hosts[pc.host]++
+	return pc
+}
+
+func (p *pendingSet) evict(pc *pendingConn) {
+	p.unlink(pc)
+	pc.nc.Close()
+}
+
+func (p *pendingSet) unlink(pc *pendingConn) {
+	p.l.Remove(pc.el)
+	pc.el = nil
+	if p.hosts[pc.host]--; p.hosts[pc.host] <= 0 {
+		delete(p.hosts, pc.host)
+	}
+}
+
+// remove takes pc out of the set when its handshake ended; false if it was closed meanwhile.
+func (p *pendingSet) remove(pc *pendingConn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pc.el == nil {
+		return false
+	}
+	p.unlink(pc)
+	return true
+}
+
+func (p *pendingSet) len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.l.Len()
+}
+
+// closeAll closes every pending connection, and any added later.
+func (p *pendingSet) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for p.l.Len() > 0 {
+		p.evict(p.l.Front().Value.(*pendingConn))
+	}
+}
+
+func hostOf(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	if h, _, err := net.SplitHostPort(a.String()); err == nil {
+		return h
+	}
+	return a.String()
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -61,9 +62,24 @@ const (
 	baseHeartbeat   = 500 * time.Millisecond
 	baseLeaderLease = 250 * time.Millisecond
 	tickEvery       = 500 * time.Millisecond // a TICK at least this often while deadlines are pending
-	maxEntry        = 1 << 20                // a proposal is submitted once it holds this many bytes
+	maxEntry        = 1 << 20                // an entry is closed (and a new one begun) once it holds this many bytes
 	maxInflight     = 2                      // proposals in flight at once
 )
+
+// RecoveryTokenMargin is how far a forced recovery (ClusterConfig.Recover) raises the token
+// counter above the last token in the recovering node's own log: its first entry as leader
+// seeds the counter at max(that last token + RecoveryTokenMargin, TICKETING_MIN_TOKEN, the data
+// directory's single-node high-water mark), and tokens continue above it.
+//
+// The bound: the survivor's log may lack entries that the lost majority committed, and every
+// grant in them took the next token, one above the last. So no token is ever issued twice as
+// long as the entries the survivor lacks granted fewer than 2^40 (about 1.1 * 10^12) tokens,
+// and raised the counter by no SEED of their own beyond that margin (a leader whose
+// TICKETING_MIN_TOKEN or data directory was higher than every token before it); 2^40 grants are
+// 12.7 days at a sustained million grants per second. A lag beyond that, or a token record
+// higher than the margin covers, needs TICKETING_MIN_TOKEN on the recovering node, which is
+// always honoured as a floor. Each recovery spends 2^40 of the 2^64 tokens.
+const RecoveryTokenMargin uint64 = 1 << 40
 
 // FailoverBound is the shortest lease a cluster accepts by default: a failover may cost up to
 // about this (election plus a commit), and a lease shorter than that expires during one.
@@ -98,16 +114,42 @@ type cluster struct {
 
 	recovered    bool // this node ran a forced recovery at start; its first lead makes a new state
 	recoveryDone bool
+
+	halted atomic.Bool // a committed entry could not be applied: see applyFailed
 }
 
 // proposer accumulates commands from all connections into one entry while proposals are in
 // flight, then proposes it (group commit).
+//
+// Bounds: an entry is closed once it holds maxEntry bytes (it may exceed that by the one batch
+// that crossed it) and queued behind the open one; the propose goroutine submits them in order,
+// at most maxInflight at once. What is queued (closed entries and the open one: accepted, not
+// yet handed to Raft) is bounded by Config.RaftMaxPending through backpressure: a connection
+// reader (beginConn) waits while that much is queued, so it stops reading and TCP flow control
+// reaches the client. Commands the server makes itself (DETACH, UNDELIVERED, TICK, ATTACH;
+// small, some proposed under Server.mu) never wait, so the bound can be exceeded by those and by
+// one batch per reader. Memory for client requests on the leader is therefore about
+// RaftMaxPending + maxInflight*maxEntry, plus what Raft itself keeps.
 type proposer struct {
-	mu    sync.Mutex
-	enc   locktable.Encoder
-	n     int
-	kick  chan struct{}
-	slots chan struct{} // in-flight proposals
+	mu     sync.Mutex
+	enc    locktable.Encoder // the open entry
+	n      int               // commands in enc; 0: enc holds nothing to propose
+	closed [][]byte          // full entries waiting for a slot, oldest first
+	cbytes int               // bytes in closed
+	limit  int               // readers wait while queued() >= limit (Config.RaftMaxPending)
+	room   sync.Cond         // on mu: queued() fell below limit, or waiting must end
+	stop   bool              // the propose goroutine has exited: nobody waits any more
+	leader *atomic.Bool      // the cluster's leader flag: a node that does not lead makes nobody wait
+	kick   chan struct{}
+	slots  chan struct{} // in-flight proposals
+}
+
+// queued is the number of bytes accepted and not yet handed to Raft. p.mu must be held.
+func (p *proposer) queued() int {
+	if p.n == 0 {
+		return p.cbytes
+	}
+	return p.cbytes + p.enc.Len()
 }
 
 func (p *proposer) begin() {
@@ -118,14 +160,76 @@ func (p *proposer) begin() {
 	p.n++
 }
 
+// beginConn is begin for a connection reader's batch: it first waits while RaftMaxPending bytes
+// or more are queued (see proposer). Server.mu must not be held.
+func (p *proposer) beginConn() {
+	p.mu.Lock()
+	for p.queued() >= p.limit && !p.stop && p.leader.Load() {
+		p.room.Wait()
+	}
+	if p.n == 0 {
+		p.enc.Reset(0)
+	}
+	p.n++
+}
+
 func (p *proposer) end() {
-	full := p.enc.Len() >= maxEntry
+	if p.enc.Len() >= maxEntry {
+		// Close the entry: the next command begins a new one.
+		e := bytes.Clone(p.enc.Bytes())
+		p.closed = append(p.closed, e)
+		p.cbytes += len(e)
+		p.n = 0
+	}
 	p.mu.Unlock()
+	p.poke()
+}
+
+// poke wakes the propose goroutine.
+func (p *proposer) poke() {
 	select {
 	case p.kick <- struct{}{}:
 	default:
 	}
-	_ = full
+}
+
+// wake ends the readers' wait when it must end regardless of room: leadership lost, or the
+// proposer stopped.
+func (p *proposer) wake() {
+	p.mu.Lock()
+	p.room.Broadcast()
+	p.mu.Unlock()
+}
+
+// next takes the next entry to propose: the oldest closed one, else the open one (nil: none).
+// p.mu must be held.
+func (p *proposer) next() []byte {
+	var e []byte
+	switch {
+	case len(p.closed) > 0:
+		e = p.closed[0]
+		p.closed[0] = nil
+		p.closed = p.closed[1:]
+		p.cbytes -= len(e)
+		if len(p.closed) == 0 {
+			p.closed = nil // let the queue's memory go
+		}
+	case p.n > 0:
+		e = bytes.Clone(p.enc.Bytes())
+		p.n = 0
+	}
+	if p.queued() < p.limit {
+		p.room.Broadcast()
+	}
+	return e
+}
+
+// drop discards everything queued (commands of a node that no longer leads: their clients
+// resume elsewhere). p.mu must be held.
+func (p *proposer) drop() {
+	clear(p.closed)
+	p.closed, p.cbytes, p.n = nil, 0, 0
+	p.room.Broadcast()
 }
 
 // startCluster opens the Raft node. Called by New when cfg.Cluster is set.
@@ -134,6 +238,9 @@ func (s *Server) startCluster() error {
 	c := &cluster{s: s, cfg: cc}
 	c.prop.kick = make(chan struct{}, 1)
 	c.prop.slots = make(chan struct{}, maxInflight)
+	c.prop.limit = s.cfg.RaftMaxPending
+	c.prop.room.L = &c.prop.mu
+	c.prop.leader = &c.leader
 	var b [8]byte
 	rand.Read(b[:])
 	c.connBase = uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32
@@ -179,7 +286,8 @@ func (s *Server) startCluster() error {
 		return fmt.Errorf("TICKETING_PEERS must name this node (%s) with its raft address", cc.NodeID)
 	}
 	layer, err := raftnet.Listen(cc.RaftAddr, raftnet.Options{Secret: cc.Secret, ServerTLS: cc.RaftServerTLS,
-		ClientTLS: cc.RaftClientTLS, Advertise: adv, Logger: s.log})
+		ClientTLS: cc.RaftClientTLS, Advertise: adv, Logger: s.log,
+		AcceptTimeout: max(2*time.Second, time.Duration(float64(4*baseHeartbeat)*cc.timing()))})
 	if err != nil {
 		return fmt.Errorf("raft listen %s: %w", cc.RaftAddr, err)
 	}
@@ -303,7 +411,7 @@ func (c *cluster) watchLeadership() {
 		case <-obs:
 		case <-check.C:
 		}
-		now := c.raft.State() == raft.Leader
+		now := c.raft.State() == raft.Leader && !c.halted.Load()
 		switch {
 		case now && !isLeader:
 			isLeader = true
@@ -323,11 +431,15 @@ func (c *cluster) watchLeadership() {
 }
 
 // becomeLeader: a Barrier (every earlier entry applied), then the time base, then the first
-// entry: this node's client address, the state id if the cluster has none, the token floor of
-// this node's data directory, and DETACH_ALL — no session has a connection to this node yet.
-// Only after that entry commits does the node accept clients.
+// entry: this node's client address, its table limits (CONFIG: every replica applies the
+// leader's limits from here on, so they never differ between replicas), the state id if the
+// cluster has none, the token floor of this node's data directory, and DETACH_ALL — no session
+// has a connection to this node yet. Only after that entry commits does the node accept clients.
 func (c *cluster) becomeLeader() error {
 	s := c.s
+	if c.halted.Load() {
+		return errors.New("this node stopped applying the log")
+	}
 	if err := c.raft.Barrier(10 * time.Second).Error(); err != nil {
 		return err
 	}
@@ -343,17 +455,25 @@ func (c *cluster) becomeLeader() error {
 	now := c.stamp()
 	e.Reset(now)
 	e.Node(c.cfg.NodeID, c.advertise())
+	e.Config(s.tableConfig().Limits())
 	local := s.store.State()
 	seed := max(local.TokenLimit, s.cfg.MinToken)
 	switch {
 	case c.recovered && !c.recoveryDone:
 		// A forced recovery: the log this node kept may lack entries the lost majority
-		// committed. New state id; tokens a block above what this log saw (and above the
-		// operator's floor); no grant until every lease the old state could hold has ended.
+		// committed. New state id; tokens RecoveryTokenMargin above what this log saw (and
+		// above the operator's floor: see RecoveryTokenMargin for the bound); no grant until
+		// every lease the old state could hold has ended.
 		s.mu.Lock()
 		last := s.table.LastToken()
 		s.mu.Unlock()
-		seed = max(seed, last+s.cfg.TokenBlock)
+		jump := last + RecoveryTokenMargin
+		if jump < last {
+			jump = math.MaxUint64 // saturated: no token is left to issue
+		}
+		seed = max(seed, jump)
+		s.log.Warn("cluster: forced recovery: tokens continue above the last one in this log plus the recovery margin",
+			"last_token", last, "next_token_above", seed)
 		rand.Read(state[:])
 		e.Init(&state, true, now+int64(s.cfg.MaxLease))
 	case state == ([wire.StateIDSize]byte{}):
@@ -397,6 +517,7 @@ func (c *cluster) advertise() string {
 func (c *cluster) loseLeadership(reason uint32) {
 	s := c.s
 	c.leader.Store(false)
+	c.prop.wake() // readers waiting for room in the proposer: their commands are dropped now
 	hint := c.leaderHint()
 	s.mu.Lock()
 	conns := make([]*conn, 0, len(s.conns))
@@ -409,7 +530,7 @@ func (c *cluster) loseLeadership(reason uint32) {
 			continue
 		}
 		conns = append(conns, cn)
-		cn.push(nil, &wire.Response{Op: wire.OpGoaway, Detail: reason, Data: []byte(hint)})
+		cn.push(nil, &wire.Response{Op: wire.OpGoaway, Detail: reason, Data: []byte(hint)}, false)
 		cn.detached = true
 		delete(s.conns, cn.id)
 		s.attached.Add(-1)
@@ -437,10 +558,16 @@ func (c *cluster) leaderHint() string {
 // first entry).
 func (c *cluster) ready() bool { return c.leader.Load() && c.raft.State() == raft.Leader }
 
-// propose submits the accumulated entry whenever there is one and a slot is free.
+// propose submits the queued entries in order, each when a slot is free.
 func (c *cluster) propose() {
 	defer c.s.wg.Done()
 	p := &c.prop
+	defer func() { // readers waiting for room wait no more
+		p.mu.Lock()
+		p.stop = true
+		p.room.Broadcast()
+		p.mu.Unlock()
+	}()
 	for {
 		select {
 		case <-p.kick:
@@ -453,17 +580,21 @@ func (c *cluster) propose() {
 			return
 		}
 		p.mu.Lock()
-		if p.n == 0 {
+		if !c.leader.Load() {
+			p.drop() // commands of connections the node no longer serves: dropped (their clients resume elsewhere)
 			p.mu.Unlock()
 			<-p.slots
 			continue
 		}
-		entry := bytes.Clone(p.enc.Bytes())
-		p.n = 0
+		entry := p.next()
+		more := len(p.closed) > 0 || p.n > 0
 		p.mu.Unlock()
-		if !c.leader.Load() {
+		if entry == nil {
 			<-p.slots
-			continue // commands of connections the node no longer serves: dropped (their clients resume elsewhere)
+			continue
+		}
+		if more {
+			p.poke() // the next one goes as soon as a slot is free
 		}
 		locktable.SetTime(entry, c.stamp())
 		f := c.raft.Apply(entry, 10*time.Second)
@@ -509,19 +640,22 @@ type fsm cluster
 var _ raft.BatchingFSM = (*fsm)(nil)
 
 // ApplyBatch applies committed entries in order under Server.mu and routes their outputs to this
-// node's connections (only the leader has any).
+// node's connections (only the leader has any). An entry that cannot be applied stops the
+// replica (applyFailed).
 func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	s := f.s
 	var touched []*conn
 	s.mu.Lock()
 	for _, l := range logs {
-		if l.Type != raft.LogCommand {
+		if l.Type != raft.LogCommand || f.halted.Load() {
 			continue
 		}
 		var err error
 		s.reqs, err = s.table.Apply(l.Data, s.reqs)
 		if err != nil {
-			s.log.Error("cluster: entry not applied", "index", l.Index, "err", err)
+			s.table.ClearOuts() // a partly applied entry answers nobody
+			(*cluster)(f).applyFailed(l.Index, err)
+			continue
 		}
 		s.settle(nil)
 	}
@@ -529,6 +663,28 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	s.mu.Unlock()
 	deliver(touched)
 	return make([]interface{}, len(logs))
+}
+
+// exitProcess ends the process (applyFailed); tests replace it.
+var exitProcess = os.Exit
+
+// applyFailed stops this replica for good: the committed entry at index could not be applied (a
+// command type this version does not know — a newer leader during a rolling upgrade — or a
+// malformed entry). Table.Apply has applied the commands before the failing one and not the
+// rest, so this node's table is no longer the one the other replicas have, and nothing it
+// would do from here on (serve clients, lead, apply more entries on top) can be trusted. Raft's
+// state machine cannot refuse an entry, and carrying on diverges silently, so the node stops:
+// one error line saying why, then the process exits with code 70 (as for a stalled disk). A
+// supervisor restarts it, and it stops again at the same entry until it runs a binary that can
+// apply it; the other nodes keep the cluster going. exitProcess returns only in tests: the node
+// then stays halted (it applies nothing more, never leads, and serves no client).
+// Server.mu is held.
+func (c *cluster) applyFailed(index uint64, err error) {
+	c.halted.Store(true)
+	c.leader.Store(false) // stop serving at once; watchLeadership sends the clients away
+	c.s.log.Error("cluster: a committed log entry cannot be applied; stopping this node (exit 70) so that it does not diverge from the other replicas: run a version that can apply it (upgrade this node) and restart it",
+		"index", index, "err", err)
+	exitProcess(70)
 }
 
 // Apply is ApplyBatch for one entry.

@@ -48,6 +48,9 @@ type Config struct {
 	ShutdownTimeout time.Duration // graceful shutdown bound; default 10s
 	TokenBlock      uint64        // tokens reserved per durable write; default 1<<20
 	MinToken        uint64        // tokens start above this (recovery floor for a lost store); default 0
+	// RaftMaxPending (cluster): bytes of client requests the leader holds before handing them
+	// to Raft; beyond it connection readers stop reading until Raft takes them. Default 4 MiB.
+	RaftMaxPending int
 
 	// Cluster makes this node a member of a Raft cluster; nil = a single node.
 	Cluster *ClusterConfig
@@ -105,6 +108,7 @@ func Default() Config {
 		StartupAuto:      true,
 		ShutdownTimeout:  10 * time.Second,
 		TokenBlock:       1 << 20,
+		RaftMaxPending:   4 << 20,
 	}
 }
 
@@ -174,6 +178,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("TICKETING_SESSION_GRACE %v outside 0..10m", c.SessionGrace)
 	case c.StartupGrace < 0 || c.StartupGrace > c.MaxLease:
 		return fmt.Errorf("TICKETING_STARTUP_GRACE %v outside 0..TICKETING_MAX_LEASE (%v)", c.StartupGrace, c.MaxLease)
+	case c.RaftMaxPending < 64<<10:
+		return fmt.Errorf("TICKETING_RAFT_MAX_PENDING %d below 64 KiB", c.RaftMaxPending)
 	case c.TokenBlock < 2:
 		return fmt.Errorf("TICKETING_TOKEN_BLOCK %d below 2", c.TokenBlock)
 	case len(c.Tokens) > 2:

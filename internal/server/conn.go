@@ -32,7 +32,7 @@ type conn struct {
 	rbuf   []byte         // read buffer, owned by the reader goroutine
 	reqs   []wire.Request // the batch being built, owned by the reader
 	resp   []byte         // answers of the batch being applied; see commit
-	grants []uint64       // request ids of the grants in resp (Server.mu held)
+	grants []grantMark    // the grants in resp (Server.mu held)
 
 	// Guarded by Server.mu.
 	marked   bool // in Server.touched
@@ -44,15 +44,28 @@ type conn struct {
 
 	wmu sync.Mutex // held by the one goroutine writing to nc
 
-	mu       sync.Mutex // guards the fields below; never held during I/O
-	out      []byte     // answers not yet written
-	spare    []byte     // the other half of a double buffer, reused by flush
-	closed   bool       // no more output is accepted
-	failed   bool       // output overflowed or a write failed: the connection is doomed
-	final    time.Time  // bound on the last writes (graceful shutdown); zero = WriteTimeout
-	killFlag bool       // the socket was closed at once (takeover, slow consumer)
+	mu        sync.Mutex  // guards the fields below; never held during I/O
+	out       []byte      // answers not yet written
+	spare     []byte      // the other half of a double buffer, reused by flush
+	closed    bool        // no more output is accepted
+	failed    bool        // output overflowed or a write failed: the connection is doomed
+	final     time.Time   // bound on the last writes (graceful shutdown); zero = WriteTimeout
+	readUntil time.Time   // reads stop here (graceful shutdown, lost leadership); zero = none
+	killFlag  bool        // the socket was closed at once (takeover, slow consumer)
+	marks     []grantMark // the grants in out, in order
+	spareMk   []grantMark // the other half of marks' double buffer
+	lost      []uint64    // request ids of grants dropped unwritten, for Server.reportLost
 
-	writer atomic.Bool // a writer goroutine (see kick) is running
+	writer  atomic.Bool    // a writer goroutine (see kick) is running
+	writers sync.WaitGroup // the writer goroutine; Add only under mu while !closed, so close can Wait
+}
+
+// grantMark is a grant's answer in an output buffer: the frame ends at byte end. A grant whose
+// frame was not wholly handed to the socket when the connection failed never reached the client
+// (PROTOCOL.md: such a grant is revocable); one that was may have.
+type grantMark struct {
+	end int
+	id  uint64
 }
 
 func newConn(s *Server, nc net.Conn, tcp *net.TCPConn) *conn {
@@ -195,14 +208,20 @@ func (c *conn) validate(r *wire.Request) bool {
 // running) while Server.mu is held. It reports whether the frame was queued: a doomed or closed
 // connection takes nothing (its output is capped), and a frame that overflows the output limit
 // dooms the connection and is dropped with everything queued.
-func (c *conn) push(cur *conn, r *wire.Response) bool {
+func (c *conn) push(cur *conn, r *wire.Response, grant bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || c.failed {
 		return false
 	}
 	c.out = wire.AppendResponse(c.out, r)
-	return !c.checkOverflow()
+	if c.checkOverflow() {
+		return false
+	}
+	if grant {
+		c.marks = append(c.marks, grantMark{len(c.out), r.ID})
+	}
+	return true
 }
 
 // commit moves the batch's answers from resp to out: one lock per batch, not one per answer.
@@ -214,15 +233,21 @@ func (c *conn) commit() bool {
 	}
 	c.mu.Lock()
 	ok := !c.closed && !c.failed
+	base := len(c.out)
 	switch {
 	case !ok:
-	case len(c.out) == 0:
+	case base == 0:
 		c.out, c.resp = c.resp, c.out
 	default:
 		c.out = append(c.out, c.resp...)
 	}
 	if ok && c.checkOverflow() {
 		ok = false
+	}
+	if ok {
+		for _, g := range c.grants {
+			c.marks = append(c.marks, grantMark{base + g.end, g.id})
+		}
 	}
 	c.mu.Unlock()
 	c.resp = c.resp[:0]
@@ -239,7 +264,6 @@ func (c *conn) checkOverflow() bool {
 	c.failed = true
 	c.s.metrics.slowConsumer()
 	c.s.log.Warn("closing slow consumer", "conn", c.id, "queued_bytes", len(c.out))
-	c.out = nil
 	c.killLocked()
 	c.s.doom(c)
 	return true
@@ -252,12 +276,39 @@ func (c *conn) killLocked() {
 	}
 	c.killFlag = true
 	c.closed = true
+	c.dropOutLocked()
 	if c.tcp != nil {
 		c.tcp.SetLinger(0)
 		c.tcp.Close() // not nc.Close: a TLS close would try to write an alert
 	} else {
 		c.nc.Close()
 	}
+}
+
+// dropOutLocked discards the unwritten output of a connection that will write no more; its
+// grants are lost. c.mu must be held.
+func (c *conn) dropOutLocked() {
+	for _, m := range c.marks {
+		c.lost = append(c.lost, m.id)
+	}
+	c.marks = c.marks[:0]
+	c.out = nil
+}
+
+// loseUnwritten records the grants of a buffer whose write stopped after n bytes: a grant
+// whose frame ends past n never reached the client. c.mu must be held.
+func (c *conn) loseUnwritten(marks []grantMark, n int) {
+	for _, m := range marks {
+		if m.end > n {
+			c.lost = append(c.lost, m.id)
+		}
+	}
+}
+
+func (c *conn) hasLost() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.lost) > 0
 }
 
 // kill closes the socket at once (a newer connection took the session over, or shutdown ran
@@ -271,15 +322,23 @@ func (c *conn) kill() {
 // kick makes sure a goroutine writes what is queued: it starts one unless one is running. A
 // connection has no writer goroutine while it has nothing to write.
 func (c *conn) kick() {
-	if c.writer.CompareAndSwap(false, true) {
-		c.s.connWG.Add(1)
-		go c.writeOut()
+	if !c.writer.CompareAndSwap(false, true) {
+		return
 	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		c.writer.Store(false)
+		return
+	}
+	c.writers.Add(1)
+	c.mu.Unlock()
+	go c.writeOut()
 }
 
 // writeOut is the writer goroutine started by kick.
 func (c *conn) writeOut() {
-	defer c.s.connWG.Done()
+	defer c.writers.Done()
 	for {
 		c.flush()
 		c.writer.Store(false)
@@ -318,25 +377,26 @@ func (c *conn) flush() {
 	defer c.wmu.Unlock()
 	c.mu.Lock()
 	for len(c.out) > 0 && !c.failed && !c.closed {
-		buf := c.out
-		c.out = c.spare[:0]
+		buf, marks := c.out, c.marks
+		c.out, c.marks = c.spare[:0], c.spareMk[:0]
 		dl := c.writeDeadline()
 		c.mu.Unlock()
 		c.nc.SetWriteDeadline(dl)
-		_, err := c.nc.Write(buf)
+		n, err := c.nc.Write(buf)
 		if err == nil {
 			c.nc.SetWriteDeadline(time.Time{}) // an expired deadline would stop tryFlush
 		}
 		c.mu.Lock()
+		if err != nil {
+			c.failed = true
+			c.loseUnwritten(marks, n)
+			c.killLocked()
+		}
+		c.spareMk = marks[:0]
 		if cap(buf) <= 64<<10 {
 			c.spare = buf[:0]
 		} else {
 			c.spare = nil // do not keep a burst's memory
-		}
-		if err != nil {
-			c.failed = true
-			c.out = nil
-			c.killLocked()
 		}
 	}
 	c.mu.Unlock()
@@ -358,7 +418,8 @@ func (c *conn) tryFlush() {
 		c.wmu.Unlock()
 		return
 	}
-	c.out = c.spare[:0]
+	marks := c.marks
+	c.out, c.marks = c.spare[:0], c.spareMk[:0]
 	c.mu.Unlock()
 	n := 0
 	c.raw.Write(func(fd uintptr) bool {
@@ -372,10 +433,29 @@ func (c *conn) tryFlush() {
 		return true // never wait for the socket to become writable
 	})
 	c.mu.Lock()
+	if n < len(buf) && c.closed {
+		// Killed meanwhile: nothing more is written.
+		c.loseUnwritten(marks, n)
+		c.spare, c.spareMk = buf[:0], marks[:0]
+		c.mu.Unlock()
+		c.wmu.Unlock()
+		return
+	}
 	if n < len(buf) {
 		// Put the rest in front of anything queued meanwhile, and let the writer finish.
 		rest := append(make([]byte, 0, len(buf)-n+len(c.out)), buf[n:]...)
+		var mk []grantMark
+		for _, m := range marks {
+			if m.end > n {
+				mk = append(mk, grantMark{m.end - n, m.id})
+			}
+		}
+		for _, m := range c.marks {
+			mk = append(mk, grantMark{m.end + len(rest), m.id})
+		}
 		c.out = append(rest, c.out...)
+		c.marks = mk
+		c.spareMk = marks[:0]
 		c.spare = buf[:0]
 		c.mu.Unlock()
 		c.wmu.Unlock()
@@ -383,6 +463,7 @@ func (c *conn) tryFlush() {
 		return
 	}
 	c.spare = buf[:0]
+	c.spareMk = marks[:0]
 	c.mu.Unlock()
 	c.wmu.Unlock()
 }
@@ -401,8 +482,9 @@ func (c *conn) drainAndClose() {
 func (c *conn) stopReading(readUntil, final time.Time) {
 	c.mu.Lock()
 	c.final = final
-	c.mu.Unlock()
+	c.readUntil = readUntil
 	c.nc.SetReadDeadline(readUntil)
+	c.mu.Unlock()
 }
 
 // close flushes what is queued (bounded by deadline), then releases the connection; no output
@@ -417,10 +499,12 @@ func (c *conn) close(deadline time.Time) {
 	c.mu.Lock()
 	if c.killFlag {
 		c.mu.Unlock()
+		c.writers.Wait()
 		return
 	}
 	c.closed = true
 	c.killFlag = true
 	c.mu.Unlock()
 	c.nc.Close()
+	c.writers.Wait() // no writer starts after closed; one running ends with the closed socket
 }

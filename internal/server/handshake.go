@@ -45,6 +45,23 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 		// The leader hint: a follower answers a new connection with the leader's address.
 		ch.Status, ch.Data = wire.StatusNotLeader, []byte(s.cluster.leaderHint())
 	}
+	// The check above only reads the count; the slot is taken here, atomically, so handshakes
+	// that pass the check together never serve more than MaxConnections. It is the
+	// connection's from the attach on (detach gives it back) and is given back on every path
+	// that does not attach.
+	slot := false
+	if ch.Status == wire.StatusOK {
+		if slot = s.takeSlot(); !slot {
+			ch.Status, ch.Detail, ch.Data = wire.StatusBusy, wire.LimitConnections, []byte(wire.MsgConnections)
+		}
+	}
+	release := func() {
+		if slot {
+			slot = false
+			s.attached.Add(-1)
+		}
+	}
+	defer release()
 	keys := s.auth.Load()
 	if len(keys.tokens) > 0 {
 		ch.Flags = wire.ChallengeAuthRequired
@@ -84,6 +101,7 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 		}
 		if token == nil {
 			s.metrics.authFailure()
+			release() // not held through the back-off
 			s.authFailed(nc, log, deadline)
 			return nil, false
 		}
@@ -98,6 +116,7 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 	s.mu.Lock()
 	if s.stopping || (s.cluster != nil && !s.cluster.ready()) {
 		s.mu.Unlock()
+		release()
 		st := wire.StatusShuttingDown
 		if !s.stopping {
 			st = wire.StatusNotLeader
@@ -111,7 +130,7 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 		c.id = s.cluster.nextConnID(s.nextConn)
 	}
 	s.conns[c.id] = c
-	s.attached.Add(1)
+	slot = false // the connection's now: detach gives it back
 	if s.cluster == nil {
 		s.table.Attach(s.now(), hello.SessionID, c.id, int64(s.cfg.SessionGrace))
 		s.settle(nil)
@@ -137,7 +156,7 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 		s.settle(nil)
 	}
 	s.mu.Unlock()
-	if !welcomed {
+	if !welcomed { // its detach above gave the slot back
 		st := wire.StatusNotLeader
 		if hs.busy {
 			st = wire.StatusBusy
@@ -150,7 +169,14 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 		s.closeConn(c)
 		return nil, false
 	}
+	// Lift the handshake's deadline, unless a stop (Shutdown, lost leadership) already bounded
+	// this connection's reads: stopReading and this are serialised by c.mu.
+	c.mu.Lock()
 	nc.SetDeadline(time.Time{})
+	if !c.readUntil.IsZero() {
+		nc.SetReadDeadline(c.readUntil)
+	}
+	c.mu.Unlock()
 	s.metrics.sessionAttached(hs.resumed)
 	log.Debug("session attached", "conn", c.id, "resumed", hs.resumed)
 	return c, true
@@ -268,6 +294,20 @@ func readFixed(r io.Reader, b []byte, size int) bool {
 	}
 	_, err := io.ReadFull(r, b[4:size])
 	return err == nil
+}
+
+// takeSlot takes one of the MaxConnections connection slots (see Server.attached), or reports
+// that none is free.
+func (s *Server) takeSlot() bool {
+	for {
+		n := s.attached.Load()
+		if n >= int64(s.cfg.MaxConnections) {
+			return false
+		}
+		if s.attached.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 func (s *Server) isStopping() bool {

@@ -71,6 +71,11 @@ func (s *Server) persister() {
 				return
 			}
 		}
+		select {
+		case <-s.done: // a kick and the stop came together: the stop writes the last record
+			return
+		default:
+		}
 		if time.Since(hintReset) > leaseHintWindow {
 			// Let the hint shrink once long leases stop: the horizon (and so the wait after a
 			// crash) follows the leases in use, not the longest ever seen.

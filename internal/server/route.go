@@ -67,25 +67,32 @@ func (s *Server) settle(cur *conn) {
 			if o.Conn == 0 {
 				continue
 			}
+			grant := o.Resp.Op == wire.OpAcquire && o.Resp.Status == wire.StatusOK
 			var d *conn
 			if cur != nil && o.Conn == cur.id {
 				d = cur
 			} else if d = s.conns[o.Conn]; d == nil {
+				if grant && s.cluster != nil && s.cluster.ownsConn(o.Conn) {
+					// In a cluster a connection is forgotten when its DETACH is proposed, before
+					// it is applied: a grant for it is undelivered like any other.
+					if sid, ok := s.table.SessionOnConn(o.Conn); ok {
+						s.proposeUndelivered(&sid, o.Conn, o.Resp.ID)
+					}
+				}
 				continue
 			}
 			s.metrics.answered(&o.Resp)
-			grant := o.Resp.Op == wire.OpAcquire && o.Resp.Status == wire.StatusOK
 			if grant && failCrashBeforeGrantReply {
 				crashNow() // tests: the grant is committed (and applied here), its answer never written
 			}
 			if d == cur {
 				cur.resp = wire.AppendResponse(cur.resp, &o.Resp)
 				if grant {
-					cur.grants = append(cur.grants, o.Resp.ID)
+					cur.grants = append(cur.grants, grantMark{len(cur.resp), o.Resp.ID})
 				}
 				continue
 			}
-			if !d.push(cur, &o.Resp) && grant {
+			if !d.push(cur, &o.Resp, grant) && grant {
 				lost = append(lost, undelivered{d, o.Resp.ID})
 			}
 			if !d.marked {
@@ -96,8 +103,8 @@ func (s *Server) settle(cur *conn) {
 		s.table.ClearOuts()
 		if cur != nil {
 			if !cur.commit() {
-				for _, id := range cur.grants {
-					lost = append(lost, undelivered{cur, id})
+				for _, g := range cur.grants {
+					lost = append(lost, undelivered{cur, g.id})
 				}
 			}
 			cur.grants = cur.grants[:0]
@@ -107,13 +114,7 @@ func (s *Server) settle(cur *conn) {
 		}
 		now := s.now()
 		for _, u := range lost {
-			if s.cluster != nil {
-				s.cluster.prop.begin()
-				s.cluster.prop.enc.Undelivered(&u.c.sid, u.c.id, u.reqID)
-				s.cluster.prop.end()
-				continue
-			}
-			s.table.Undelivered(now, u.c.owner, u.c.id, u.reqID)
+			s.undelivered(now, u.c, u.reqID)
 		}
 		lost = lost[:0]
 		for _, d := range s.doomed {
@@ -137,12 +138,51 @@ func (s *Server) doom(c *conn) {
 	}
 }
 
-// detach tells the table that c is gone (its session lives on for its grace) and forgets c.
-// Server.mu must be held; call settle afterwards.
+// undelivered tells the table that c's grant for request reqID was dropped unwritten (in a
+// cluster: proposes it). Server.mu must be held; call settle afterwards.
+func (s *Server) undelivered(now int64, c *conn, reqID uint64) {
+	if s.cluster != nil {
+		s.proposeUndelivered(&c.sid, c.id, reqID)
+		return
+	}
+	s.table.Undelivered(now, c.owner, c.id, reqID)
+}
+
+func (s *Server) proposeUndelivered(sid *[wire.SessionIDSize]byte, conn, reqID uint64) {
+	p := &s.cluster.prop
+	p.begin()
+	p.enc.Undelivered(sid, conn, reqID)
+	p.end()
+}
+
+// ownsConn reports whether connection id was made by this node (see nextConnID).
+func (c *cluster) ownsConn(id uint64) bool { return id&^0xffffffff == c.connBase }
+
+// reportLost hands the table the grants c's output buffers dropped unwritten (a failed or
+// timed-out write, an overflow, a kill; see conn.lost). Server.mu must be held; call settle
+// afterwards.
+func (s *Server) reportLost(c *conn) {
+	c.mu.Lock()
+	lost := c.lost
+	c.lost = nil
+	c.mu.Unlock()
+	if len(lost) == 0 || c.id == 0 {
+		return
+	}
+	now := s.now()
+	for _, id := range lost {
+		s.undelivered(now, c, id)
+	}
+}
+
+// detach tells the table that c is gone (its session lives on for its grace) and forgets c;
+// grants its buffers dropped unwritten are reported first. Server.mu must be held; call settle
+// afterwards.
 func (s *Server) detach(c *conn) {
 	if c.detached || c.id == 0 {
 		return
 	}
+	s.reportLost(c)
 	c.detached = true
 	if s.conns[c.id] == c {
 		delete(s.conns, c.id)
@@ -159,11 +199,13 @@ func (s *Server) detach(c *conn) {
 
 // propose is the apply step in a cluster: the batch becomes a REQUESTS command of the next
 // proposal (its answers come when the entry is applied); the connection's local answers
-// (invalid requests, PING) are committed at once.
+// (invalid requests, PING) are committed at once. While the proposer holds
+// Config.RaftMaxPending bytes not yet handed to Raft it waits first: this reader stops reading,
+// and TCP flow control holds the client back.
 func (s *Server) propose(c *conn, reqs []wire.Request, fatal bool) {
 	if len(reqs) > 0 {
 		p := &s.cluster.prop
-		p.begin()
+		p.beginConn() // waits while the proposer is full: backpressure on this client
 		p.enc.Requests(&c.sid, c.id)
 		for k := range reqs {
 			p.enc.Request(&reqs[k])

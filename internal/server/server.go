@@ -69,7 +69,7 @@ type Server struct {
 	startWait int64              // single node: the table time before which nothing is granted
 	cluster   *cluster           // nil on a single node
 
-	attached atomic.Int64 // len(conns), readable without Server.mu
+	attached atomic.Int64 // connection slots taken: len(conns) plus handshakes holding one (takeSlot); at most MaxConnections
 	pending  pendingSet   // connections still in their handshake
 	failures authFailures
 
@@ -346,6 +346,15 @@ func (s *Server) closeConn(c *conn) {
 	s.mu.Unlock()
 	deliver(touched)
 	c.close(time.Now().Add(s.cfg.WriteTimeout))
+	// The last writes may have failed too.
+	if c.hasLost() {
+		s.mu.Lock()
+		s.reportLost(c)
+		s.settle(nil)
+		touched = s.takeTouched(touched)
+		s.mu.Unlock()
+		deliver(touched)
+	}
 }
 
 // clock is the one goroutine that drives lease expiries, wait timeouts, lock-delay ends and
@@ -472,15 +481,29 @@ func (s *Server) shutdown(ctx context.Context) error {
 	horizon := s.table.MaxDeadline()
 	lastToken := s.table.LastToken()
 	s.mu.Unlock()
-	boot := clock.Boottime()
 	if horizon == 0 {
-		horizon = boot - s.boot0
+		horizon = s.now()
 	}
-	if _, perr := s.store.Persist(lastToken, s.boot0+horizon, true); perr != nil {
-		s.log.Error("could not record the restart horizon; the next start waits for the one recorded before", "err", perr)
-	}
-	if cerr := s.store.Close(); err == nil {
-		err = cerr
+	// The final write is bounded by ctx too: a hung disk must not hold the stop. Abandoning it
+	// is safe: the horizon recorded before (reserved ahead of every lease) still holds.
+	final := make(chan error, 1)
+	go func() {
+		_, perr := s.store.Persist(lastToken, s.boot0+horizon, true)
+		if perr != nil {
+			s.log.Error("could not record the restart horizon; the next start waits for the one recorded before", "err", perr)
+		}
+		final <- s.store.Close() // a failed final record is logged, not an error of the stop
+	}()
+	select {
+	case ferr := <-final:
+		if err == nil {
+			err = ferr
+		}
+	case <-time.After(max(time.Until(deadline), 0)):
+		s.log.Error("storage did not finish the final write before the stop deadline; stopping without it (the next start waits for the horizon recorded before)")
+		if err == nil {
+			err = errors.New("shutdown: storage did not answer before the deadline")
+		}
 	}
 	return err
 }
@@ -508,7 +531,12 @@ func (s *Server) shutdownCluster(ctx context.Context, deadline time.Time) error 
 			s.log.Warn("cluster: leadership transfer did not finish in time; stopping anyway")
 		}
 		// Wait (briefly) until the new leader is known, for the hint.
-		for t := time.Now(); time.Since(t) < time.Second; time.Sleep(10 * time.Millisecond) {
+		hintBy := time.Now().Add(time.Second)
+		if deadline.Before(hintBy) {
+			hintBy = deadline
+		}
+		for time.Now().Before(hintBy) {
+			time.Sleep(10 * time.Millisecond)
 			if _, id := c.raft.LeaderWithID(); id != "" && string(id) != c.cfg.NodeID && c.leaderHint() != "" {
 				break // and its client address applied here too (its first entry), for the hint
 			}
@@ -521,12 +549,27 @@ func (s *Server) shutdownCluster(ctx context.Context, deadline time.Time) error 
 	select {
 	case <-waited:
 	case <-ctx.Done():
-		err = ctx.Err()
+		err = ctx.Err() // the readers end by themselves: loseLeadership bounded their reads and writes
 	}
 	s.timer.Stop()
-	c.close()
-	if cerr := s.store.Close(); err == nil {
-		err = cerr
+	// Raft's shutdown waits for its log store: bounded like the rest, with a floor of a second
+	// for an ordinary shutdown after a ctx that ran out. A node whose disk hangs stops without
+	// it (its log is crash-safe; the disk watchdog in stall.go exits it anyway).
+	closed := make(chan error, 1)
+	go func() {
+		c.close()
+		closed <- s.store.Close()
+	}()
+	select {
+	case cerr := <-closed:
+		if err == nil {
+			err = cerr
+		}
+	case <-time.After(max(time.Until(deadline), time.Second)):
+		s.log.Error("cluster: raft did not shut down before the stop deadline; stopping without it")
+		if err == nil {
+			err = errors.New("shutdown: raft did not stop before the deadline")
+		}
 	}
 	return err
 }

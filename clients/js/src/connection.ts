@@ -120,6 +120,11 @@ function isTlsFailure(err: NodeJS.ErrnoException): boolean {
   );
 }
 
+/** An error message on one line (OpenSSL's end with a newline). */
+function oneLine(s: string): string {
+  return s.replace(/\s*[\r\n]+\s*/g, ' ').trim();
+}
+
 /** One socket after (or during) the handshake. Create with {@link Connection.open}. */
 export class Connection {
   /** The server this connection goes to. */
@@ -171,10 +176,11 @@ export class Connection {
 
   /**
    * Connects and runs the handshake, verifying the server's proof when a token is configured.
-   * Rejects with {@link UnavailableError} (refused, unreachable, TCP timeout),
-   * {@link TimeoutError} (connected but no handshake answer in time), {@link TlsError},
-   * {@link AuthFailedError}, {@link UnsupportedVersionError}, {@link BusyError},
-   * {@link ShuttingDownError}, {@link NotLeaderError} (with the leader hint) or
+   * Rejects with {@link UnavailableError} (refused, unreachable, TCP timeout, the connection
+   * closed during the handshake, or a node that is not the leader: then its `cause` is a
+   * {@link NotLeaderError} with the leader hint), {@link TimeoutError} (connected but no
+   * handshake answer in time), {@link TlsError}, {@link AuthFailedError},
+   * {@link UnsupportedVersionError}, {@link BusyError}, {@link ShuttingDownError} or
    * {@link ProtocolError}.
    */
   static open(opts: ConnectionOptions): Promise<Connection> {
@@ -311,7 +317,7 @@ export class Connection {
       case Status.SHUTTING_DOWN:
         return this.destroy(new ShuttingDownError(`${this.name} refused the connection: the server is shutting down`));
       case Status.NOT_LEADER:
-        return this.destroy(new NotLeaderError(`${this.name} is not the leader${text ? `; leader is ${text}` : ' and knows no leader'}`, text));
+        return this.destroy(this.#notLeader(text));
       case Status.INVALID:
         return this.destroy(new ProtocolError(`${this.name} refused the HELLO: invalid ${fieldName(c.detail)}${why}`));
       default:
@@ -347,7 +353,7 @@ export class Connection {
       case Status.SHUTTING_DOWN:
         return this.destroy(new ShuttingDownError(`${this.name} refused the session: the server is shutting down`));
       case Status.NOT_LEADER:
-        return this.destroy(new NotLeaderError(`${this.name} is not the leader`, ''));
+        return this.destroy(this.#notLeader(''));
       default:
         return this.destroy(errorForStatus(w.status, w.detail, Buffer.alloc(0), `handshake with ${this.name}`));
     }
@@ -369,22 +375,55 @@ export class Connection {
     h?.resolve();
   }
 
+  /**
+   * A node that is not the leader refused the connection: like any failed connect, that is
+   * {@link UnavailableError} (every client reports it so; the session follows the hint and
+   * retries). The {@link NotLeaderError} with the hint (`''` when none) is its `cause`.
+   */
+  #notLeader(hint: string): UnavailableError {
+    const why = `not the leader${hint ? `; leader is ${hint}` : ', and it knows no leader'}`;
+    return new UnavailableError(`cannot connect to ${this.name}: ${why}`, { cause: new NotLeaderError(`${this.name} is ${why}`, hint) });
+  }
+
+  // A connect that fails short of an auth, TLS or protocol error is UnavailableError, as in every
+  // client (the session retries it while it reconnects); once ready, a drop is ConnectionLostError.
   #classify(err: NodeJS.ErrnoException): TicketingError {
     const code = err.code ? ` (${err.code})` : '';
-    if (this.#state === 'ready') return new ConnectionLostError(`connection to ${this.name} lost: ${err.message}`, { cause: err });
-    if (isTlsFailure(err)) return new TlsError(`TLS with ${this.name} failed: ${err.message}${code}`, { cause: err });
-    if (!this.#tcpUp && UNREACHABLE.has(err.code ?? '')) return new UnavailableError(`cannot connect to ${this.name}: ${err.message}`, { cause: err });
+    const msg = oneLine(err.message);
+    if (this.#state === 'ready') return new ConnectionLostError(`connection to ${this.name} lost: ${msg}`, { cause: err });
+    if (isTlsFailure(err)) return new TlsError(`TLS with ${this.name} failed: ${msg}${code}`, { cause: err });
+    if (!this.#tcpUp && UNREACHABLE.has(err.code ?? '')) return new UnavailableError(`cannot connect to ${this.name}: ${msg}`, { cause: err });
     if (this.#opts.tls && !this.#secure) {
-      return new TlsError(`TLS handshake with ${this.name} failed: ${err.message}${code} (is the server using TLS?)`, { cause: err });
+      return new TlsError(`TLS handshake with ${this.name} failed: ${msg}${code} (is the server using TLS?)`, { cause: err });
     }
-    return new ConnectionLostError(`connection to ${this.name} failed during the handshake: ${err.message}`, { cause: err });
+    if (this.#refusedAfterTls()) return new TlsError(`${this.name} reset the connection right after the TLS handshake${this.#certHint()}`, { cause: err });
+    return new UnavailableError(`connection to ${this.name} failed during the handshake: ${msg}${this.#plaintextHint()}`, { cause: err });
   }
 
   #closedError(): TicketingError {
     if (this.#state === 'ready') return new ConnectionLostError(`connection to ${this.name} closed by the server`);
     if (!this.#tcpUp) return new UnavailableError(`cannot connect to ${this.name}: connection closed`);
     if (this.#opts.tls && !this.#secure) return new TlsError(`TLS handshake with ${this.name} failed: the server closed the connection (is the server using TLS?)`);
-    return new ConnectionLostError(`${this.name} closed the connection during the handshake`);
+    if (this.#refusedAfterTls()) return new TlsError(`${this.name} closed the connection right after the TLS handshake${this.#certHint()}`);
+    return new UnavailableError(`${this.name} closed the connection during the handshake${this.#plaintextHint()}`);
+  }
+
+  /** A plaintext connection closed before CHALLENGE came: perhaps the server speaks TLS. */
+  #plaintextHint(): string {
+    return !this.#opts.tls && this.#state === 'challenge' ? ' (is the server using TLS?)' : '';
+  }
+
+  /**
+   * A TLS connection closed after the TLS handshake, before any CHALLENGE: the signature of a
+   * server that refused the client certificate (normally it says so with an alert, which is a
+   * TLS failure above; a reset can swallow the alert).
+   */
+  #refusedAfterTls(): boolean {
+    return Boolean(this.#opts.tls) && this.#secure && this.#state === 'challenge' && this.#reader.buffered === 0;
+  }
+
+  #certHint(): string {
+    return this.#opts.tls?.cert ? ' (was the client certificate refused?)' : ' (does the server require a client certificate?)';
   }
 
   /** Queues a frame for the wire. Frames written in one tick go out in one write, in order. */

@@ -14,7 +14,7 @@
  * ├── AlreadyHeldError        refuseHeld: this client already holds the key
  * ├── AuthFailedError         wrong token, a token required, or a server proof that did not verify
  * ├── UnsupportedVersionError UNSUPPORTED_VERSION
- * ├── UnavailableError        no endpoint could be connected to
+ * ├── UnavailableError        no endpoint could be connected to (refused, not the leader, ...)
  * ├── TlsError                the TLS handshake failed (or TLS met plaintext)
  * ├── TimeoutError            no answer within the request timeout (a frozen or half-open server)
  * ├── ConnectionLostError     the connection dropped and the session could not be resumed
@@ -173,7 +173,12 @@ export class UnsupportedVersionError extends TicketingError {
   }
 }
 
-/** No endpoint could be connected to: refused, unreachable, or the dial timeout passed. */
+/**
+ * No endpoint could be connected to: refused, unreachable, the dial timeout passed, the
+ * connection closed during the handshake, or a node that is not the leader refused it (then the
+ * `cause` is a {@link NotLeaderError} with its hint). While the client reconnects, such failures
+ * are retried: calls wait, each bounded by its own timeout.
+ */
 export class UnavailableError extends TicketingError {
   override name = 'UnavailableError';
   /** @param message - the endpoints tried and the last failure. */
@@ -249,7 +254,11 @@ export class ShuttingDownError extends TicketingError {
   }
 }
 
-/** NOT_LEADER, after the client followed every hint it was allowed to; `.leader` is the last hint (`''` when unknown). */
+/**
+ * NOT_LEADER to a request, after the client followed every hint it was allowed to; `.leader` is
+ * the last hint (`''` when unknown). A connect refused with NOT_LEADER is an
+ * {@link UnavailableError} with this as its `cause`.
+ */
 export class NotLeaderError extends TicketingError {
   override name = 'NotLeaderError';
   /** @param leader - the leader's address from the answer, or `''`. */

@@ -5,7 +5,9 @@
  * - Request ids are taken when a frame is written (JavaScript runs one thing at a time, so the
  *   order of ids is the order on the wire), starting at 1 per session.
  * - Requests made while there is no connection wait in `#queue` (no id yet), each bounded by
- *   its own timer; written requests wait in `#sent` (by id, in id order) for their answer.
+ *   its own timer, while the reconnect loop retries with backoff (a failed round fails them only
+ *   before the first connection, or for an auth or protocol-version error); written requests
+ *   wait in `#sent` (by id, in id order) for their answer.
  * - After a reconnect, WELCOME decides: the same state id and RESUMED → every request in `#sent`
  *   is re-sent with its id, in id order, before anything new; the same state id without RESUMED
  *   → those requests fail "connection lost"; another state id → they fail "server restarted",
@@ -509,14 +511,18 @@ export class Session {
     });
   }
 
-  /** A dial round failed: explicit connect() calls fail; so do queued calls, unless a session is waiting to be resumed. */
+  /**
+   * A dial round failed: explicit connect() calls fail. Once the session has been connected,
+   * calls keep waiting for the reconnect (the loop retries with backoff), each bounded by its
+   * own timeout (docs/clients.md, rule 1); only an error that no retry fixes (auth, protocol
+   * version) fails them, and those in flight too. Before the first connection, a failed round
+   * fails the calls waiting for it at once (the endpoints are wrong or down: nothing to resume).
+   */
   #connectFailed(err: TicketingError): void {
     const waiters = this.#connectWaiters.splice(0);
     for (const w of waiters) w.reject(err);
     const fatal = err instanceof AuthFailedError || err instanceof UnsupportedVersionError;
-    let resumable = false;
-    for (const c of this.#sent.values()) if (!c.internal && !c.abandoned) resumable = true;
-    if (resumable && !fatal) return;
+    if (!fatal && this.#stateId !== undefined) return;
     for (const c of [...this.#queue]) {
       if (c.internal) continue;
       this.#unqueue(c);
@@ -563,8 +569,10 @@ export class Session {
         if (this.#closed) throw new ClientClosedError();
         errors.push(e);
         if (e instanceof AuthFailedError || e instanceof UnsupportedVersionError) throw e;
-        if (e instanceof NotLeaderError && e.leader && hops < this.opts.maxRedirects) {
-          const hint = tryParseEndpoint(e.leader);
+        // A node that is not the leader: an UnavailableError whose cause has the hint.
+        const nl = e instanceof NotLeaderError ? e : e.cause instanceof NotLeaderError ? e.cause : undefined;
+        if (nl?.leader && hops < this.opts.maxRedirects) {
+          const hint = tryParseEndpoint(nl.leader);
           if (hint) {
             order.splice(i + 1, 0, hint);
             hops++;

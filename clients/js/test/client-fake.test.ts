@@ -19,6 +19,7 @@ import {
   LockLostError,
   NotAcquiredError,
   NotHeldError,
+  NotLeaderError,
   ProtocolError,
   ServerRestartedError,
   ShuttingDownError,
@@ -499,6 +500,73 @@ describe('leaders and going away', () => {
     assert.equal(lc.requests[0]!.op, Op.ACQUIRE);
     assert.equal(client.endpoint, leader.addr);
     await lock.release();
+  });
+
+  test("connect: a follower's hint that leads to a node that has just stepped down is UnavailableError, not NotLeaderError", async () => {
+    const stepped = await fakeServer({ challenge: { status: Status.NOT_LEADER } });
+    const follower = await fakeServer({ challenge: { status: Status.NOT_LEADER, data: stepped.addr } });
+    cleanups.push(
+      () => stepped.close(),
+      () => follower.close(),
+    );
+    const client = newClient({ endpoints: [follower.addr] });
+    await assert.rejects(client.connect(), (e: unknown) => {
+      assert.ok(e instanceof UnavailableError && !(e instanceof NotLeaderError), String(e));
+      assert.ok(e.message.includes(follower.addr) && e.message.includes(stepped.addr), e.message);
+      assert.match(e.message, /not the leader/);
+      return true;
+    });
+    await assert.rejects(client.ping(), UnavailableError);
+    // One endpoint that knows no leader: the same kind; the refusal (with its empty hint) is the cause.
+    const c2 = newClient({ endpoints: [stepped.addr] });
+    await assert.rejects(c2.connect(), (e: unknown) => {
+      assert.ok(e instanceof UnavailableError, String(e));
+      assert.ok(e.cause instanceof NotLeaderError && e.cause.leader === '', String(e.cause));
+      assert.match(e.message, /not the leader, and it knows no leader/);
+      return true;
+    });
+    // WELCOME NOT_LEADER (leadership lost between CHALLENGE and WELCOME): the same.
+    const late = await fakeServer({ welcome: { status: Status.NOT_LEADER } });
+    cleanups.push(() => late.close());
+    await assert.rejects(newClient({ endpoints: [late.addr] }).connect(), (e: unknown) => e instanceof UnavailableError && e.cause instanceof NotLeaderError);
+  });
+
+  test('reconnecting while the leader is down and a hint leads to a node that stepped down: calls wait, then resume on the new leader', async () => {
+    const sessions = new Set<string>();
+    const stateId = randomBytes(16);
+    const leader = await fakeServer({ sessions, stateId });
+    // The node the followers name: it has just stepped down (no leader known) and wins the next election.
+    const nextOpts: FakeServerOptions = { sessions, stateId, challenge: { status: Status.NOT_LEADER } };
+    const next = await fakeServer(nextOpts);
+    const follower = await fakeServer({ sessions, stateId, challenge: { status: Status.NOT_LEADER, data: next.addr } });
+    cleanups.push(
+      () => next.close(),
+      () => follower.close(),
+    );
+    const client = newClient({ endpoints: [leader.addr, follower.addr, next.addr], minReconnectDelayMs: 20, maxReconnectDelayMs: 100 });
+    const lock = await client.acquire('k', { leaseMs: 60_000 });
+    const disconnected = new Promise<void>((r) => client.once('disconnect', () => r()));
+    await leader.close(); // the leader dies: refused from now on
+    await disconnected;
+    const t = performance.now();
+    let settled = false;
+    const ping = client.ping();
+    void ping.then(
+      () => (settled = true),
+      () => (settled = true),
+    );
+    const short = settledWithin(client.ping({ timeoutMs: 300 }), 3000);
+    await sleep(600); // several rounds fail: refused, NOT_LEADER with the hint, NOT_LEADER without
+    assert.equal(settled, false, 'a call made while reconnecting waits for the connection');
+    const s = await short;
+    assert.ok(s !== 'pending' && !s.ok && s.error instanceof TimeoutError && /within 300 ms/.test((s.error as Error).message), String(s !== 'pending' && !s.ok && s.error));
+    nextOpts.challenge = undefined; // elected
+    await ping;
+    assert.ok(performance.now() - t >= 550, 'answered after the new leader was elected');
+    assert.equal(client.endpoint, next.addr);
+    const nc = await next.conn(0);
+    assert.ok(nc.resumed, 'the session resumed on the new leader');
+    assert.ok(lock.isHeld && !lock.isLost);
   });
 
   test('SHUTTING_DOWN with a single endpoint is reported', async () => {

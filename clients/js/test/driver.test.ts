@@ -7,7 +7,8 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
-import { deadAddr, eventually, packageDir, repoRoot, startServer, type RunningServer } from './helpers.js';
+import { Status } from '@ticketing/client/protocol';
+import { deadAddr, eventually, fakeServer, packageDir, repoRoot, startServer, type RunningServer } from './helpers.js';
 
 interface Driver {
   proc: ChildProcess;
@@ -136,6 +137,23 @@ describe('conformance driver', () => {
       [{ event: 'lost', lock: 'e1', reason: 'expired' }],
     );
     assert.equal((await d.send('release', { lock: 'e1' })).error.reason, 'expired');
+  });
+
+  test('a follower whose leader hint leads to a node that has just stepped down: connect fails unavailable', async () => {
+    const stepped = await fakeServer({ challenge: { status: Status.NOT_LEADER } });
+    const follower = await fakeServer({ challenge: { status: Status.NOT_LEADER, data: stepped.addr } });
+    try {
+      const args = { token: null, tls: null, request_timeout_ms: null, heartbeat_ms: null, dial_timeout_ms: 1000 };
+      const r = await d.send('connect', { client: 'F', endpoints: [follower.addr], ...args });
+      assert.equal(r.ok, false);
+      assert.equal(r.error.kind, 'unavailable', JSON.stringify(r));
+      assert.match(r.error.message, /not the leader/);
+      const r2 = await d.send('connect', { client: 'F', endpoints: [stepped.addr], ...args });
+      assert.equal(r2.error?.kind, 'unavailable', JSON.stringify(r2));
+    } finally {
+      await follower.close();
+      await stepped.close();
+    }
   });
 
   test('unreachable: unavailable promptly; reset and exit', async () => {

@@ -17,6 +17,7 @@ import {
   ShuttingDownError,
   TimeoutError,
   TlsError,
+  UnavailableError,
   createClient,
   type Client,
   type ClientOptions,
@@ -490,6 +491,38 @@ describe('restart (TICKETING_STARTUP_GRACE=0)', () => {
     }
   });
 
+  test('a call made while the client reconnects waits for the connection, bounded by its own timeout (docs/clients.md, rule 1)', async () => {
+    const srv = await startServer({ env: { TICKETING_STARTUP_GRACE: '0' } });
+    try {
+      const a = client(srv);
+      const lock = await a.acquire('reconnect', { leaseMs: 10_000 });
+      await srv.kill('SIGKILL');
+      const killed = performance.now();
+      await sleep(100);
+      let settled = false;
+      const ping = settledWithin(a.ping(), 10_000);
+      void ping.then(() => (settled = true));
+      const short = settledWithin(a.ping({ timeoutMs: 400 }), 3000);
+      // Its own timeout passes while the server is down (refused at every round): it fails then, not at once.
+      const s = await short;
+      const tookShort = performance.now() - killed - 100;
+      assert.ok(s !== 'pending' && !s.ok && s.error instanceof TimeoutError && /within 400 ms/.test((s.error as Error).message), String(s !== 'pending' && !s.ok && s.error));
+      assert.ok(tookShort >= 350 && tookShort < 1500, `the 400 ms call failed after ${tookShort} ms`);
+      await sleep(Math.max(0, 1500 - (performance.now() - killed)));
+      assert.equal(settled, false, 'the ping is still waiting while the server is down');
+      await srv.restart(); // same port and data directory, TICKETING_STARTUP_GRACE=0
+      const r = await ping;
+      const took = performance.now() - killed;
+      assert.ok(r !== 'pending' && r.ok, `the ping waited for the restarted server: ${String(r !== 'pending' && !r.ok && r.error)}`);
+      assert.ok(took >= 1500 && took < 6000, `answered ${took} ms after the kill`);
+      // A new state id: the lock is lost, the ping made while reconnecting was simply sent on the new session.
+      assert.equal((await lock.lost).reason, 'server restarted');
+    } finally {
+      destroyAll();
+      await srv.stop();
+    }
+  });
+
   test('graceful stop: holders lost "server stopping" before the process exits; waiters get ShuttingDownError', async () => {
     const srv = await startServer();
     try {
@@ -616,7 +649,10 @@ describe('TLS', () => {
 
   test('plaintext to a TLS server, and TLS to a plaintext server, fail promptly', async () => {
     const t = performance.now();
-    await assert.rejects(client(srv, { token: 'tls-token', connectTimeoutMs: 2000 }).connect(), (e: unknown) => e instanceof TlsError || e instanceof ConnectionLostError || e instanceof TimeoutError);
+    await assert.rejects(
+      client(srv, { token: 'tls-token', connectTimeoutMs: 2000 }).connect(),
+      (e: unknown) => e instanceof TlsError || e instanceof TimeoutError || (e instanceof UnavailableError && /is the server using TLS\?/.test(e.message)),
+    );
     const ca = readFileSync(testCerts().ca);
     await assert.rejects(client(plain, { tls: { ca }, connectTimeoutMs: 2000 }).connect(), (e: unknown) => e instanceof TlsError && /is the server using TLS\?/.test(e.message));
     assert.ok(performance.now() - t < 3000);

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import secrets
 import socket
+import struct
 import threading
 from collections.abc import Callable
 
@@ -48,11 +49,11 @@ class FakeConn:
 
     def handshake(self, token: bytes | None = None, *, proof_token: bytes | None = None,
                   resumed: bool | None = None, state_id: bytes | None = None, grace_ms: int | None = None,
-                  challenge: Challenge | None = None) -> Hello:
+                  challenge: Challenge | None = None, welcome: Welcome | None = None) -> Hello:
         """Answer the handshake. ``resumed`` defaults to "this session id was seen before by this
         server"; ``state_id`` and ``grace_ms`` to the server's; ``proof_token`` (default
-        ``token``) signs the server proof; a given ``challenge`` is sent as it is and the
-        connection closes."""
+        ``token``) signs the server proof; a given ``challenge``, or ``welcome`` (after the
+        AUTH), is sent as it is and the connection closes."""
         hello = self.hello = Hello.decode(self._read(HELLO_SIZE))
         self.server.hellos.append(hello)
         if challenge is not None:
@@ -62,6 +63,9 @@ class FakeConn:
         flags = CHALLENGE_AUTH_REQUIRED if token is not None else 0
         self.sock.sendall(Challenge(status=Status.OK, version=1, flags=flags, nonce=nonce).encode())
         auth = Auth.decode(self._read(AUTH_SIZE))
+        if welcome is not None:
+            self.sock.sendall(welcome.encode())
+            raise EOFError
         if token is not None and auth.proof != client_proof(token, hello.session_id, hello.nonce, nonce):
             self.sock.sendall(Welcome(status=Status.AUTH_FAILED, proof=bytes(32)).encode())
             raise EOFError
@@ -99,6 +103,11 @@ class FakeConn:
     def answer(self, req: Request, status: Status = Status.OK, **fields: int | bytes) -> None:
         """Answer ``req`` with ``status`` (echoing its op and id)."""
         self.send(Response(op=req.op, status=status, id=req.id, **fields))  # type: ignore[arg-type]
+
+    def reset(self) -> None:
+        """Close with a TCP reset (RST) instead of a FIN."""
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.sock.close()
 
     def close(self) -> None:
         try:

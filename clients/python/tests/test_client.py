@@ -314,6 +314,31 @@ def test_restart_reports_server_restarted(own_server: ServerProcess, key: str) -
             new.release()
 
 
+def test_calls_wait_for_a_server_that_comes_back(server_bin: Path, tmp_path: Path, key: str) -> None:
+    """The server dies and stays down past the session grace: calls keep waiting through the
+    failed reconnect rounds, each bounded by its own timeout (reported as a timeout naming the
+    last connect error), and go out once the server is back."""
+    s = ServerProcess(server_bin, tmp_path / "data", env={"TICKETING_SESSION_GRACE": "200ms"}).start()
+    try:
+        with ticketing.Client(s.addr, heartbeat=0, request_timeout=0.6) as client:
+            addr = s.addr
+            s.kill()
+            wait_for(lambda: not client.connected)
+            time.sleep(0.4)  # past the grace
+            with pytest.raises(ticketing.RequestTimeout, match="within 0.6 s.*Connection refused") as e:
+                client.ping()
+            assert isinstance(e.value.__cause__, ticketing.Unavailable)
+            t, out = in_thread(lambda: client.acquire(key, 5, wait_timeout=8))
+            time.sleep(0.5)  # failed rounds
+            assert not out
+            s.start(addr=addr)
+            t.join(10)
+            assert len(out) == 1 and isinstance(out[0], ticketing.Lock), out
+            out[0].release()
+    finally:
+        s.stop()
+
+
 def test_graceful_stop_reports_server_stopping(own_server: ServerProcess, key: str) -> None:
     with ticketing.Client(own_server.addr) as a, ticketing.Client(own_server.addr) as b:
         lock = a.acquire(key, 30)

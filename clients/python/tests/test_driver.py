@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
+from .fakeserver import FakeServer
 from .server import REPO, ServerProcess
+from .test_fake import not_leader
 
 SCRIPT = Path(__file__).resolve().parents[1] / "conformance-driver"
 
@@ -163,3 +165,11 @@ def test_lost_on_restart(driver: Driver, own_server: ServerProcess, key: str) ->
     assert time.monotonic() - t0 < 5
     unreachable = driver.connect("B", "127.0.0.1:1", dial_timeout_ms=1000)
     assert unreachable["error"]["kind"] == "unavailable"
+
+
+def test_connect_refused_not_leader_is_unavailable(driver: Driver) -> None:
+    """A lone node that is not the leader and knows none: `unavailable`, as for every client."""
+    with FakeServer(not_leader("challenge")) as node:
+        r = driver.connect("A", node.addr, dial_timeout_ms=1000)
+        assert not r["ok"] and r["error"]["kind"] == "unavailable", r
+        assert "not the leader" in r["error"]["message"]

@@ -15,8 +15,8 @@ import pytest
 
 import ticketing
 from ticketing import LostReason
-from ticketing.constants import ExpiredReason, GoawayReason, Op, Status
-from ticketing.protocol import Challenge, Response
+from ticketing.constants import AUTH_SIZE, HELLO_SIZE, ExpiredReason, GoawayReason, Op, Status
+from ticketing.protocol import Challenge, Response, Welcome
 
 from .fakeserver import FakeConn, FakeServer, leader, serve
 
@@ -127,19 +127,23 @@ def test_not_resumed_fails_unanswered_and_keeps_locks() -> None:
 
 def test_grace_passes_without_reconnect() -> None:
     """The connection drops and no server comes back within the session grace: the waiting call
-    fails ConnectionLost."""
+    fails ConnectionLost. A call made after the grace waits for the reconnect, bounded by its own
+    timeout, which it reports as a timeout naming the last connect error."""
     def script(c: FakeConn) -> None:
         c.handshake(grace_ms=300)
         c.recv()
         fake.listener.close()  # nobody to reconnect to
 
-    with FakeServer(script) as fake, ticketing.Client(fake.addr, heartbeat=0) as client:
+    with FakeServer(script) as fake, ticketing.Client(fake.addr, heartbeat=0, request_timeout=0.5) as client:
         t0 = time.monotonic()
         with pytest.raises(ticketing.ConnectionLost, match="session grace"):
             client.acquire("k", 5)
         assert 0.25 < time.monotonic() - t0 < 3
-        with pytest.raises(ticketing.Unavailable):
-            client.ping()  # after the grace: fails fast with the connect error
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.RequestTimeout, match="no connection to .* within 0.5 s .*refused") as e:
+            client.ping()
+        assert 0.45 < time.monotonic() - t0 < 2
+        assert isinstance(e.value.__cause__, ticketing.Unavailable)
 
 
 # --- following the leader -------------------------------------------------------------------
@@ -225,6 +229,138 @@ def test_shutting_down_moves_to_the_next_endpoint() -> None:
         b.sessions = a.sessions
         with ticketing.Client([a.addr, b.addr]) as client:
             assert client.acquire("k", 5).token == 101 and client.endpoint == b.addr
+
+
+# --- refused connects and the reconnect loop (as clients/go and clients/js) ----------------
+
+NOT_LEADER_CHALLENGE = Challenge(status=Status.NOT_LEADER, version=1, flags=0, nonce=bytes(32))
+NOT_LEADER_WELCOME = Welcome(status=Status.NOT_LEADER, proof=bytes(32))
+
+
+def not_leader(where: str, hint: str = "") -> Callable[[FakeConn], None]:
+    """A script: refuse the connection NOT_LEADER in CHALLENGE (with ``hint``) or WELCOME."""
+    def script(c: FakeConn) -> None:
+        if where == "challenge":
+            c.handshake(challenge=Challenge(status=Status.NOT_LEADER, version=1, flags=0, nonce=bytes(32),
+                                            data=hint.encode()))
+        else:
+            c.handshake(welcome=NOT_LEADER_WELCOME)
+    return script
+
+
+@pytest.mark.parametrize("where", ["challenge", "welcome"])
+def test_connect_refused_not_leader_is_unavailable(where: str) -> None:
+    """A lone node that is not the leader and knows none: Unavailable, as every client reports a
+    failed connect; the NotLeader is its cause."""
+    with FakeServer(not_leader(where)) as node:
+        with pytest.raises(ticketing.Unavailable, match=f"{node.addr}: not the leader") as e:
+            ticketing.Client(node.addr, connect_timeout=1).connect()
+        assert not isinstance(e.value, ticketing.NotLeader)
+        cause = e.value.__cause__
+        assert isinstance(cause, ticketing.NotLeader) and cause.leader is None
+
+
+def test_connect_refused_not_leader_follows_the_hint() -> None:
+    with FakeServer(not_leader("welcome")) as b, FakeServer(not_leader("challenge", "")) as c:
+        with FakeServer(not_leader("challenge", b.addr)) as a:
+            with pytest.raises(ticketing.Unavailable, match="not the leader") as e:
+                ticketing.Client([a.addr, c.addr], connect_timeout=1).connect()
+            assert len(a.hellos) == len(b.hellos) == len(c.hellos) == 1  # a, its hint b, then c
+            assert isinstance(e.value.__cause__, ticketing.NotLeader)
+
+
+@pytest.mark.parametrize("how", ["close", "reset"])
+@pytest.mark.parametrize("when", ["before CHALLENGE", "before WELCOME"])
+def test_connection_closed_during_the_handshake_is_unavailable(how: str, when: str) -> None:
+    def script(c: FakeConn) -> None:
+        c._read(HELLO_SIZE)
+        if when == "before WELCOME":
+            c.sock.sendall(Challenge(status=Status.OK, version=1, flags=0, nonce=bytes(32)).encode())
+            c._read(AUTH_SIZE)
+        c.reset() if how == "reset" else c.close()
+
+    with FakeServer(script) as fake:
+        with pytest.raises(ticketing.Unavailable, match=fake.addr):
+            ticketing.Client(fake.addr, connect_timeout=1).connect()
+
+
+def test_calls_wait_for_the_reconnect_after_the_grace() -> None:
+    """Past the session grace, a failed reconnect round no longer fails the calls waiting: each
+    waits, bounded by its own timeout, and goes out once a node answers. An explicit connect()
+    still ends with the first round that fails."""
+    up = threading.Event()
+    up.set()
+
+    def script(c: FakeConn) -> None:
+        if not up.is_set():
+            c.close()  # closed during the handshake: the round fails
+            return
+        c.handshake(grace_ms=100)
+        if len(fake.conns) == 1:
+            c.answer(c.recv(answer_pings=False))  # connect()'s PING
+            up.clear()
+            return  # the connection drops
+        serve(c)
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr, heartbeat=0, request_timeout=0.6) as client:
+        wait_for(lambda: not client.connected)
+        time.sleep(0.3)  # past the grace
+        before = len(fake.conns)
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.RequestTimeout, match="within 0.6 s.*closed the connection during") as e:
+            client.ping()
+        assert time.monotonic() - t0 > 0.55 and len(fake.conns) - before >= 3  # it outlived failed rounds
+        assert isinstance(e.value.__cause__, ticketing.Unavailable)
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.Unavailable, match="closed the connection during the handshake"):
+            client.connect()
+        assert time.monotonic() - t0 < 0.5
+        t, out = in_thread(lambda: client.acquire("k", 5, wait_timeout=3))
+        wait_for(lambda: len(fake.conns) >= before + 3)  # it waits through more failed rounds
+        up.set()
+        t.join(5)
+        assert isinstance(out[0], ticketing.Lock) and out[0].token == 101
+        assert not fake.errors
+
+
+def test_auth_failure_while_reconnecting_fails_waiting_calls_at_once() -> None:
+    """An error no retry fixes (here AUTH_FAILED) fails what waits at once: the call in flight
+    and those made meanwhile."""
+    def script(c: FakeConn) -> None:
+        if len(fake.conns) == 1:
+            c.handshake()
+            c.recv()  # connect()'s PING answered, then an ACQUIRE, left queued; the connection drops
+            return
+        c.handshake(welcome=Welcome(status=Status.AUTH_FAILED, proof=bytes(32)))
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr, heartbeat=0, request_timeout=5) as client:
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.AuthFailed):
+            client.acquire("k", 5)
+        with pytest.raises(ticketing.AuthFailed):
+            client.ping()
+        assert time.monotonic() - t0 < 3
+
+
+@pytest.mark.parametrize("refusal, rounds", [("not leader", (10, 100)), ("closed", (2, 8))])
+def test_election_retries_at_the_shortest_backoff(refusal: str, rounds: tuple[int, int]) -> None:
+    """While a node answers NOT_LEADER (an election), rounds come at the shortest pause (50 ms,
+    with jitter) instead of a backoff doubling to 2 s, which a refused connection still gets."""
+    def script(c: FakeConn) -> None:
+        if len(fake.conns) == 1:
+            c.handshake()
+            c.answer(c.recv(answer_pings=False))  # connect()'s PING, then the connection drops
+        elif refusal == "closed":
+            c.close()
+        else:
+            c.handshake(challenge=NOT_LEADER_CHALLENGE)
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr, heartbeat=0, request_timeout=1) as client:
+        wait_for(lambda: not client.connected)
+        before = len(fake.conns)
+        with pytest.raises(ticketing.RequestTimeout):
+            client.ping()
+        assert rounds[0] <= len(fake.conns) - before <= rounds[1]
 
 
 # --- timeouts, heartbeat, clean-up ----------------------------------------------------------
@@ -498,6 +634,9 @@ def test_unreachable_is_unavailable() -> None:
     t0 = time.monotonic()
     with pytest.raises(ticketing.Unavailable, match=dead):
         ticketing.Client(dead, connect_timeout=1).connect()
+    # before the first connection, a failed round fails the calls waiting for it at once
+    with pytest.raises(ticketing.Unavailable, match=dead):
+        ticketing.Client(dead, connect_timeout=1).ping()
     assert time.monotonic() - t0 < 2
 
 

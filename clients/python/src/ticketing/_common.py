@@ -23,7 +23,7 @@ from .constants import (
     WAIT_FOREVER,
     InspectFlag,
 )
-from .exceptions import InvalidArgument, ProtocolError
+from .exceptions import InvalidArgument, NotLeader, ProtocolError, Unavailable
 from .protocol import Response
 
 Endpoint = tuple[str, int]
@@ -105,6 +105,24 @@ def format_endpoint(ep: Endpoint) -> str:
     """(host, port) -> ``host:port`` (``[v6]:port`` for IPv6)."""
     host, port = ep
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def not_leader_unavailable(where: str, e: NotLeader) -> Unavailable:
+    """A connect refused NOT_LEADER (in CHALLENGE or WELCOME): like any failed connect, that is
+    :class:`Unavailable` (every client reports it so); the :class:`NotLeader` with the hint is
+    its ``__cause__``, which the reconnect round follows."""
+    why = f"not the leader; leader is {e.leader}" if e.leader else "not the leader, and it knows no leader"
+    err = Unavailable(f"{where}: {why}")
+    err.__cause__ = e
+    return err
+
+
+def refused_not_leader(e: BaseException) -> NotLeader | None:
+    """The :class:`NotLeader` behind a connect error (see :func:`not_leader_unavailable`), if any."""
+    if isinstance(e, NotLeader):
+        return e
+    cause = e.__cause__
+    return cause if isinstance(cause, NotLeader) else None
 
 
 def ssl_context(value: _ssl.SSLContext | bool | None) -> _ssl.SSLContext | None:

@@ -325,21 +325,39 @@ class Session:
             self._finish(hb, error=ConnectionLost("connection lost"))
 
     def grace_expired(self, why: str) -> None:
-        """No reconnect within the session grace: the session cannot be resumed. Callers fail
-        with :class:`ConnectionLost`; their ACQUIREs stay for clean-up should the server still
-        know the session (CANCEL at the next resumed connection)."""
+        """No reconnect within the session grace: the session cannot be resumed. Callers of
+        requests sent fail with :class:`ConnectionLost`; their ACQUIREs stay for clean-up should
+        the server still know the session (CANCEL at the next resumed connection). Requests not
+        sent yet (the backlog) never ran: they keep waiting for a connection, each bounded by its
+        caller's timeout (docs/clients.md, rule 1)."""
+        self.fail_waiting(lambda call: ConnectionLost(f"{why} ({call.describe()})"), backlog=False)
+
+    def fail_waiting(self, error: Callable[[Call], TicketingError], *, backlog: bool) -> None:
+        """Fail the caller of every unanswered request with ``error(call)``: requests sent are
+        given up (an ACQUIRE stays, abandoned, for its withdrawal should the session be resumed;
+        so do clean-up RELEASEs and CANCELs); with ``backlog``, the callers of requests not sent
+        yet fail too (the client's own clean-up RELEASEs stay queued)."""
         for call in sorted(self.pending.values(), key=lambda c: c.id):
             if call.op == Op.ACQUIRE or (call.internal and call.op in (Op.RELEASE, Op.CANCEL)):
                 if not call.internal:
-                    self._fail_caller(call, ConnectionLost(f"{why} ({call.describe()})"))
+                    self._fail_caller(call, error(call))
                     call.abandoned = True
                 continue
             del self.pending[call.id]
-            self._fail_caller(call, ConnectionLost(f"{why} ({call.describe()})"))
+            self._fail_caller(call, error(call))
         self._ack = None
-        while self.backlog:
-            call = self.backlog.popleft()
-            self._fail_caller(call, ConnectionLost(f"{why} ({call.describe()})"))
+        if backlog:
+            kept = [c for c in self.backlog if c.internal]
+            for call in self.backlog:
+                if not call.internal:
+                    self._fail_caller(call, error(call))
+            self.backlog = deque(kept)
+
+    def fail_unsent(self, call: Call, error: TicketingError) -> None:
+        """Fail ``call`` with ``error`` if it is still in the backlog (not sent yet)."""
+        if call.id == 0 and not call.done and call in self.backlog:
+            self.backlog.remove(call)
+            self._fail_caller(call, error)
 
     def _fail_caller(self, call: Call, error: TicketingError) -> None:
         self._finish(call, error=error)

@@ -7,9 +7,9 @@ import random
 import ssl as _ssl
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from ._common import (
     BACKOFF_MAX,
@@ -33,6 +33,7 @@ from ._common import (
     lost_at,
     parse_endpoint,
     parse_endpoints,
+    refused_not_leader,
     register_for_fork,
     seconds_option,
     seconds_required,
@@ -146,8 +147,10 @@ class Client(ForkAware):
         self._preferred = 0
         self._hint: Endpoint | None = None
         self._ever_connected = False
-        self._down = False  # the session grace passed without a reconnect: calls fail fast
-        self._last_error = ""
+        self._down = False  # the session grace passed without a reconnect: nothing left to resume
+        self._last_error = ""  # why the connection was lost or the last connect round failed
+        self._last_round: TicketingError | None = None  # the last failed round's error; None after a success
+        self._connect_calls: list[Call] = []  # connect()'s PINGs waiting for the next round
         self._grace_timer: Timer | None = None
         self._locks: dict[int, Lock] = {}
         self._early_lost = RecentTokens()
@@ -159,8 +162,10 @@ class Client(ForkAware):
 
     def connect(self) -> None:
         """Connect now (otherwise the first call does). Raises :class:`Unavailable`,
-        :class:`AuthFailed`, :class:`TLSError`... when no endpoint can be connected to."""
-        self._request(Call(Op.PING), self._connect_budget())
+        :class:`AuthFailed`, :class:`TLSError`... when no endpoint can be connected to: the
+        first connect round that fails ends it, also while the client is reconnecting (other
+        calls then wait for the reconnect, each bounded by its own timeout)."""
+        self._request(Call(Op.PING), self._connect_budget(), connect=True)
 
     def close(self) -> None:
         """Close the client; bounded in time even when the server is frozen. Calls in flight
@@ -409,11 +414,13 @@ class Client(ForkAware):
 
     # --- requests -----------------------------------------------------------------------------
 
-    def _request(self, call: Call, timeout: float | None, *, interruptible_cleanup: bool = False) -> Response:
-        """Submit ``call`` and wait for its answer up to ``timeout`` seconds."""
+    def _request(self, call: Call, timeout: float | None, *, interruptible_cleanup: bool = False,
+                 connect: bool = False) -> Response:
+        """Submit ``call`` and wait for its answer up to ``timeout`` seconds (``connect``: fail
+        it with the next connect round that fails, see :meth:`connect`)."""
         ev = threading.Event()
         call.callbacks.append(lambda _c: ev.set())
-        self._submit(call)
+        self._submit(call, connect=connect)
         try:
             answered = ev.wait(timeout)
         except BaseException:  # KeyboardInterrupt: withdraw it, release a grant that raced it
@@ -454,19 +461,20 @@ class Client(ForkAware):
             ev2.wait(max(0.0, deadline - time.monotonic()))
 
     def _timeout_error(self, call: Call, timeout: float | None) -> RequestTimeout:
-        if self._conn is not None:
-            where = f"from {self.endpoint}"
-        else:
-            where = f"(not connected: {self._last_error})" if self._last_error else "(not connected)"
-        return RequestTimeout(f"no answer {where} within {timeout:g} s ({call.describe()})")
+        with self._mu:
+            return _timeout_error(call, timeout, self.endpoint, self._endpoints, self._last_error, self._last_round)
 
-    def _submit(self, call: Call) -> None:
+    def _submit(self, call: Call, *, connect: bool = False) -> None:
         with self._mu:
             if self._closed or (self._closing and call.op != Op.RELEASE):
                 raise ClientClosed(f"the client is closed ({call.describe()})")
             self._session.submit(call, time.monotonic())
             if not self._session.ready:
-                self._ensure_connector_locked(wake=self._down or not self._ever_connected)
+                # Before the first connection a call starts a round at once (and fails with it);
+                # later it waits for the reconnect loop, which keeps its backoff (connect() excepted).
+                if connect:
+                    self._connect_calls.append(call)
+                self._ensure_connector_locked(wake=connect or not self._ever_connected)
             self._flush_locked()
 
     def _locked(self, fn: Callable[[], T]) -> T:
@@ -604,9 +612,7 @@ class Client(ForkAware):
     def _needs_connection_locked(self) -> bool:
         """Somebody waits for the connection: a call, a held lock (to watch its state id), or,
         until the session grace has passed, the clean-up of abandoned calls."""
-        s = self._session
-        return bool(s.backlog or any(lk._is_held() for lk in self._locks.values())
-                    or any(not (c.abandoned or c.internal) or not self._down for c in s.pending.values()))
+        return _needs_connection(self._session, self._locks.values(), self._down)
 
     def _ensure_connector_locked(self, *, wake: bool) -> None:
         if self._closed:
@@ -635,16 +641,17 @@ class Client(ForkAware):
                 continue
             errors = result
             with self._mu:
-                self._last_error = "; ".join(f"{format_endpoint(ep)}: {e}" for ep, e in errors) or "closed"
                 if self._closed:
                     self._connector = None
                     return
-                if self._down or not self._ever_connected:
-                    while self._session.backlog:
-                        call = self._session.backlog.popleft()
-                        self._session._finish(call, error=_round_error(errors))
+                self._last_error = _round_text(errors)
+                self._last_round = _round_error(errors)
+                _round_failed(self._session, errors, self._ever_connected, self._connect_calls)
                 finished = self._session.take_finished()
             self._handle(finished, [], None)
+            if _election(errors):
+                delay = BACKOFF_MIN
+            log.debug("connect round failed (%s); next in about %.3f s", self._last_error, delay)
             with self._mu:
                 if not self._closed and self._needs_connection_locked():
                     self._wake.wait(delay * random.uniform(0.5, 1.0))
@@ -672,18 +679,13 @@ class Client(ForkAware):
                     ep, session_id=sid, token=self._token, ssl_context=self._ssl,
                     server_hostname=self._server_hostname, timeout=self._connect_timeout,
                     on_socket=self._set_dial_sock)
-            except NotLeader as e:
-                errors.append((ep, e))
-                if e.leader and hints < _MAX_HINTS:
-                    try:
-                        candidates.insert(i, parse_endpoint(e.leader))
-                        hints += 1
-                    except TicketingError:
-                        pass
-                continue
             except TicketingError as e:
                 log.debug("connecting to %s failed: %s", format_endpoint(ep), e)
                 errors.append((ep, e))
+                hint = _hint_of(e, ep) if hints < _MAX_HINTS else None
+                if hint is not None:
+                    candidates.insert(i, hint)
+                    hints += 1
                 continue
             return ep, transport, leftover, welcome
         return errors
@@ -714,6 +716,8 @@ class Client(ForkAware):
                 self._hint = None
                 self._ever_connected = True
                 self._down = False
+                self._last_round = None
+                self._connect_calls.clear()
                 if self._grace_timer is not None:
                     self._grace_timer.cancel()
                     self._grace_timer = None
@@ -760,8 +764,86 @@ def _shutdown_any(sock: object | None) -> None:
             pass
 
 
+# --- shared by the blocking and the asyncio client -------------------------------------------
+
+
+def _hint_of(e: TicketingError, ep: Endpoint) -> Endpoint | None:
+    """The leader hint of a connect refused NOT_LEADER by ``ep``, if it names another node."""
+    nl = refused_not_leader(e)
+    if nl is None or not nl.leader:
+        return None
+    try:
+        hint = parse_endpoint(nl.leader)
+    except TicketingError:
+        log.warning("unusable leader address %r from %s", nl.leader, format_endpoint(ep))
+        return None
+    return hint if hint != ep else None
+
+
+def _election(errors: list[tuple[Endpoint, TicketingError]]) -> bool:
+    """A node of the round answered "not the leader": the cluster is electing one, which takes
+    well under a second, so the next round comes after the shortest pause rather than a backoff
+    grown as from a dead server (as clients/go does)."""
+    return any(refused_not_leader(e) is not None for _ep, e in errors)
+
+
+def _round_failed(session: Session, errors: list[tuple[Endpoint, TicketingError]], ever_connected: bool,
+                  connect_calls: list[Call]) -> None:
+    """A connect round failed. Once connected, calls keep waiting for the reconnect (the loop
+    retries with backoff), each bounded by its own timeout (docs/clients.md, rule 1); only an
+    error that no retry fixes (auth, protocol version) fails them, those sent too, and an
+    explicit ``connect()`` (``connect_calls``) ends with the round. Before the first connection,
+    a failed round fails the calls waiting for it at once: the endpoints are wrong or down, and
+    there is no session to resume."""
+    fatal = any(isinstance(e, (AuthFailed, UnsupportedVersion)) for _ep, e in errors)
+    if fatal or not ever_connected:
+        session.fail_waiting(lambda _call: _round_error(errors), backlog=True)
+    for call in connect_calls:
+        session.fail_unsent(call, _round_error(errors))
+    connect_calls.clear()
+
+
+class _Held(Protocol):
+    def _is_held(self) -> bool: ...
+
+
+def _needs_connection(session: Session, locks: Iterable[_Held], down: bool) -> bool:
+    """Somebody waits for the connection: a call, a held lock (to watch its state id), or,
+    until the session grace has passed (``down``), the clean-up of abandoned calls."""
+    def wanted(c: Call) -> bool:
+        return not (c.abandoned or c.internal) or not down
+
+    return bool(any(lk._is_held() for lk in locks) or any(wanted(c) for c in session.backlog)
+                or any(wanted(c) for c in session.pending.values()))
+
+
+def _round_text(errors: list[tuple[Endpoint, TicketingError]]) -> str:
+    return "; ".join(f"{format_endpoint(ep)}: {e}" if format_endpoint(ep) not in str(e) else str(e)
+                     for ep, e in errors) or "closed"
+
+
+def _timeout_error(call: Call, timeout: float | None, endpoint: str | None, endpoints: list[Endpoint],
+                   last_error: str, last_round: TicketingError | None) -> RequestTimeout:
+    """A call's own timeout passed. Connected: no answer from the server. Not connected (the
+    client is reconnecting): still a timeout, naming the last connect error (its ``__cause__``
+    when a connect round failed)."""
+    within = f"within {timeout:g} s ({call.describe()})"
+    if endpoint is not None:
+        return RequestTimeout(f"no answer from {endpoint} {within}")
+    why = f"; last error: {last_error}" if last_error else ""
+    if call.id == 0:
+        where = ", ".join(format_endpoint(ep) for ep in endpoints)
+        err = RequestTimeout(f"no connection to {where} {within}{why}")
+    else:
+        err = RequestTimeout(f"no answer {within}: the connection was lost and not re-established{why}")
+    err.__cause__ = last_round
+    return err
+
+
 def _round_error(errors: list[tuple[Endpoint, TicketingError]]) -> TicketingError:
-    """The error for a failed connect round: the most telling kind, with every endpoint's error."""
+    """The error for a failed connect round: the most telling kind, with every endpoint's error.
+    An :class:`Unavailable` has as its ``__cause__`` the last :class:`NotLeader` refusal if a
+    node refused as not the leader, else the last endpoint's error."""
     if not errors:
         return ClientClosed("the client is closed")
     for kind in (AuthFailed, UnsupportedVersion, TLSError):
@@ -771,7 +853,10 @@ def _round_error(errors: list[tuple[Endpoint, TicketingError]]) -> TicketingErro
     if len(errors) == 1 and not isinstance(errors[0][1], Unavailable):
         return _rebuild(errors[0][1])
     text = "; ".join(str(e) if isinstance(e, Unavailable) else f"{format_endpoint(ep)}: {e}" for ep, e in errors)
-    return Unavailable(f"could not connect to any endpoint: {text}")
+    err = Unavailable(f"could not connect to any endpoint: {text}")
+    refusals = [nl for _ep, e in errors if (nl := refused_not_leader(e)) is not None]
+    err.__cause__ = refusals[-1] if refusals else errors[-1][1]
+    return err
 
 
 def _rebuild(e: TicketingError) -> TicketingError:

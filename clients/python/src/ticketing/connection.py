@@ -15,9 +15,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from ._common import Endpoint, format_endpoint
+from ._common import Endpoint, format_endpoint, not_leader_unavailable
 from .constants import WELCOME_SIZE
-from .exceptions import ProtocolError, TicketingError, TLSError, Unavailable
+from .exceptions import NotLeader, ProtocolError, TicketingError, TLSError, Unavailable
 from .protocol import ClientHandshake, FrameBuffer, Response, Welcome, challenge_size
 
 __all__ = ["Connection", "dial"]
@@ -115,8 +115,10 @@ def dial(endpoint: Endpoint, *, session_id: bytes, token: bytes | None, ssl_cont
     the transport, bytes received after WELCOME, and the WELCOME. ``on_socket`` is told the
     socket while it is being dialed (so that closing the client can interrupt it), then None.
 
-    Raises :class:`Unavailable` (refused, unreachable, timed out), :class:`TLSError`, or what
-    the handshake raises (:class:`AuthFailed`, :class:`NotLeader`, :class:`Busy`...)."""
+    Raises :class:`Unavailable` (refused, unreachable, timed out, closed or reset during the
+    handshake, or not the leader: then its ``__cause__`` is the :class:`NotLeader` with the
+    hint), :class:`TLSError`, or what the handshake raises (:class:`AuthFailed`,
+    :class:`Busy`...)."""
     where = format_endpoint(endpoint)
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
@@ -156,6 +158,9 @@ def dial(endpoint: Endpoint, *, session_id: bytes, token: bytes | None, ssl_cont
         welcome = hs.on_welcome(bytes(buf[:WELCOME_SIZE]))
         del buf[:WELCOME_SIZE]
         sock.settimeout(None)
+    except NotLeader as e:
+        _shutdown(sock)
+        raise not_leader_unavailable(where, e) from e
     except TicketingError:
         _shutdown(sock)
         raise

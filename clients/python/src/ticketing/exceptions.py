@@ -108,8 +108,10 @@ class LockLost(TicketingError):
 
 
 class Unavailable(TicketingError, ConnectionError):
-    """No endpoint could be connected to: refused, unreachable, or the connect timeout passed.
-    The message names every endpoint tried and why it failed."""
+    """No endpoint could be connected to: refused, unreachable, the connect timeout passed, the
+    connection closed or reset during the handshake, or a node that is not the leader refused it
+    (then ``__cause__`` is the :class:`NotLeader` with its hint, which the client follows by
+    itself). The message names every endpoint tried and why it failed."""
 
 
 class TLSError(TicketingError, ConnectionError):
@@ -208,7 +210,8 @@ class NotHeld(ServerError):
 class NotLeader(ServerError):
     """Status NOT_LEADER: this cluster node is not the leader; ``leader`` is the leader's
     ``host:port`` or None when unknown. The client follows it by itself; this is raised only
-    where it cannot."""
+    where it cannot. A connect refused with NOT_LEADER is an :class:`Unavailable` with this as
+    its ``__cause__``."""
 
     status = Status.NOT_LEADER
     default_message = "not the leader"

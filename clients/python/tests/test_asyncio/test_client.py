@@ -396,6 +396,32 @@ def test_restart_reports_server_restarted(own_server: ServerProcess, key: str) -
     run(main)
 
 
+def test_calls_wait_for_a_server_that_comes_back(server_bin: Path, tmp_path: Path, key: str) -> None:
+    """See the blocking test."""
+    s = ServerProcess(server_bin, tmp_path / "data", env={"TICKETING_SESSION_GRACE": "200ms"}).start()
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(s.addr, heartbeat=0, request_timeout=0.6) as client:
+            addr = s.addr
+            s.kill()
+            await wait_for(lambda: not client.connected)
+            await asyncio.sleep(0.4)  # past the grace
+            with pytest.raises(ticketing.RequestTimeout, match="within 0.6 s.*Connection refused") as e:
+                await client.ping()
+            assert isinstance(e.value.__cause__, ticketing.Unavailable)
+            task = asyncio.create_task(client.acquire(key, 5, wait_timeout=8))
+            await asyncio.sleep(0.5)  # failed rounds
+            assert not task.done()
+            await asyncio.get_running_loop().run_in_executor(None, lambda: s.start(addr=addr))
+            lock = await asyncio.wait_for(task, 10)
+            await lock.release()
+
+    try:
+        run(main)
+    finally:
+        s.stop()
+
+
 def test_graceful_stop_reports_server_stopping(own_server: ServerProcess, key: str) -> None:
     async def main() -> None:
         async with ticketing.asyncio.Client(own_server.addr) as a, ticketing.asyncio.Client(own_server.addr) as b:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
@@ -14,11 +15,11 @@ import pytest
 import ticketing
 import ticketing.asyncio
 from ticketing import LostReason
-from ticketing.constants import ExpiredReason, GoawayReason, Op, Status
-from ticketing.protocol import Challenge, Response
+from ticketing.constants import AUTH_SIZE, HELLO_SIZE, ExpiredReason, GoawayReason, Op, Status
+from ticketing.protocol import Challenge, Response, Welcome
 
 from ..fakeserver import FakeConn, FakeServer, leader, serve
-from ..test_fake import BAD_KEYS, BAD_LEASES, BAD_TOKENS, BAD_WAITS
+from ..test_fake import BAD_KEYS, BAD_LEASES, BAD_TOKENS, BAD_WAITS, NOT_LEADER_CHALLENGE, not_leader
 
 
 def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
@@ -135,13 +136,16 @@ def test_grace_passes_without_reconnect() -> None:
         fake.listener.close()
 
     async def main() -> None:
-        async with ticketing.asyncio.Client(fake.addr, heartbeat=0) as client:
+        async with ticketing.asyncio.Client(fake.addr, heartbeat=0, request_timeout=0.5) as client:
             t0 = time.monotonic()
             with pytest.raises(ticketing.ConnectionLost, match="session grace"):
                 await client.acquire("k", 5)
             assert 0.25 < time.monotonic() - t0 < 3
-            with pytest.raises(ticketing.Unavailable):
-                await client.ping()
+            t0 = time.monotonic()
+            with pytest.raises(ticketing.RequestTimeout, match="no connection to .* within 0.5 s .*refused") as e:
+                await client.ping()  # after the grace: waits for the reconnect, bounded by its timeout
+            assert 0.45 < time.monotonic() - t0 < 2
+            assert isinstance(e.value.__cause__, ticketing.Unavailable)
 
     with FakeServer(script) as fake:
         run(main)
@@ -242,6 +246,140 @@ def test_shutting_down_moves_to_the_next_endpoint() -> None:
 
     with FakeServer(leader) as b, FakeServer(stopping, state_id=b.state_id) as a:
         b.sessions = a.sessions
+        run(main)
+
+
+# --- refused connects and the reconnect loop (as clients/go and clients/js) ----------------
+
+
+@pytest.mark.parametrize("where", ["challenge", "welcome"])
+def test_connect_refused_not_leader_is_unavailable(where: str) -> None:
+    async def main() -> None:
+        with pytest.raises(ticketing.Unavailable, match=f"{node.addr}: not the leader") as e:
+            await ticketing.asyncio.Client(node.addr, connect_timeout=1).connect()
+        assert not isinstance(e.value, ticketing.NotLeader)
+        cause = e.value.__cause__
+        assert isinstance(cause, ticketing.NotLeader) and cause.leader is None
+
+    with FakeServer(not_leader(where)) as node:
+        run(main)
+
+
+def test_connect_refused_not_leader_follows_the_hint() -> None:
+    async def main() -> None:
+        with pytest.raises(ticketing.Unavailable, match="not the leader") as e:
+            await ticketing.asyncio.Client([a.addr, c.addr], connect_timeout=1).connect()
+        assert len(a.hellos) == len(b.hellos) == len(c.hellos) == 1  # a, its hint b, then c
+        assert isinstance(e.value.__cause__, ticketing.NotLeader)
+
+    with FakeServer(not_leader("welcome")) as b, FakeServer(not_leader("challenge", "")) as c:
+        with FakeServer(not_leader("challenge", b.addr)) as a:
+            run(main)
+
+
+@pytest.mark.parametrize("how", ["close", "reset"])
+@pytest.mark.parametrize("when", ["before CHALLENGE", "before WELCOME"])
+def test_connection_closed_during_the_handshake_is_unavailable(how: str, when: str) -> None:
+    def script(c: FakeConn) -> None:
+        c._read(HELLO_SIZE)
+        if when == "before WELCOME":
+            c.sock.sendall(Challenge(status=Status.OK, version=1, flags=0, nonce=bytes(32)).encode())
+            c._read(AUTH_SIZE)
+        c.reset() if how == "reset" else c.close()
+
+    async def main() -> None:
+        with pytest.raises(ticketing.Unavailable, match=fake.addr):
+            await ticketing.asyncio.Client(fake.addr, connect_timeout=1).connect()
+
+    with FakeServer(script) as fake:
+        run(main)
+
+
+def test_calls_wait_for_the_reconnect_after_the_grace() -> None:
+    """Past the session grace, a failed reconnect round no longer fails the calls waiting: each
+    waits, bounded by its own timeout, and goes out once a node answers. An explicit connect()
+    still ends with the first round that fails."""
+    up = threading.Event()
+    up.set()
+
+    def script(c: FakeConn) -> None:
+        if not up.is_set():
+            c.close()  # closed during the handshake: the round fails
+            return
+        c.handshake(grace_ms=100)
+        if len(fake.conns) == 1:
+            c.answer(c.recv(answer_pings=False))  # connect()'s PING
+            up.clear()
+            return  # the connection drops
+        serve(c)
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr, heartbeat=0, request_timeout=0.6) as client:
+            await wait_for(lambda: not client.connected)
+            await asyncio.sleep(0.3)  # past the grace
+            before = len(fake.conns)
+            t0 = time.monotonic()
+            with pytest.raises(ticketing.RequestTimeout, match="within 0.6 s.*closed the connection during") as e:
+                await client.ping()
+            assert time.monotonic() - t0 > 0.55 and len(fake.conns) - before >= 3  # it outlived failed rounds
+            assert isinstance(e.value.__cause__, ticketing.Unavailable)
+            t0 = time.monotonic()
+            with pytest.raises(ticketing.Unavailable, match="closed the connection during the handshake"):
+                await client.connect()
+            assert time.monotonic() - t0 < 0.5
+            task = asyncio.ensure_future(client.acquire("k", 5, wait_timeout=3))
+            await wait_for(lambda: len(fake.conns) >= before + 3)  # it waits through more failed rounds
+            assert not task.done()
+            up.set()
+            lock = await task
+            assert lock.token == 101
+            assert not fake.errors
+
+    with FakeServer(script) as fake:
+        run(main)
+
+
+def test_auth_failure_while_reconnecting_fails_waiting_calls_at_once() -> None:
+    def script(c: FakeConn) -> None:
+        if len(fake.conns) == 1:
+            c.handshake()
+            c.recv()  # connect()'s PING answered, then an ACQUIRE, left queued; the connection drops
+            return
+        c.handshake(welcome=Welcome(status=Status.AUTH_FAILED, proof=bytes(32)))
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr, heartbeat=0, request_timeout=5) as client:
+            t0 = time.monotonic()
+            with pytest.raises(ticketing.AuthFailed):
+                await client.acquire("k", 5)
+            with pytest.raises(ticketing.AuthFailed):
+                await client.ping()
+            assert time.monotonic() - t0 < 3
+
+    with FakeServer(script) as fake:
+        run(main)
+
+
+@pytest.mark.parametrize("refusal, rounds", [("not leader", (10, 100)), ("closed", (2, 8))])
+def test_election_retries_at_the_shortest_backoff(refusal: str, rounds: tuple[int, int]) -> None:
+    def script(c: FakeConn) -> None:
+        if len(fake.conns) == 1:
+            c.handshake()
+            c.answer(c.recv(answer_pings=False))  # connect()'s PING, then the connection drops
+        elif refusal == "closed":
+            c.close()
+        else:
+            c.handshake(challenge=NOT_LEADER_CHALLENGE)
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr, heartbeat=0, request_timeout=1) as client:
+            await wait_for(lambda: not client.connected)
+            before = len(fake.conns)
+            with pytest.raises(ticketing.RequestTimeout):
+                await client.ping()
+            assert rounds[0] <= len(fake.conns) - before <= rounds[1]
+
+    with FakeServer(script) as fake:
         run(main)
 
 
@@ -596,6 +734,11 @@ def test_unreachable_is_unavailable() -> None:
         t0 = time.monotonic()
         with pytest.raises(ticketing.Unavailable, match=dead):
             await ticketing.asyncio.Client(dead, connect_timeout=1).connect()
+        # before the first connection, a failed round fails the calls waiting for it at once
+        client = ticketing.asyncio.Client(dead, connect_timeout=1)
+        with pytest.raises(ticketing.Unavailable, match=dead):
+            await client.ping()
+        await client.close()
         assert time.monotonic() - t0 < 2
 
     run(main)

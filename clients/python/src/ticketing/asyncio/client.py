@@ -41,12 +41,20 @@ from .._common import (
     wait_ms,
 )
 from .._session import Call, Event, Expired, Follow, Restarted, Session
-from ..client import _MAX_HINTS, _round_error
+from ..client import (
+    _MAX_HINTS,
+    _election,
+    _hint_of,
+    _needs_connection,
+    _round_error,
+    _round_failed,
+    _round_text,
+    _timeout_error,
+)
 from ..constants import InspectFlag, LostReason, Op, Status
 from ..exceptions import (
     AlreadyHeld,
     ClientClosed,
-    NotLeader,
     RequestTimeout,
     TicketingError,
     describe_key,
@@ -119,8 +127,10 @@ class Client(ForkAware):
         self._preferred = 0
         self._hint: Endpoint | None = None
         self._ever_connected = False
-        self._down = False  # the session grace passed without a reconnect: calls fail fast
-        self._last_error = ""
+        self._down = False  # the session grace passed without a reconnect: nothing left to resume
+        self._last_error = ""  # why the connection was lost or the last connect round failed
+        self._last_round: TicketingError | None = None  # the last failed round's error; None after a success
+        self._connect_calls: list[Call] = []  # connect()'s PINGs waiting for the next round
         self._grace_timer: asyncio.TimerHandle | None = None
         self._locks: dict[int, Lock] = {}
         self._early_lost = RecentTokens()
@@ -131,8 +141,10 @@ class Client(ForkAware):
 
     async def connect(self) -> None:
         """Connect now (otherwise the first call does). Raises :class:`Unavailable`,
-        :class:`AuthFailed`, :class:`TLSError`... when no endpoint can be connected to."""
-        await self._request(Call(Op.PING), self._connect_budget())
+        :class:`AuthFailed`, :class:`TLSError`... when no endpoint can be connected to: the
+        first connect round that fails ends it, also while the client is reconnecting (other
+        calls then wait for the reconnect, each bounded by its own timeout)."""
+        await self._request(Call(Op.PING), self._connect_budget(), connect=True)
 
     async def close(self) -> None:
         """Close the client; bounded in time even when the server is frozen. Calls in flight
@@ -392,10 +404,12 @@ class Client(ForkAware):
             done(call)
         return fut
 
-    async def _request(self, call: Call, timeout: float | None, *, cleanup_on_cancel: bool = False) -> Response:
-        """Submit ``call`` and wait for its answer up to ``timeout`` seconds."""
+    async def _request(self, call: Call, timeout: float | None, *, cleanup_on_cancel: bool = False,
+                       connect: bool = False) -> Response:
+        """Submit ``call`` and wait for its answer up to ``timeout`` seconds (``connect``: fail
+        it with the next connect round that fails, see :meth:`connect`)."""
         fut = self._future_of(call)
-        self._submit(call)
+        self._submit(call, connect=connect)
         conn = self._conn
         try:
             async with asyncio.timeout(timeout):
@@ -406,7 +420,8 @@ class Client(ForkAware):
             if not call.done:
                 self._session.abandon(call, time.monotonic())
                 self._flush_and_handle()
-                raise self._timeout_error(call, timeout) from None
+                err = self._timeout_error(call, timeout)
+                raise err from err.__cause__  # the last connect error, if any; not asyncio's TimeoutError
         except asyncio.CancelledError:  # withdraw it, release a grant that raced it
             self._session.abandon(call, time.monotonic())
             self._flush_and_handle()
@@ -428,18 +443,18 @@ class Client(ForkAware):
             log.debug("clean-up of a cancelled %s continues in the background", call.describe())
 
     def _timeout_error(self, call: Call, timeout: float | None) -> RequestTimeout:
-        if self._conn is not None:
-            where = f"from {self.endpoint}"
-        else:
-            where = f"(not connected: {self._last_error})" if self._last_error else "(not connected)"
-        return RequestTimeout(f"no answer {where} within {timeout:g} s ({call.describe()})")
+        return _timeout_error(call, timeout, self.endpoint, self._endpoints, self._last_error, self._last_round)
 
-    def _submit(self, call: Call) -> None:
+    def _submit(self, call: Call, *, connect: bool = False) -> None:
         if self._closed or (self._closing and call.op != Op.RELEASE):
             raise ClientClosed(f"the client is closed ({call.describe()})")
         self._session.submit(call, time.monotonic())
         if not self._session.ready:
-            self._ensure_connector(wake=self._down or not self._ever_connected)
+            # Before the first connection a call starts a round at once (and fails with it);
+            # later it waits for the reconnect loop, which keeps its backoff (connect() excepted).
+            if connect:
+                self._connect_calls.append(call)
+            self._ensure_connector(wake=connect or not self._ever_connected)
         self._flush_and_handle()
 
     def _flush_and_handle(self) -> None:
@@ -556,9 +571,7 @@ class Client(ForkAware):
     def _needs_connection(self) -> bool:
         """Somebody waits for the connection: a call, a held lock (to watch its state id), or,
         until the session grace has passed, the clean-up of abandoned calls."""
-        s = self._session
-        return bool(s.backlog or any(lk._is_held() for lk in self._locks.values())
-                    or any(not (c.abandoned or c.internal) or not self._down for c in s.pending.values()))
+        return _needs_connection(self._session, self._locks.values(), self._down)
 
     def _ensure_connector(self, *, wake: bool) -> None:
         if self._closed:
@@ -586,14 +599,15 @@ class Client(ForkAware):
                         delay = BACKOFF_MIN
                     continue
                 errors = result
-                self._last_error = "; ".join(f"{format_endpoint(ep)}: {e}" for ep, e in errors) or "closed"
                 if self._closed:
                     return
-                if self._down or not self._ever_connected:
-                    while self._session.backlog:
-                        call = self._session.backlog.popleft()
-                        self._session._finish(call, error=_round_error(errors))
-                    self._handle(self._session.take_finished(), [], None)
+                self._last_error = _round_text(errors)
+                self._last_round = _round_error(errors)
+                _round_failed(self._session, errors, self._ever_connected, self._connect_calls)
+                self._handle(self._session.take_finished(), [], None)
+                if _election(errors):
+                    delay = BACKOFF_MIN
+                log.debug("connect round failed (%s); next in about %.3f s", self._last_error, delay)
                 if not self._closed and self._needs_connection() and self._wake is not None:
                     self._wake.clear()
                     try:
@@ -624,18 +638,13 @@ class Client(ForkAware):
                 reader, writer, welcome = await dial(
                     ep, session_id=self._session.session_id, token=self._token, ssl_context=self._ssl,
                     server_hostname=self._server_hostname, timeout=self._connect_timeout)
-            except NotLeader as e:
-                errors.append((ep, e))
-                if e.leader and hints < _MAX_HINTS:
-                    try:
-                        candidates.insert(i, parse_endpoint(e.leader))
-                        hints += 1
-                    except TicketingError:
-                        pass
-                continue
             except TicketingError as e:
                 log.debug("connecting to %s failed: %s", format_endpoint(ep), e)
                 errors.append((ep, e))
+                hint = _hint_of(e, ep) if hints < _MAX_HINTS else None
+                if hint is not None:
+                    candidates.insert(i, hint)
+                    hints += 1
                 continue
             return ep, reader, writer, welcome
         return errors
@@ -657,6 +666,8 @@ class Client(ForkAware):
             self._hint = None
             self._ever_connected = True
             self._down = False
+            self._last_round = None
+            self._connect_calls.clear()
             if self._grace_timer is not None:
                 self._grace_timer.cancel()
                 self._grace_timer = None

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import ssl as _ssl
 import time
 from collections.abc import Callable
 
-from .._common import Endpoint, format_endpoint
+from .._common import Endpoint, format_endpoint, not_leader_unavailable
 from ..constants import WELCOME_SIZE
-from ..exceptions import ProtocolError, TicketingError, TLSError, Unavailable
+from ..exceptions import NotLeader, ProtocolError, TicketingError, TLSError, Unavailable
 from ..protocol import ClientHandshake, FrameBuffer, Response, Welcome, challenge_size
 
 __all__ = ["Connection", "dial"]
@@ -31,8 +32,10 @@ async def dial(endpoint: Endpoint, *, session_id: bytes, token: bytes | None, ss
                timeout: float | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Welcome]:
     """Connect to ``endpoint`` and run TLS and the handshake within ``timeout`` seconds.
 
-    Raises :class:`Unavailable` (refused, unreachable, timed out), :class:`TLSError`, or what
-    the handshake raises (:class:`AuthFailed`, :class:`NotLeader`, :class:`Busy`...)."""
+    Raises :class:`Unavailable` (refused, unreachable, timed out, closed or reset during the
+    handshake, or not the leader: then its ``__cause__`` is the :class:`NotLeader` with the
+    hint), :class:`TLSError`, or what the handshake raises (:class:`AuthFailed`,
+    :class:`Busy`...)."""
     where = format_endpoint(endpoint)
     writer: asyncio.StreamWriter | None = None
     phase = "connect"
@@ -60,6 +63,9 @@ async def dial(endpoint: Endpoint, *, session_id: bytes, token: bytes | None, ss
             challenge = head + await reader.readexactly(size - 4)
             writer.write(hs.on_challenge(challenge))
             welcome = hs.on_welcome(await reader.readexactly(WELCOME_SIZE))
+    except NotLeader as e:
+        _abort(writer)
+        raise not_leader_unavailable(where, e) from e
     except TicketingError:
         _abort(writer)
         raise
@@ -80,12 +86,20 @@ async def dial(endpoint: Endpoint, *, session_id: bytes, token: bytes | None, ss
     except OSError as e:
         _abort(writer)
         if phase == "TLS handshake":
-            raise TLSError(f"{where}: TLS failed: {e.strerror or e} (is the server using TLS?)") from None
-        raise Unavailable(f"{where}: {e.strerror or e}") from None
+            raise TLSError(f"{where}: TLS failed: {_os_text(e)} (is the server using TLS?)") from None
+        raise Unavailable(f"{where}: {_os_text(e)}") from None
     except BaseException:
         _abort(writer)
         raise
     return reader, writer, welcome
+
+
+def _os_text(e: OSError) -> str:
+    """An OSError for messages: the system's text for its errno ("Connection refused", as the
+    blocking client says) rather than asyncio's "Connect call failed (...)"."""
+    if e.errno:
+        return os.strerror(e.errno)
+    return e.strerror or str(e)
 
 
 def _abort(writer: asyncio.StreamWriter | None) -> None:

@@ -301,6 +301,17 @@ static void round_done_failed(tk_async *ac)
         }
         return;
     }
+    if (ac->round_err.code == TK_ERR_AUTH_FAILED || ac->round_err.code == TK_ERR_UNSUPPORTED_VERSION) {
+        /* No retry fixes these: every waiting call fails now (the rounds go on, for later calls). */
+        tk__set_last_error(ac, &ac->round_err);
+        tk__fail_all(ac, ac->round_err.code, ac->round_err.message);
+    }
+    /* A node answered NOT_LEADER: the cluster is electing a leader, which takes well under a
+       second, so the next round comes after the shortest pause, not a grown backoff. */
+    if (ac->round_election)
+        ac->round_no = 0;
+    ac->round_election = false;
+    ac->hint_hops = 0; /* the next round follows hints again */
     ac->cs = TK__C_BACKOFF;
     ac->backoff_until = tk__now_us() + backoff_us(ac);
     ac->round_no++;
@@ -583,6 +594,7 @@ static void on_challenge(tk_async *ac, const tk_challenge *ch)
     case TK_STATUS_OK:
         break;
     case TK_STATUS_NOT_LEADER:
+        ac->round_election = true;
         if (dl > 0 && ac->hint_hops < MAX_HINT_HOPS) {
             ac->hint_hops++;
             tk__log(ac, 1, "%s is not the leader; following the hint %s", ac->cur_addr, data);
@@ -647,6 +659,7 @@ static void on_welcome(tk_async *ac, const tk_welcome *w)
         target_failed(ac, TK_ERR_SHUTTING_DOWN, "shutting down");
         return;
     case TK_STATUS_NOT_LEADER:
+        ac->round_election = true;
         target_failed(ac, TK_ERR_UNAVAILABLE, "not the leader");
         return;
     case TK_STATUS_UNSUPPORTED_VERSION:
@@ -670,6 +683,7 @@ static void on_welcome(tk_async *ac, const tk_welcome *w)
         ac->ep_start = (size_t)ac->cur_ep;
     ac->round_no = 0;
     ac->hint_hops = 0;
+    ac->round_election = false;
     free(ac->round_hint);
     ac->round_hint = NULL;
     ac->last_recv = tk__now_us();

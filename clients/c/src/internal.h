@@ -244,7 +244,8 @@ struct tk_async {
     size_t ep_start;         /* first endpoint index of this round */
     size_t round_pos;        /* position in this round's targets */
     unsigned round_no;       /* rounds since the last success (backoff exponent) */
-    unsigned hint_hops;      /* consecutive rounds started by a hint (bounded) */
+    unsigned hint_hops;      /* rounds started by a hint since the last backoff (bounded) */
+    bool round_election;     /* a node answered NOT_LEADER in this round */
     int cur_ep;              /* endpoint index being tried (-1: the hint) */
     char cur_addr[300];
     struct addrinfo *ai_list, *ai_cur;

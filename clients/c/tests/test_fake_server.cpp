@@ -499,6 +499,117 @@ TEST(FakeSession, NoGraceFailsUnansweredAtOnce)
     EXPECT_EQ(pending.code, TK_ERR_CONNECTION_LOST);
 }
 
+// ---- reconnecting ------------------------------------------------------------------------------
+
+namespace {
+
+// Answers every connection of fs with CHALLENGE NOT_LEADER (hint: hint_for(n), n counting from 1)
+// until stopped, counting the HELLOs.
+struct Refuser {
+    std::atomic<int> hellos{0};
+    std::atomic<bool> stop{false};
+    std::thread t;
+    Refuser(FakeServer &fs, std::function<std::string(int)> hint_for)
+        : t([this, &fs, hint_for] {
+              while (!stop) {
+                  std::unique_ptr<FakeConn> c;
+                  try {
+                      c = fs.accept(20ms);
+                  } catch (const std::exception &) {
+                      continue;
+                  }
+                  try {
+                      c->read_hello();
+                      int n = ++hellos;
+                      c->send_challenge(TK_STATUS_NOT_LEADER, 0, hint_for(n));
+                  } catch (const std::exception &) {
+                  }
+              }
+          })
+    {
+    }
+    ~Refuser()
+    {
+        stop = true;
+        t.join();
+    }
+};
+
+} // namespace
+
+TEST(FakeReconnect, OnlyAnErrorNoRetryFixesFailsWaitingCalls)
+{
+    FakeServer fs;
+    Connected cx(fs, [](tk_options &o) { o.request_timeout_ms = 5000; });
+    Reply r;
+    acquire_async(cx.c, "k", 30000, TK_WAIT_FOREVER, r);
+    cx.conn->read_request();
+    cx.conn->close();
+    auto busy = fs.accept(); // a failed round: the call keeps waiting
+    busy->read_hello();
+    busy->send_challenge(TK_STATUS_BUSY, 0, "too many connections", nullptr, TK_LIMIT_CONNECTIONS);
+    busy->close();
+    auto again = fs.accept();
+    EXPECT_FALSE(r.is_done()) << r.err.message;
+    again->read_hello(); // a round no retry fixes: the call fails at once
+    auto start = std::chrono::steady_clock::now();
+    again->send_challenge(TK_STATUS_UNSUPPORTED_VERSION, 0, "unsupported protocol version");
+    ASSERT_TRUE(r.wait(3000ms));
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2000ms);
+    EXPECT_EQ(r.code, TK_ERR_UNSUPPORTED_VERSION) << r.err.message;
+}
+
+TEST(FakeReconnect, AfterARoundWithNotLeaderTheNextPauseIsTheShortest)
+{
+    FakeServer fs;
+    Connected cx(fs, [](tk_options &o) {
+        o.backoff_min_ms = 50;
+        o.backoff_max_ms = 2000;
+    });
+    cx.conn->close();
+    Refuser follower(fs, [](int) { return std::string(); }); // electing: no leader known yet
+    ASSERT_TRUE(wait_until([&] { return follower.hellos > 0; }));
+    int before = follower.hellos;
+    std::this_thread::sleep_for(1000ms);
+    int rounds = follower.hellos - before;
+    // Pauses of 25-50 ms: about 20-40 rounds in 1 s; doubling (50, 100, 200, 400, 800 ms, with
+    // jitter) would give at most 6.
+    EXPECT_GE(rounds, 12) << "the backoff grew during the election";
+}
+
+TEST(FakeReconnect, LeaderHintsAreFollowedInEveryRound)
+{
+    FakeServer fs, leader;
+    std::string dead;
+    {
+        FakeServer gone; // the old leader: nobody listens there any more
+        dead = gone.addr();
+    }
+    std::string leader_addr = leader.addr();
+    Connected cx(fs); // the only endpoint: a node that then names the leader
+    cx.conn->close();
+    // It names the old leader in many rounds (more hints than one round follows), then the new one.
+    Refuser follower(fs, [&](int n) { return n <= 30 ? dead : leader_addr; });
+    auto l = leader.accept(5000ms);
+    tk_hello h = l->handshake(S1, true);
+    EXPECT_EQ(memcmp(h.session_id, cx.hello.session_id, 16), 0);
+    EXPECT_GT(follower.hellos, 30);
+}
+
+TEST(FakeReconnect, CallTimingOutWhileReconnectingNamesTheLastConnectError)
+{
+    FakeServer fs;
+    std::string addr = fs.addr();
+    Connected cx(fs, [](tk_options &o) { o.request_timeout_ms = 500; });
+    cx.conn->close();
+    Refuser follower(fs, [](int) { return std::string(); });
+    tk_error e;
+    EXPECT_EQ(tk_ping(cx.c, &e), TK_ERR_TIMEOUT);
+    std::string m = e.message;
+    EXPECT_NE(m.find("not connected: "), std::string::npos) << m;
+    EXPECT_NE(m.find(addr + ": not the leader"), std::string::npos) << m;
+}
+
 // ---- cancel, timeouts, heartbeat --------------------------------------------------------------
 
 TEST(FakeCancel, GrantThatRacedTheCancelIsReleased)

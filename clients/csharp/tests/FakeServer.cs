@@ -117,6 +117,7 @@ namespace Ticketing.Tests
         internal volatile byte[] Token; // null: no auth
         internal volatile bool ForgeServerProof;
         internal volatile string NotLeaderHint; // non-null: CHALLENGE NOT_LEADER with this hint
+        internal volatile int Refuse = -1; // a Status: CHALLENGE with it (BUSY, UNSUPPORTED_VERSION...); -1: none
         internal volatile bool AutoPing = true; // answer PING and ACK by itself
         internal volatile bool Frozen; // accept and read, never answer anything
 
@@ -224,6 +225,15 @@ namespace Ticketing.Tests
                     {
                         // never answer
                     }
+                    return;
+                }
+                int refusal = Refuse;
+                if (refusal >= 0)
+                {
+                    byte[] ch = new ChallengeFrame((Status)refusal, 1, 0, 0, null, null).Encode();
+                    stream.Write(ch, 0, ch.Length);
+                    stream.Flush();
+                    Thread.Sleep(50);
                     return;
                 }
                 string hint = NotLeaderHint;

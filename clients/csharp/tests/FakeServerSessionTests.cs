@@ -2,7 +2,13 @@ using System;
 using System.Collections.Concurrent;
 using System.Collections.Generic;
 using System.Diagnostics;
+using System.IO;
 using System.Linq;
+using System.Net;
+using System.Net.Security;
+using System.Net.Sockets;
+using System.Security.Authentication;
+using System.Security.Cryptography.X509Certificates;
 using System.Text;
 using System.Threading;
 using System.Threading.Tasks;
@@ -94,6 +100,149 @@ namespace Ticketing.Tests
             Tasks.Failure<ConnectionLostException>(rel);
             Assert.Less(sw.ElapsedMilliseconds, 5000);
             Assert.AreEqual(Op.Release, r.Op);
+        }
+
+        // ---- reconnecting ----
+
+        [Test]
+        public void FailedReconnectRoundsDoNotFailWaitingCallsUnlessNoRetryFixesThem()
+        {
+            TicketingClient c = Connect(o =>
+            {
+                o.RequestTimeout = TimeSpan.FromSeconds(5);
+                o.HeartbeatInterval = TimeSpan.Zero;
+            });
+            _server.NextConnection(); // (so that KillAll finds it)
+            _server.Refuse = (int)Status.Busy; // every round fails, as at a node at its connection limit
+            _server.KillAll();
+            Task<TimeSpan> ping = c.PingAsync();
+            Thread.Sleep(500);
+            Assert.IsFalse(ping.IsCompleted, "a failed reconnect round failed a waiting call: " + ping.Status + " " + ping.Exception);
+            _server.Refuse = -1;
+            Tasks.Result(ping);
+            // An error no retry fixes fails every waiting call at once.
+            _server.Refuse = (int)Status.UnsupportedVersion;
+            _server.KillAll();
+            var sw = Stopwatch.StartNew();
+            Tasks.Failure<UnsupportedVersionException>(c.PingAsync());
+            Assert.Less(sw.ElapsedMilliseconds, 3000);
+        }
+
+        [Test]
+        public void AfterARoundWithNotLeaderTheNextPauseIsTheShortest()
+        {
+            var follower = Closing(new FakeServer());
+            follower.StateId = _server.StateId;
+            follower.NotLeaderHint = ""; // electing: it knows no leader yet
+            TicketingClient c = Connect(o =>
+            {
+                o.Endpoints = new List<string> { _server.Endpoint, follower.Endpoint };
+                o.ReconnectBackoffMin = TimeSpan.FromMilliseconds(50);
+                o.ReconnectBackoffMax = TimeSpan.FromSeconds(2);
+            });
+            TicketingLock l = Held(c, "k", 7);
+            _server.Dispose(); // refused from now on
+            Poll.Until(TimeSpan.FromSeconds(5), () => follower.Hellos.Count > 0, "a reconnect round");
+            int before = follower.Hellos.Count;
+            Thread.Sleep(1000);
+            int rounds = follower.Hellos.Count - before;
+            // Pauses of 25-50 ms: about 20-40 rounds in 1 s; doubling (50, 100, 200, 400, 800 ms,
+            // with jitter) would give at most 6.
+            Assert.GreaterOrEqual(rounds, 12, rounds + " rounds in 1 s: the backoff grew during the election");
+            Assert.IsFalse(l.IsLost);
+        }
+
+        [Test]
+        public void ACallTimingOutWhileReconnectingNamesTheLastConnectError()
+        {
+            TicketingClient c = Connect(o =>
+            {
+                o.RequestTimeout = TimeSpan.FromMilliseconds(500);
+                o.HeartbeatInterval = TimeSpan.Zero;
+            });
+            _server.AutoPing = false;
+            Task sent = c.PingAsync();
+            _server.Expect(Op.Ping); // never answered
+            string endpoint = _server.Endpoint;
+            _server.Dispose(); // refused from now on
+            var e = Tasks.Failure<RequestTimeoutException>(sent);
+            StringAssert.Contains("not connected, last connect error: ", e.Message);
+            StringAssert.Contains(endpoint, e.Message);
+            Assert.IsInstanceOf<UnavailableException>(e.InnerException);
+            // A call made while reconnecting: the same.
+            e = Tasks.Failure<RequestTimeoutException>(c.AcquireAsync("k", TimeSpan.FromSeconds(5)));
+            StringAssert.Contains("last connect error: ", e.Message);
+            Assert.IsInstanceOf<UnavailableException>(e.InnerException);
+        }
+
+        [Test]
+        public void ClosedDuringTheHandshakeAfterTlsIsUnavailable()
+        {
+            string d = Path.Combine(Path.GetTempPath(), "ticketing-csharp-rsa-" + Guid.NewGuid().ToString("N"));
+            Directory.CreateDirectory(d);
+            var listener = new TcpListener(IPAddress.Loopback, 0);
+            try
+            {
+                // An RSA certificate: the test's TLS server is Mono's own.
+                File.WriteAllText(Path.Combine(d, "server.ext"), "subjectAltName=IP:127.0.0.1\n");
+                Certs.Run(d, "req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=ticketing-test-ca");
+                Certs.Run(d, "req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=server");
+                Certs.Run(d, "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile server.ext");
+                Certs.Run(d, "pkcs12 -export -in server.pem -inkey server.key -out server.pfx -passout pass:x"
+                    + " -keypbe PBE-SHA1-3DES -certpbe PBE-SHA1-3DES -macalg sha1");
+                var cert = new X509Certificate2(Path.Combine(d, "server.pfx"), "x");
+                listener.Start();
+                var server = new Thread(() =>
+                {
+                    try
+                    {
+                        using (TcpClient tc = listener.AcceptTcpClient())
+                        using (var ssl = new SslStream(tc.GetStream(), false))
+                        {
+                            ssl.AuthenticateAsServer(cert, false, SslProtocols.Tls12, false);
+                            ReadFully(ssl, Wire.Hello);
+                            byte[] ch = new ChallengeFrame(Status.Ok, 1, 0, 0, null, null).Encode();
+                            ssl.Write(ch, 0, ch.Length);
+                            ssl.Flush();
+                            ReadFully(ssl, Wire.Auth); // then the node goes away before WELCOME
+                        }
+                    }
+                    catch (Exception)
+                    {
+                        // the test fails on the client's side
+                    }
+                }) { IsBackground = true };
+                server.Start();
+                var e = Assert.Throws<UnavailableException>(() => Connect(o =>
+                {
+                    o.Endpoints = new List<string> { "127.0.0.1:" + ((IPEndPoint)listener.LocalEndpoint).Port };
+                    o.Tls = new TlsOptions { TrustedCertificates = TlsOptions.LoadCertificates(Path.Combine(d, "ca.pem")) };
+                }));
+                StringAssert.Contains("closed during the handshake", e.Message);
+                server.Join(5000);
+            }
+            finally
+            {
+                listener.Stop();
+                Directory.Delete(d, true);
+            }
+            // Refused NOT_LEADER: the same.
+            _server.NotLeaderHint = "";
+            Assert.Throws<UnavailableException>(() => Connect(o => o.ConnectTimeout = TimeSpan.FromMilliseconds(300)));
+        }
+
+        private static void ReadFully(Stream s, int n)
+        {
+            var b = new byte[n];
+            for (int at = 0; at < n;)
+            {
+                int got = s.Read(b, at, n - at);
+                if (got <= 0)
+                {
+                    throw new EndOfStreamException();
+                }
+                at += got;
+            }
         }
 
         [Test]

@@ -126,7 +126,8 @@ export interface ClientOptions {
   releaseOnClose?: boolean;
   /**
    * First delay between reconnect rounds (each round tries every endpoint once); it doubles,
-   * with jitter, up to {@link ClientOptions.maxReconnectDelayMs}.
+   * with jitter, up to {@link ClientOptions.maxReconnectDelayMs}, and is the delay again after a
+   * round in which a node answered NOT_LEADER (an election).
    * @default 50
    */
   minReconnectDelayMs?: number;

@@ -147,6 +147,8 @@ export class Session {
   #graceTimer: NodeJS.Timeout | undefined;
   #withinGrace = false;
   #leaderHint: Endpoint | undefined;
+  /** A node answered NOT_LEADER in the last dial round: the cluster is electing a leader. */
+  #election = false;
   #preferred = 0;
   #lastError: TicketingError | undefined;
   #connectWaiters: { resolve(): void; reject(e: unknown): void }[] = [];
@@ -246,10 +248,13 @@ export class Session {
       this.#fail(call, new TimeoutError(`${call.spec.what}: no connection to ${to} within ${ms} ms${why}`, { cause: this.#lastError }));
     } else if (call.state === 'sent') {
       const acquire = call.spec.op === Op.ACQUIRE;
+      // Sent before the connection dropped: while the client reconnects, name the last connect error (the cause).
+      const down = this.#conn ? '' : `; the connection was lost and not re-established${this.#lastError ? ` (last error: ${this.#lastError.message})` : ''}`;
       const err = new TimeoutError(
-        acquire
+        (acquire
           ? `${call.spec.what}: no answer within ${ms} ms after the wait timeout (${call.spec.waitMs} ms); the request is withdrawn`
-          : `${call.spec.what}: no answer from ${this.#conn?.name ?? 'the server'} within ${ms} ms`,
+          : `${call.spec.what}: no answer from ${this.#conn?.name ?? 'the server'} within ${ms} ms`) + down,
+        this.#conn ? {} : { cause: this.#lastError },
       );
       if (acquire && !call.internal) this.abandon(call, err, false);
       else {
@@ -480,6 +485,9 @@ export class Session {
         this.#lastError = e;
         this.#connectFailed(e);
         if (!this.#needsConnection()) return;
+        // An election takes well under a second: after a round in which a node answered
+        // NOT_LEADER, the shortest pause rather than a backoff grown as from a dead server.
+        if (this.#election) delay = this.opts.minBackoffMs;
         await this.#backoff(jitter(delay));
         delay = Math.min(delay * 2, this.opts.maxBackoffMs);
         continue;
@@ -546,6 +554,7 @@ export class Session {
     for (let k = 0; k < eps.length; k++) order.push(eps[(this.#preferred + k) % eps.length]!);
     const errors: TicketingError[] = [];
     let hops = 0;
+    this.#election = false;
     for (let i = 0; i < order.length; i++) {
       if (this.#closed) throw new ClientClosedError();
       const ep = order[i]!;
@@ -571,6 +580,7 @@ export class Session {
         if (e instanceof AuthFailedError || e instanceof UnsupportedVersionError) throw e;
         // A node that is not the leader: an UnavailableError whose cause has the hint.
         const nl = e instanceof NotLeaderError ? e : e.cause instanceof NotLeaderError ? e.cause : undefined;
+        if (nl) this.#election = true;
         if (nl?.leader && hops < this.opts.maxRedirects) {
           const hint = tryParseEndpoint(nl.leader);
           if (hint) {

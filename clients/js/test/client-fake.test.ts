@@ -569,6 +569,41 @@ describe('leaders and going away', () => {
     assert.ok(lock.isHeld && !lock.isLost);
   });
 
+  test('after a round in which a node answered NOT_LEADER (an election), the next pause is the shortest, not doubled', async () => {
+    const sessions = new Set<string>();
+    const stateId = randomBytes(16);
+    const leader = await fakeServer({ sessions, stateId });
+    const follower = await fakeServer({ sessions, stateId, challenge: { status: Status.NOT_LEADER } });
+    cleanups.push(() => follower.close());
+    const client = newClient({ endpoints: [leader.addr, follower.addr], minReconnectDelayMs: 50, maxReconnectDelayMs: 2000 });
+    const lock = await client.acquire('k', { leaseMs: 60_000 });
+    const disconnected = new Promise<void>((r) => client.once('disconnect', () => r()));
+    await leader.close(); // refused from now on; the follower answers NOT_LEADER (no leader yet)
+    await disconnected;
+    const before = follower.hellos;
+    await sleep(1000);
+    // Pauses of 25-50 ms: about 20-40 rounds. Doubling (50, 100, 200, 400, 800 ms, jittered) would give at most 6.
+    const rounds = follower.hellos - before;
+    assert.ok(rounds >= 12, `${rounds} rounds in 1 s: the backoff grew during the election`);
+    assert.ok(lock.isHeld);
+  });
+
+  test('a call sent before the drop whose timeout passes while reconnecting fails timeout, naming the last connect error (its cause)', async () => {
+    const { srv, client } = await setup({ onRequest: (c, r) => r.op !== Op.PING && defaultAnswer(c, r) });
+    await client.connect();
+    const addr = srv.addr;
+    const ping = client.ping({ timeoutMs: 500 });
+    await (await srv.conn(0)).next((r) => r.op === Op.PING);
+    await srv.close(); // refused from now on: every reconnect round fails, and no call fails with it
+    await assert.rejects(ping, (e: unknown) => {
+      assert.ok(e instanceof TimeoutError, String(e));
+      assert.match(e.message, /within 500 ms; the connection was lost and not re-established \(last error: .*/);
+      assert.ok(e.message.includes(addr), e.message);
+      assert.ok(e.cause instanceof UnavailableError, String(e.cause));
+      return true;
+    });
+  });
+
   test('SHUTTING_DOWN with a single endpoint is reported', async () => {
     const { client } = await setup({ onRequest: (c, r) => c.send({ op: r.op, id: r.id, status: Status.SHUTTING_DOWN, data: Buffer.from('server shutting down') }) });
     await assert.rejects(client.acquire('k'), (e: unknown) => e instanceof ShuttingDownError && e.message === 'acquire "k": the server is shutting down');

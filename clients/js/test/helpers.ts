@@ -323,6 +323,8 @@ export interface FakeServer {
   addr: string;
   /** Completed handshakes, in order. */
   conns: FakeConn[];
+  /** HELLOs received (handshakes begun, refused ones included). */
+  hellos: number;
   /** Sessions seen (hex ids): a HELLO naming one of them is RESUMED. */
   sessions: Set<string>;
   /** The state id sent in WELCOME; change it to act as a restarted server. */
@@ -356,6 +358,7 @@ export async function fakeServer(opts: FakeServerOptions = {}): Promise<FakeServ
   const fake: FakeServer = {
     addr: '',
     conns,
+    hellos: 0,
     sessions: opts.sessions ?? new Set(),
     stateId: opts.stateId ?? randomBytes(16),
     conn(n, ms = 5000) {
@@ -413,6 +416,7 @@ export async function fakeServer(opts: FakeServerOptions = {}): Promise<FakeServ
     const reader = new FrameReader((f) => {
       if (state === 'hello') {
         hello = decodeHello(Buffer.from(f));
+        fake.hellos++;
         c.sessionId = Buffer.from(hello.sessionId);
         const ch = opts.challenge ?? { status: Status.OK };
         socket.write(

@@ -302,6 +302,79 @@ class FakeServerTest < Minitest::Test
     assert_equal 1, leader.requests.size
   end
 
+  # ---- reconnecting ---------------------------------------------------------------------------------
+
+  def test_after_a_round_with_not_leader_the_next_pause_is_the_shortest
+    leader = server
+    follower = server
+    follower.state_id = leader.state_id
+    follower.challenge_override = { status: P::Status::NOT_LEADER } # electing: no leader known yet
+    c = client(leader, endpoints: [leader.endpoint, follower.endpoint], reconnect_delay: 0.05, reconnect_delay_max: 2.0)
+    lock = c.connect.acquire("k", lease: 30)
+    leader.close # refused from now on
+    assert(eventually(2) { follower.hellos.size >= 1 }, "the client reconnects")
+    before = follower.hellos.size
+    sleep 1
+    rounds = follower.hellos.size - before
+    # Pauses of 25-50 ms: about 20-40 rounds in 1 s; doubling (50, 100, 200, 400, 800 ms, with
+    # jitter) would give at most 6.
+    assert_operator rounds, :>=, 12, "#{rounds} rounds in 1 s: the backoff grew during the election"
+    refute lock.lost?
+  end
+
+  def test_a_call_timing_out_while_reconnecting_names_the_last_connect_error
+    srv = server { |s, _c, req| req.op == P::Op::PING ? :silent : s.default_answer(req) }
+    c = client(srv, request_timeout: 0.5).connect
+    sent = Thread.new do
+      c.ping
+    rescue Ticketing::Error => e
+      e
+    end
+    srv.wait_request { |r| r.op == P::Op::PING }
+    srv.close # refused from now on: every reconnect round fails, and no call fails with it
+    err = sent.value
+    assert_instance_of Ticketing::TimeoutError, err
+    assert_match(/PING: no answer within 0.5 s \(the connection was lost and not re-established; last error: .*#{srv.endpoint}/,
+                 err.message)
+    assert_instance_of Ticketing::UnavailableError, err.cause
+    # Calls made while reconnecting (a request, an acquire): the same.
+    err = assert_raises(Ticketing::TimeoutError) { c.ping }
+    assert_match(/\(not connected; last error: .*#{srv.endpoint}/, err.message)
+    assert_instance_of Ticketing::UnavailableError, err.cause
+    started = now
+    err = assert_raises(Ticketing::TimeoutError) { c.acquire("k", lease: 5, timeout: 0.1) }
+    assert_match(/ACQUIRE key "k": no answer within 0.5 s \(not connected; last error: /, err.message)
+    assert_instance_of Ticketing::UnavailableError, err.cause
+    assert_in_delta 0.5, now - started, 0.4
+  end
+
+  def test_handshake_closed_reset_or_refused_not_leader_is_unavailable
+    listener = TCPServer.new("127.0.0.1", 0)
+    endpoint = "127.0.0.1:#{listener.addr[1]}"
+    t = Thread.new do
+      2.times do |i|
+        s = listener.accept
+        s.readpartial(56) # the HELLO
+        s.setsockopt(Socket::SOL_SOCKET, Socket::SO_LINGER, [1, 0].pack("ii")) if i == 1 # reset, not closed
+        s.close
+      end
+    end
+    2.times do
+      err = assert_raises(Ticketing::UnavailableError) { client(nil, endpoints: [endpoint]).connect }
+      assert_includes err.message, endpoint
+    end
+    # Refused NOT_LEADER in the CHALLENGE (no leader known) or in the WELCOME.
+    srv = server
+    srv.challenge_override = { status: P::Status::NOT_LEADER }
+    assert_raises(Ticketing::UnavailableError) { client(srv).connect }
+    srv.challenge_override = nil
+    srv.welcome_override = { status: P::Status::NOT_LEADER }
+    assert_raises(Ticketing::UnavailableError) { client(srv).connect }
+  ensure
+    t&.join(2)
+    listener&.close
+  end
+
   # ---- pushes and the lost signal -------------------------------------------------------------------
 
   def test_expired_push_fires_lost_once

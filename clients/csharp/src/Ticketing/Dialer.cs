@@ -47,6 +47,7 @@ namespace Ticketing
             Connect,
             Tls,
             Handshake,
+            Session, // a CHALLENGE came: the server took the TLS session
         }
 
         /// <summary>Closes a socket and its stream, ignoring errors; aborts pending I/O.</summary>
@@ -120,7 +121,7 @@ namespace Ticketing
                         Volatile.Write(ref stream, secured);
                     }
                     stage = Stage.Handshake;
-                    Dialed d = await HandshakeAsync(ep, stream, s, sessionId, rng).ConfigureAwait(false);
+                    Dialed d = await HandshakeAsync(ep, stream, s, sessionId, rng, () => stage = Stage.Session).ConfigureAwait(false);
                     d.Socket = socket;
                     ok = true;
                     return d;
@@ -157,7 +158,7 @@ namespace Ticketing
                     throw new TlsException("TLS handshake with " + ep + " failed: " + Describe(e)
                         + " (is the server using TLS, does it trust this client, and is its certificate trusted?)", e);
                 }
-                catch (Exception e) when (s.Tls != null)
+                catch (Exception e) when (s.Tls != null && stage != Stage.Session)
                 {
                     throw new TlsException("the TLS connection to " + ep + " failed during the handshake: " + Describe(e)
                         + " (does the server require a client certificate?)", e);
@@ -364,7 +365,8 @@ namespace Ticketing
         }
 #endif
 
-        private static async Task<Dialed> HandshakeAsync(Endpoint ep, Stream stream, Settings s, byte[] sessionId, RandomNumberGenerator rng)
+        private static async Task<Dialed> HandshakeAsync(Endpoint ep, Stream stream, Settings s, byte[] sessionId, RandomNumberGenerator rng,
+            Action challenged)
         {
             bool tls = s.Tls != null;
             var reader = new FrameReader(stream);
@@ -406,6 +408,7 @@ namespace Ticketing
             {
                 throw new ProtocolException("malformed CHALLENGE from " + ep + ": " + e.Message, e);
             }
+            challenged();
             if (ch.Status != Status.Ok)
             {
                 throw ChallengeError(ep, ch);
@@ -423,7 +426,7 @@ namespace Ticketing
             byte[] wb = await reader.ReadExactAsync(Wire.Welcome).ConfigureAwait(false);
             if (wb == null)
             {
-                throw Closed(ep, tls);
+                throw new UnavailableException("connection to " + ep + " closed during the handshake");
             }
             WelcomeFrame w;
             try

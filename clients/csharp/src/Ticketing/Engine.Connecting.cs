@@ -136,6 +136,10 @@ namespace Ticketing
                     }
                 }
             }
+            lock (_mu)
+            {
+                _election = failures.Any(f => f is Dialer.NotLeaderException);
+            }
             if (_closeCts.IsCancellationRequested)
             {
                 throw new ClosedException("the client was closed while connecting");
@@ -212,16 +216,23 @@ namespace Ticketing
                     }
                     return;
                 }
-                catch (TicketingException e) when (e is UnavailableException || e is Dialer.NotLeaderException)
+                catch (TicketingException e) when (!(e is AuthFailedException || e is UnsupportedVersionException))
                 {
+                    // Unavailable, not the leader, TLS, busy...: calls keep waiting (each bounded by
+                    // its own timeout) while the loop retries with backoff.
                     Log.TraceEvent(TraceEventType.Verbose, 0, "reconnect round failed: {0}", e.Message);
+                    lock (_mu)
+                    {
+                        _lastConnectError = e;
+                    }
                 }
                 catch (TicketingException e)
                 {
-                    // A definitive refusal (auth, version, TLS, busy...): fail what waits, keep trying.
+                    // No retry fixes these: fail what waits at once (and keep trying, for later calls).
                     Log.TraceEvent(TraceEventType.Warning, 0, "reconnect refused: {0}", e.Message);
                     lock (_mu)
                     {
+                        _lastConnectError = e;
                         foreach (Request r in _unsent.ToList())
                         {
                             FailLocked(r, e, after);
@@ -239,6 +250,15 @@ namespace Ticketing
                 catch (Exception e)
                 {
                     Log.TraceEvent(TraceEventType.Error, 0, "reconnect failed unexpectedly: {0}", e);
+                }
+                lock (_mu)
+                {
+                    if (_election)
+                    {
+                        // A node answered NOT_LEADER: the cluster is electing a leader, which takes
+                        // well under a second; the next round comes after the shortest pause.
+                        round = 0;
+                    }
                 }
                 TimeSpan pause = Backoff(round);
                 round++;
@@ -313,6 +333,7 @@ namespace Ticketing
             }
             _stateId = w.StateId;
             _graceMs = w.SessionGraceMs;
+            _lastConnectError = null;
             if (_graceTimer != null)
             {
                 _graceTimer.Dispose();

@@ -47,6 +47,8 @@ namespace Ticketing
         private Request _heartbeat;
         private string _leaderHint;
         private int _endpointIndex;
+        private TicketingException _lastConnectError; // of the last failed round since the connection dropped
+        private bool _election; // a node answered NOT_LEADER in the last round
         private int _answersSinceAck;
         private bool _ackInFlight;
         private bool _closing;
@@ -180,8 +182,12 @@ namespace Ticketing
                 bool isHeartbeat = r == _heartbeat;
                 double requestMs = Opts.RequestTimeout.TotalMilliseconds;
                 double ms = r.Op == Op.Acquire && r.Id != 0 && r.WaitMs != Wire.WaitForever ? r.WaitMs + requestMs : requestMs;
+                // While the client reconnects, the timeout names the last connect error (its inner exception).
+                TicketingException why = _conn == null ? _lastConnectError : null;
                 var e = new RequestTimeoutException((isHeartbeat ? "heartbeat PING" : r.Describe()) + " got no answer within "
-                    + (long)ms + " ms (request timeout " + (long)requestMs + " ms)");
+                    + (long)ms + " ms (request timeout " + (long)requestMs + " ms)"
+                    + (_conn == null ? "; not connected" : "")
+                    + (why != null ? ", last connect error: " + why.Message : ""), why);
                 if (isHeartbeat)
                 {
                     _heartbeat = null;

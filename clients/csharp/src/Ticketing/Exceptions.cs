@@ -149,6 +149,14 @@ namespace Ticketing
             : base(message)
         {
         }
+
+        /// <summary>Creates the exception with its cause.</summary>
+        /// <param name="message">what happened</param>
+        /// <param name="innerException">the cause (the last connect error while reconnecting), or null</param>
+        public RequestTimeoutException(string message, Exception innerException)
+            : base(message, innerException)
+        {
+        }
     }
 
     /// <summary>

@@ -403,7 +403,7 @@ module Ticketing
         end
         if outcome != :finished
           @session.forget(call)
-          raise TimeoutError, "#{describe_call(call)}: no answer within #{@config.request_timeout} s#{not_sent(call)}"
+          raise_timeout(call, @config.request_timeout)
         end
         raise call.error if call.error
 
@@ -417,12 +417,15 @@ module Ticketing
       end
     end
 
-    # For a timeout message: why a call never reached the wire.
-    def not_sent(call)
-      return "" if call.id
+    # Raises the TimeoutError of +call+, whose own timeout (+seconds+) passed. While the client
+    # reconnects, it names the last connect error, which is also its cause.
+    def raise_timeout(call, seconds)
+      message = "#{describe_call(call)}: no answer within #{seconds} s"
+      raise TimeoutError, message if @session.connected?
 
       error = @session.last_error
-      " (not connected#{error ? ": #{error.message}" : ''})"
+      why = call.id ? "the connection was lost and not re-established" : "not connected"
+      raise TimeoutError, "#{message} (#{why}#{error ? "; last error: #{error.message}" : ''})", cause: error
     end
 
     def describe_call(call)
@@ -489,7 +492,7 @@ module Ticketing
       # Timed out: the server did not answer in time, so waiting for its clean-up answer would
       # only stretch the timeout. The withdrawal goes on in the background.
 
-      raise TimeoutError, "#{describe_call(call)}: no answer within #{timeout ? timeout + @config.request_timeout : @config.request_timeout} s"
+      raise_timeout(call, timeout && call.id ? timeout + @config.request_timeout : @config.request_timeout)
     end
 
     # Withdraws an abandoned ACQUIRE that reached the wire: CANCEL it (on this connection or the

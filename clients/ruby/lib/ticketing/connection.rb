@@ -266,11 +266,11 @@ module Ticketing
       raise ProtocolError, "#{@endpoint}: malformed handshake frame: #{e.message}"
     rescue EOFError, Errno::ECONNRESET, Errno::EPIPE => e
       hint = @tls ? "" : " (is the server using TLS?)"
-      raise ConnectionLostError, "#{@endpoint}: connection closed during the handshake: #{e.message}#{hint}"
+      raise UnavailableError, "#{@endpoint}: connection closed during the handshake: #{e.message}#{hint}"
     rescue OpenSSL::SSL::SSLError => e
       raise TLSError, "#{@endpoint}: TLS failed during the handshake: #{e.message}"
     rescue IOError, SystemCallError => e
-      raise ConnectionLostError, "#{@endpoint}: handshake failed: #{e.class}: #{e.message}"
+      raise UnavailableError, "#{@endpoint}: handshake failed: #{e.class}: #{e.message}"
     end
 
     private

@@ -311,6 +311,7 @@ module Ticketing
       @reconnector = nil
       @dialing_socket = nil
       @last_error = nil
+      @election = false # a node answered NOT_LEADER in the last failed round
     end
 
     def new_session_id
@@ -454,6 +455,7 @@ module Ticketing
           errors << e
         end
       end
+      @mutex.synchronize { @election = errors.any?(Connection::Redirect) }
       raise combine_errors(errors)
     end
 
@@ -590,9 +592,14 @@ module Ticketing
           fail_everything(e)
           return @mutex.synchronize { reconnector_done_locked }
         rescue Error => e
-          @mutex.synchronize { @last_error = e }
+          election = @mutex.synchronize do
+            @last_error = e
+            @election
+          end
           log(:warn, "reconnect failed: #{e.message}")
-          attempt += 1
+          # A node answered NOT_LEADER: the cluster is electing a leader, which takes well under
+          # a second, so the next round comes after the shortest pause, not a grown backoff.
+          attempt = election ? 1 : attempt + 1
         end
       end
     rescue StandardError => e

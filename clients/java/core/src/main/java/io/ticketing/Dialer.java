@@ -127,6 +127,7 @@ final class Dialer {
     private static Dialed handshake(Endpoint ep, Socket s, ClientOptions opts, byte[] sessionId, SecureRandom random,
             long deadline) {
         boolean tls = opts.tls() != null;
+        boolean challenged = false; // a CHALLENGE came: the TLS session was accepted
         try {
             s.setSoTimeout(remainingMs(deadline, ep));
             DataInputStream in = new DataInputStream(new BufferedInputStream(s.getInputStream(), 64 * 1024));
@@ -147,6 +148,7 @@ final class Dialer {
             System.arraycopy(lenBuf, 0, frame, 0, 4);
             in.readFully(frame, 4, (int) len);
             Handshake.Challenge ch = Handshake.Challenge.decode(frame);
+            challenged = true;
             if (ch.status() != Status.OK.code()) {
                 throw challengeError(ep, ch);
             }
@@ -178,17 +180,17 @@ final class Dialer {
         } catch (SocketTimeoutException e) {
             throw new UnavailableException("handshake with " + ep + " timed out" + (tls ? "" : " (is the server using TLS?)"));
         } catch (EOFException e) {
-            if (tls) {
+            if (tls && !challenged) {
                 // With TLS 1.3 a refused client certificate shows only now, as the server closing.
                 throw new TlsException("the server at " + ep + " closed the TLS connection during the handshake"
                         + " (does it require a client certificate?)", e);
             }
             throw new UnavailableException("connection to " + ep + " closed during the handshake"
-                    + " (is the server using TLS?)");
+                    + (tls || challenged ? "" : " (is the server using TLS?)"));
         } catch (SSLException e) {
             throw new TlsException("TLS failed with " + ep + ": " + e.getMessage(), e);
         } catch (IOException e) {
-            if (tls) {
+            if (tls && !challenged) {
                 throw new TlsException("the TLS connection to " + ep + " failed during the handshake: " + e.getMessage()
                         + " (does the server require a client certificate?)", e);
             }

@@ -69,6 +69,8 @@ final class Engine implements Connection.Listener {
     private Req heartbeat;
     private String leaderHint;
     private int endpointIndex;
+    private TicketingException lastConnectError; // of the last failed round since the connection dropped
+    private boolean election; // a node answered NOT_LEADER in the last round
     private int answersSinceAck;
     private boolean ackInFlight;
     private boolean closing;
@@ -212,6 +214,7 @@ final class Engine implements Connection.Listener {
             }
         }
         synchronized (mu) {
+            election = failures.stream().anyMatch(f -> f instanceof Dialer.NotLeader);
             if (closed) {
                 throw new ClosedException("client closed while connecting");
             }
@@ -285,12 +288,11 @@ final class Engine implements Connection.Listener {
                     connector = null;
                 }
                 return;
-            } catch (UnavailableException | Dialer.NotLeader e) {
-                LOG.log(System.Logger.Level.DEBUG, "reconnect round failed: {0}", e.getMessage());
-            } catch (TicketingException e) {
-                // A definitive refusal (auth, version, TLS, busy...): fail what waits, keep trying.
+            } catch (AuthFailedException | UnsupportedVersionException e) {
+                // No retry fixes these: fail what waits at once (and keep trying, for later calls).
                 LOG.log(System.Logger.Level.WARNING, "reconnect refused: {0}", e.getMessage());
                 synchronized (mu) {
+                    lastConnectError = e;
                     for (Req r : new ArrayList<>(unsent)) {
                         failLocked(r, e, after);
                     }
@@ -301,6 +303,20 @@ final class Engine implements Connection.Listener {
                     }
                 }
                 after.forEach(Runnable::run);
+            } catch (TicketingException e) {
+                // Unavailable, not the leader, TLS, busy...: calls keep waiting (each bounded by its
+                // own timeout) while the loop retries with backoff.
+                LOG.log(System.Logger.Level.DEBUG, "reconnect round failed: {0}", e.getMessage());
+                synchronized (mu) {
+                    lastConnectError = e;
+                }
+            }
+            synchronized (mu) {
+                if (election) {
+                    // A node answered NOT_LEADER: the cluster is electing a leader, which takes well
+                    // under a second; the next round comes after the shortest pause.
+                    round = 0;
+                }
             }
             long min = opts.reconnectBackoffMin().toMillis();
             long max = opts.reconnectBackoffMax().toMillis();
@@ -363,6 +379,7 @@ final class Engine implements Connection.Listener {
         }
         stateId = w.stateId();
         graceMs = w.sessionGraceMs();
+        lastConnectError = null;
         if (graceTimer != null) {
             graceTimer.cancel(false);
             graceTimer = null;
@@ -464,9 +481,13 @@ final class Engine implements Connection.Listener {
             long ms = r.op == Op.ACQUIRE && r.id != 0 && r.waitMs != AcquireOptions.WAIT_FOREVER_MS
                     ? r.waitMs + opts.requestTimeout().toMillis()
                     : opts.requestTimeout().toMillis();
+            // While the client reconnects, the timeout names the last connect error (its cause).
+            TicketingException why = conn == null ? lastConnectError : null;
             RequestTimeoutException e = new RequestTimeoutException(what
                     + (r.key.length > 0 ? " of " + Bytes.printable(r.key) : "") + " got no answer within " + ms
-                    + " ms (request timeout " + opts.requestTimeout().toMillis() + " ms)");
+                    + " ms (request timeout " + opts.requestTimeout().toMillis() + " ms)"
+                    + (conn == null ? "; not connected" : "")
+                    + (why != null ? ", last connect error: " + why.getMessage() : ""), why);
             if (r == heartbeat) {
                 heartbeat = null;
                 failed = conn;

@@ -107,6 +107,7 @@ final class FakeServer implements AutoCloseable {
     volatile byte[] token; // null: no auth
     volatile boolean forgeServerProof;
     volatile String notLeaderHint; // non-null: CHALLENGE NOT_LEADER with this hint
+    volatile Status refuse; // non-null: CHALLENGE with this status (BUSY, UNSUPPORTED_VERSION...)
     volatile boolean autoPing = true; // answer PING and ACK by itself
     volatile boolean frozen; // accept and read, never answer anything
 
@@ -188,6 +189,12 @@ final class FakeServer implements AutoCloseable {
                 while (in.read() >= 0) {
                     // never answer
                 }
+                return;
+            }
+            Status refusal = refuse;
+            if (refusal != null) {
+                out.write(new Handshake.Challenge(refusal.code(), 1, 0, 0, new byte[32], new byte[0]).encode());
+                out.flush();
                 return;
             }
             if (notLeaderHint != null) {

@@ -10,10 +10,16 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.ticketing.protocol.ExpiredReason;
 import io.ticketing.protocol.GoawayReason;
+import io.ticketing.protocol.Handshake;
 import io.ticketing.protocol.Op;
+import io.ticketing.protocol.Protocol;
 import io.ticketing.protocol.ResponseFrame;
 import io.ticketing.protocol.Status;
+import java.io.DataInputStream;
+import java.net.InetAddress;
+import java.net.Socket;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -26,6 +32,8 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+import javax.net.ssl.SSLServerSocket;
 
 /** The client's protocol behaviour against a scripted server (PROTOCOL.md, docs/clients.md). */
 @Timeout(30)
@@ -467,6 +475,108 @@ class FakeServerTest {
         assertEquals(Op.RELEASE, r.op());
     }
 
+    // ---- reconnecting ----
+
+    @Test
+    void failedReconnectRoundsDoNotFailWaitingCallsUnlessNoRetryFixesThem() throws Exception {
+        TicketingClient c = connect(b -> b.requestTimeout(Duration.ofSeconds(5)).heartbeatInterval(Duration.ZERO));
+        server.connections.poll(5, TimeUnit.SECONDS); // (so that killAll finds it)
+        server.refuse = Status.BUSY; // every round fails, as it would at a node at its connection limit
+        server.killAll();
+        CompletableFuture<Duration> ping = c.pingAsync();
+        Thread.sleep(500);
+        assertFalse(ping.isDone(), "a failed reconnect round failed a waiting call: " + ping);
+        server.refuse = null;
+        ping.get(5, TimeUnit.SECONDS);
+        // An error no retry fixes fails every waiting call at once.
+        server.refuse = Status.UNSUPPORTED_VERSION;
+        server.killAll();
+        long t0 = System.nanoTime();
+        failure(UnsupportedVersionException.class, c.pingAsync());
+        assertTrue(System.nanoTime() - t0 < TimeUnit.SECONDS.toNanos(3));
+    }
+
+    @Test
+    void afterARoundWithNotLeaderTheNextPauseIsTheShortest() throws Exception {
+        FakeServer follower = new FakeServer();
+        closeables.add(follower);
+        follower.stateId = server.stateId;
+        follower.notLeaderHint = ""; // electing: it knows no leader yet
+        TicketingClient c = connect(b -> b.endpoints(server.endpoint(), follower.endpoint())
+                .reconnectBackoff(Duration.ofMillis(50), Duration.ofSeconds(2)));
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(30));
+        grant(server.expect(Op.ACQUIRE), 7);
+        Lock lock = f.get(5, TimeUnit.SECONDS);
+        server.close(); // refused from now on
+        Poll.until(Duration.ofSeconds(5), () -> !follower.hellos.isEmpty(), "a reconnect round");
+        int before = follower.hellos.size();
+        Thread.sleep(1000);
+        int rounds = follower.hellos.size() - before;
+        // Pauses of 25-50 ms: about 20-40 rounds in 1 s; doubling (50, 100, 200, 400, 800 ms, with
+        // jitter) would give at most 6.
+        assertTrue(rounds >= 12, rounds + " rounds in 1 s: the backoff grew during the election");
+        assertFalse(lock.lost().toCompletableFuture().isDone());
+    }
+
+    @Test
+    void aCallTimingOutWhileReconnectingNamesTheLastConnectError() throws Exception {
+        TicketingClient c = connect(b -> b.requestTimeout(Duration.ofMillis(500)).heartbeatInterval(Duration.ZERO));
+        server.autoPing = false;
+        CompletableFuture<Duration> sent = c.pingAsync();
+        server.expect(Op.PING); // never answered
+        server.close(); // refused from now on
+        RequestTimeoutException e = failure(RequestTimeoutException.class, sent);
+        assertTrue(e.getMessage().contains("not connected, last connect error: ")
+                && e.getMessage().contains(server.endpoint()), e.getMessage());
+        assertTrue(e.getCause() instanceof UnavailableException, String.valueOf(e.getCause()));
+        // A call made while reconnecting: the same.
+        e = failure(RequestTimeoutException.class, c.acquireAsync("k", Duration.ofSeconds(5)));
+        assertTrue(e.getMessage().contains("last connect error: "), e.getMessage());
+        assertTrue(e.getCause() instanceof UnavailableException, String.valueOf(e.getCause()));
+    }
+
+    @Test
+    void closedDuringTheHandshakeAfterTlsIsUnavailable(@TempDir Path dir) throws Exception {
+        Certs certs = Certs.make(dir);
+        SSLServerSocket tls = (SSLServerSocket) Pem.context(TlsOptions.builder().trustCertificates(certs.ca)
+                .clientCertificate(certs.serverCert, certs.serverKey).build())
+                .getServerSocketFactory().createServerSocket(0, 50, InetAddress.getLoopbackAddress());
+        closeables.add(tls);
+        Thread t = new Thread(() -> {
+            try (Socket s = tls.accept()) { // CHALLENGE, then the node goes away before WELCOME
+                new DataInputStream(s.getInputStream()).readFully(new byte[Protocol.HELLO]);
+                s.getOutputStream().write(new Handshake.Challenge(0, 1, 0, 0, new byte[32], new byte[0]).encode());
+                s.getOutputStream().flush();
+                new DataInputStream(s.getInputStream()).readFully(new byte[Protocol.AUTH]);
+            } catch (Exception ignored) {
+                // the test fails on the client's side
+            }
+        });
+        t.setDaemon(true);
+        t.start();
+        UnavailableException e = assertThrows(UnavailableException.class, () -> TicketingClient.connect(
+                ClientOptions.builder().endpoints("127.0.0.1:" + tls.getLocalPort()).connectTimeout(Duration.ofSeconds(5))
+                        .tls(TlsOptions.builder().trustCertificates(certs.ca).build()).build()));
+        assertTrue(e.getMessage().contains("closed during the handshake"), e.getMessage());
+        // Refused NOT_LEADER, or closed before the CHALLENGE without TLS: the same.
+        server.notLeaderHint = "";
+        assertThrows(UnavailableException.class, this::connect);
+        server.notLeaderHint = null;
+        try (var plain = new java.net.ServerSocket(0, 50, InetAddress.getLoopbackAddress())) {
+            Thread p = new Thread(() -> {
+                try (Socket s = plain.accept()) {
+                    new DataInputStream(s.getInputStream()).readFully(new byte[Protocol.HELLO]);
+                } catch (Exception ignored) {
+                    // the test fails on the client's side
+                }
+            });
+            p.setDaemon(true);
+            p.start();
+            assertThrows(UnavailableException.class, () -> TicketingClient.connect(
+                    ClientOptions.builder().endpoints("127.0.0.1:" + plain.getLocalPort()).build()));
+        }
+    }
+
     @Test
     void goawayMovesToTheLeaderAndResumes() throws Exception {
         FakeServer leader = new FakeServer();
@@ -660,7 +770,7 @@ class FakeServerTest {
         r.conn().ok(r.frame());
         rel.get(5, TimeUnit.SECONDS);
         assertNull(server.poll(Duration.ofMillis(400)), "no extend after the release");
-        assertFalse(lock.isLost());
+        assertFalse(lock.lost().toCompletableFuture().isDone());
     }
 
     @Test

@@ -1038,6 +1038,8 @@ TEST(FakeEndpoints, FirstRoundFailureIsUnavailable)
     EXPECT_EQ(c, nullptr);
 }
 
+// docs/clients.md rule 1: a handshake that times out is unavailable (never timeout, which is a
+// call's own timeout), whether the server never answers HELLO or stops before WELCOME.
 TEST(FakeEndpoints, HalfOpenServerHitsTheDialTimeout)
 {
     FakeServer silent; // accepts (kernel backlog) but never answers
@@ -1052,7 +1054,39 @@ TEST(FakeEndpoints, HalfOpenServerHitsTheDialTimeout)
     auto start = std::chrono::steady_clock::now();
     tk_err rc = tk_client_connect(&o, &c, &e);
     auto took = std::chrono::steady_clock::now() - start;
-    EXPECT_TRUE(rc == TK_ERR_UNAVAILABLE || rc == TK_ERR_TIMEOUT) << tk_strerror(rc);
+    EXPECT_EQ(rc, TK_ERR_UNAVAILABLE) << tk_strerror(rc) << ": " << e.message;
+    EXPECT_EQ(e.code, TK_ERR_UNAVAILABLE);
+    EXPECT_NE(std::string(e.message).find(addr + ": no handshake answer within 300 ms"), std::string::npos) << e.message;
+    EXPECT_EQ(c, nullptr);
+    EXPECT_GE(took, 280ms);
+    EXPECT_LT(took, 2000ms);
+}
+
+TEST(FakeEndpoints, ServerThatStopsBeforeWelcomeIsUnavailable)
+{
+    FakeServer fs;
+    const std::string addr = fs.addr();
+    tk_error e;
+    tk_client *c = nullptr;
+    auto start = std::chrono::steady_clock::now();
+    auto rc = std::async(std::launch::async, [&] {
+        const char *eps[] = {addr.c_str()};
+        tk_options o{};
+        o.endpoints = eps;
+        o.n_endpoints = 1;
+        o.dial_timeout_ms = 300;
+        return tk_client_connect(&o, &c, &e);
+    });
+    auto fc = fs.accept();
+    fc->read_hello();
+    fc->send_challenge();
+    fc->read_auth(); // and never a WELCOME
+    ASSERT_EQ(rc.wait_for(3000ms), std::future_status::ready);
+    auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(rc.get(), TK_ERR_UNAVAILABLE);
+    EXPECT_EQ(e.code, TK_ERR_UNAVAILABLE);
+    EXPECT_NE(std::string(e.message).find(addr + ": no handshake answer within 300 ms"), std::string::npos) << e.message;
+    EXPECT_EQ(c, nullptr);
     EXPECT_GE(took, 280ms);
     EXPECT_LT(took, 2000ms);
 }

@@ -359,8 +359,8 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
 
   /**
    * Connects now, if not connected yet: tries every endpoint once. Resolves with the client.
-   * Rejects with {@link UnavailableError}, {@link TimeoutError} (a server that does not answer
-   * the handshake), {@link TlsError}, {@link AuthFailedError}, {@link UnsupportedVersionError},
+   * Rejects with {@link UnavailableError} (also a server that does not answer the handshake
+   * within the connect timeout), {@link TlsError}, {@link AuthFailedError}, {@link UnsupportedVersionError},
    * {@link BusyError} or {@link ShuttingDownError}. Calls connect on demand, so this is optional.
    */
   async connect(): Promise<this> {

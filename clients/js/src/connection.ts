@@ -19,7 +19,6 @@ import {
   ProtocolError,
   ShuttingDownError,
   TicketingError,
-  TimeoutError,
   TlsError,
   UnavailableError,
   UnsupportedVersionError,
@@ -178,8 +177,8 @@ export class Connection {
    * Connects and runs the handshake, verifying the server's proof when a token is configured.
    * Rejects with {@link UnavailableError} (refused, unreachable, TCP timeout, the connection
    * closed during the handshake, or a node that is not the leader: then its `cause` is a
-   * {@link NotLeaderError} with the leader hint), {@link TimeoutError} (connected but no
-   * handshake answer in time), {@link TlsError}, {@link AuthFailedError},
+   * {@link NotLeaderError} with the leader hint, or no answer within the connect timeout, the
+   * TLS or protocol handshake included), {@link TlsError}, {@link AuthFailedError},
    * {@link UnsupportedVersionError}, {@link BusyError}, {@link ShuttingDownError} or
    * {@link ProtocolError}.
    */
@@ -204,10 +203,17 @@ export class Connection {
           reject(e);
         },
       };
+      // A connect that runs out of time is UnavailableError at every stage (docs/clients.md rule 1:
+      // a handshake that times out is unavailable); TimeoutError is a call's own timeout.
       conn.#handshakeTimer = setTimeout(() => {
-        const what = conn.#state === 'tcp' ? (conn.#tcpUp ? 'the TLS handshake' : 'the TCP connection') : 'the handshake';
-        const msg = `connecting to ${conn.name} timed out after ${opts.connectTimeoutMs} ms (${what} did not complete)`;
-        conn.destroy(conn.#state === 'tcp' && !conn.#tcpUp ? new UnavailableError(msg) : new TimeoutError(msg));
+        const ms = opts.connectTimeoutMs;
+        const msg =
+          conn.#state !== 'tcp'
+            ? `connecting to ${conn.name}: no handshake answer within ${ms} ms${conn.#plaintextHint()}`
+            : conn.#tcpUp
+              ? `connecting to ${conn.name}: the TLS handshake did not complete within ${ms} ms (is the server using TLS?)`
+              : `connecting to ${conn.name} timed out after ${ms} ms (the TCP connection did not complete)`;
+        conn.destroy(new UnavailableError(msg));
       }, opts.connectTimeoutMs);
       if (!opts.ref) conn.#handshakeTimer.unref();
       socket.once('connect', () => {

@@ -174,8 +174,9 @@ export class UnsupportedVersionError extends TicketingError {
 }
 
 /**
- * No endpoint could be connected to: refused, unreachable, the dial timeout passed, the
- * connection closed during the handshake, or a node that is not the leader refused it (then the
+ * No endpoint could be connected to: refused, unreachable, the connect timeout passed (TCP, TLS
+ * or the handshake: a server that accepts but does not answer), the connection closed during the
+ * handshake, or a node that is not the leader refused it (then the
  * `cause` is a {@link NotLeaderError} with its hint). While the client reconnects, such failures
  * are retried: calls wait, each bounded by its own timeout.
  */

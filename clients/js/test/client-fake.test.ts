@@ -168,13 +168,33 @@ describe('handshake', () => {
     assert.equal(client.endpoint, leader.addr);
   });
 
-  test('a server that accepts but never answers: TimeoutError after the connect timeout', async () => {
+  test('a handshake that times out is UnavailableError (never answers HELLO, or stops before WELCOME); a call whose own timeout passes is TimeoutError', async () => {
     const mute = await muteServer();
-    cleanups.push(() => mute.close());
-    const client = newClient({ endpoints: [mute.addr], connectTimeoutMs: 200 });
-    const t = performance.now();
-    await assert.rejects(client.connect(), (e: unknown) => e instanceof TimeoutError && /timed out after 200 ms/.test(e.message));
-    assert.ok(performance.now() - t < 2000);
+    const silent = await fakeServer({ noWelcome: true });
+    cleanups.push(
+      () => mute.close(),
+      () => silent.close(),
+    );
+    for (const addr of [mute.addr, silent.addr]) {
+      const client = newClient({ endpoints: [addr], connectTimeoutMs: 200 });
+      const t = performance.now();
+      await assert.rejects(client.connect(), (e: unknown) => {
+        assert.ok(e instanceof UnavailableError, String(e));
+        assert.ok(!(e instanceof TimeoutError));
+        assert.equal(e.code, 'UNAVAILABLE');
+        assert.match(e.message, /no handshake answer within 200 ms/);
+        assert.ok(e.message.includes(addr), e.message);
+        return true;
+      });
+      assert.ok(performance.now() - t < 2000);
+      // Before the first connection, a failed round fails a waiting call at once: unavailable too.
+      await assert.rejects(client.ping({ timeoutMs: 5000 }), (e: unknown) => e instanceof UnavailableError && /no handshake answer/.test(e.message));
+    }
+    assert.equal(silent.hellos, 2, 'the silent server got HELLO and sent CHALLENGE');
+    assert.equal(silent.conns.length, 0);
+    // The call's own timeout, shorter than the connect timeout, still fails the call with TimeoutError.
+    const client = newClient({ endpoints: [mute.addr], connectTimeoutMs: 2000 });
+    await assert.rejects(client.ping({ timeoutMs: 150 }), (e: unknown) => e instanceof TimeoutError && /within 150 ms/.test(e.message));
   });
 
   test('nobody listening: UnavailableError promptly; endpoints are tried in order', async () => {

@@ -309,6 +309,8 @@ export interface FakeServerOptions {
   challenge?: { status: number; detail?: number; data?: string };
   /** Answer AUTH with this WELCOME status (then close). */
   welcome?: { status: number; detail?: number };
+  /** Send CHALLENGE, then never answer AUTH (a server that stops before WELCOME). */
+  noWelcome?: boolean;
   /** The state id in WELCOME (mutable on the server object). Default: random. */
   stateId?: Buffer;
   /** WELCOME's session grace. Default 5000. */
@@ -434,6 +436,7 @@ export async function fakeServer(opts: FakeServerOptions = {}): Promise<FakeServ
         return;
       }
       if (state === 'auth') {
+        if (opts.noWelcome) return;
         const a = decodeAuth(f);
         let status = opts.welcome?.status ?? Status.OK;
         if (opts.token && !proofEqual(clientProof(opts.token, hello!.sessionId, hello!.nonce, serverNonce), a.proof)) status = Status.AUTH_FAILED;

@@ -15,6 +15,8 @@ class FakeServer
   attr_reader :port, :hellos, :received
   # While true, new connections wait before the handshake (the server looks unreachable).
   attr_accessor :paused
+  # While true, the handshake stops after CHALLENGE: AUTH is read and never answered (no WELCOME).
+  attr_accessor :stall_before_welcome
   attr_accessor :sessions, :state_id, :resume, :grace_ms, :challenge_override, :welcome_override, :handler, :proof_token
 
   # +token+: the server's token (nil: no auth). +handler+: ->(server, conn, req) returning an
@@ -148,6 +150,10 @@ class FakeServer
       auth_required = !@server.token.nil?
       @sock.write(P.encode_challenge(flags: auth_required ? 1 : 0, nonce: auth_required ? nonce : nil))
       auth = P.decode_auth(read_exact(40))
+      if @server.stall_before_welcome
+        @sock.read # until the client gives up and closes
+        return close
+      end
       if auth_required && auth.proof != P.client_proof(@server.token, hello.session_id, hello.nonce, nonce)
         @sock.write(P.encode_welcome(status: P::Status::AUTH_FAILED))
         return close

@@ -93,15 +93,43 @@ class FakeServerTest < Minitest::Test
     assert_operator now - started, :<, 2
   end
 
-  def test_half_open_server_times_out
+  # docs/clients.md rule 1: a handshake that times out is unavailable, whether the server never
+  # answers HELLO (accepts and says nothing) or stops before WELCOME; TimeoutError stays a call's
+  # own timeout.
+  def test_handshake_timeout_is_unavailable
     listener = TCPServer.new("127.0.0.1", 0)
-    started = now
-    assert_raises(Ticketing::TimeoutError) do
-      Ticketing::Client.new(endpoints: ["127.0.0.1:#{listener.addr[1]}"], connect_timeout: 0.5).connect
+    mute = "127.0.0.1:#{listener.addr[1]}"
+    stalled = server
+    stalled.stall_before_welcome = true
+    [mute, stalled.endpoint].each do |endpoint|
+      started = now
+      err = assert_raises(Ticketing::UnavailableError) do
+        Ticketing::Client.new(endpoints: [endpoint], connect_timeout: 0.5).tap { |c| @clients << c }.connect
+      end
+      refute_kind_of Ticketing::TimeoutError, err
+      assert_equal "#{endpoint}: no handshake answer within 500 ms (the connect timeout)", err.message
+      assert_in_delta 0.5, now - started, 0.4
     end
-    assert_operator now - started, :<, 2
+    assert_equal 1, stalled.hellos.size, "the stalled server got HELLO and sent CHALLENGE"
+    assert_equal 0, stalled.requests.size
   ensure
     listener&.close
+  end
+
+  def test_call_timeout_while_the_handshake_times_out_is_timeout_naming_it
+    srv = server
+    c = client(srv, request_timeout: 0.5, connect_timeout: 0.2).connect
+    srv.stall_before_welcome = true
+    srv.drop_all
+    assert(eventually { !c.connected? }, "disconnected")
+    started = now
+    err = assert_raises(Ticketing::TimeoutError) { c.ping }
+    assert_match(/PING: no answer within 0.5 s \(not connected; last error: #{srv.endpoint}: no handshake answer within 200 ms/,
+                 err.message)
+    assert_instance_of Ticketing::UnavailableError, err.cause
+    assert_in_delta 0.5, now - started, 0.4
+    srv.stall_before_welcome = false
+    assert_in_delta 0, c.ping, 2.0 # reconnects once the server answers again
   end
 
   def test_tls_answer_to_plaintext_says_so

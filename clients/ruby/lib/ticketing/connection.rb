@@ -51,13 +51,17 @@ module Ticketing
     end
 
     # Connects to +endpoint+ (TCP, then TLS when +tls_context+ is set) and runs the handshake
-    # for +session_id+, all before +deadline+ (monotonic seconds). +on_socket+ receives the TCP
-    # socket as soon as it exists (so that Client#close can abort a dial). Returns a Connection
-    # that is not reading yet, or raises a Ticketing::Error naming the endpoint.
-    def self.open(endpoint, index:, session_id:, token:, tls_context:, server_name:, deadline:, on_socket: nil)
+    # for +session_id+, all before +deadline+ (monotonic seconds; +timeout+, the connect timeout
+    # it came from, is named in the error when it passes). +on_socket+ receives the TCP socket as
+    # soon as it exists (so that Client#close can abort a dial). Returns a Connection that is not
+    # reading yet, or raises a Ticketing::Error naming the endpoint. Running out of time at any
+    # stage (TCP, TLS, the handshake) is UnavailableError, as a connect that fails otherwise:
+    # TimeoutError is a call's own timeout (docs/clients.md rule 1).
+    def self.open(endpoint, index:, session_id:, token:, tls_context:, server_name:, deadline:,
+                  timeout: deadline - Scheduler.now, on_socket: nil)
       tcp = nil
       remaining = deadline - Scheduler.now
-      raise TimeoutError, "#{endpoint}: connect timeout" if remaining <= 0
+      raise UnavailableError, "#{endpoint}: connect timed out after #{Handshake.ms(timeout)} ms" if remaining <= 0
 
       begin
         tcp = Socket.tcp(endpoint.host, endpoint.port, connect_timeout: remaining)
@@ -71,8 +75,8 @@ module Ticketing
       begin
         tcp.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_NODELAY, 1)
         tcp.setsockopt(Socket::SOL_SOCKET, Socket::SO_KEEPALIVE, true)
-        sock = tls_connect(tcp, endpoint, tls_context, server_name, deadline) if tls_context
-        welcome = Handshake.new(sock, endpoint, session_id, token, deadline, tls: !tls_context.nil?).run
+        sock = tls_connect(tcp, endpoint, tls_context, server_name, deadline, timeout) if tls_context
+        welcome = Handshake.new(sock, endpoint, session_id, token, deadline, timeout, tls: !tls_context.nil?).run
         new(sock, tcp, endpoint, index, welcome)
       rescue Exception # rubocop:disable Lint/RescueException -- close the socket on every failure
         close_quietly(tcp)
@@ -80,15 +84,15 @@ module Ticketing
       end
     end
 
-    def self.tls_connect(tcp, endpoint, context, server_name, deadline)
+    def self.tls_connect(tcp, endpoint, context, server_name, deadline, timeout)
       ssl = OpenSSL::SSL::SSLSocket.new(tcp, context)
       ssl.sync_close = true
       name = server_name || endpoint.host
       ssl.hostname = name unless ip_address?(name)
       loop do
         case ssl.connect_nonblock(exception: false)
-        when :wait_readable then Handshake.wait_io(tcp, :read, deadline, endpoint, "TLS handshake")
-        when :wait_writable then Handshake.wait_io(tcp, :write, deadline, endpoint, "TLS handshake")
+        when :wait_readable then Handshake.wait_io(tcp, :read, deadline, endpoint, timeout, tls: true)
+        when :wait_writable then Handshake.wait_io(tcp, :write, deadline, endpoint, timeout, tls: true)
         else break
         end
       end
@@ -225,20 +229,34 @@ module Ticketing
   # The four-frame handshake (HELLO, CHALLENGE, AUTH, WELCOME) on a connected socket, with a
   # deadline. Returns the Protocol::Welcome or raises an Error naming the endpoint.
   class Handshake
-    # Waits until +io+ is readable (+:read+) or writable (+:write+), or raises TimeoutError.
-    def self.wait_io(io, dir, deadline, endpoint, what)
+    # Waits until +io+ is readable (+:read+) or writable (+:write+), or raises UnavailableError
+    # once +deadline+ passes: a server that accepts but does not answer the handshake (the TLS
+    # handshake when +tls+) within the connect timeout (+timeout+ seconds) is unavailable.
+    def self.wait_io(io, dir, deadline, endpoint, timeout, tls: false)
       remaining = deadline - Scheduler.now
       ready = remaining.positive? &&
               (dir == :read ? IO.select([io], nil, nil, remaining) : IO.select(nil, [io], nil, remaining))
-      raise TimeoutError, "#{endpoint}: #{what}: no answer within the connect timeout" unless ready
+      return if ready
+
+      if tls
+        raise UnavailableError, "#{endpoint}: the TLS handshake did not complete within #{ms(timeout)} ms " \
+                                "(the connect timeout; is the server using TLS?)"
+      end
+      raise UnavailableError, "#{endpoint}: no handshake answer within #{ms(timeout)} ms (the connect timeout)"
     end
 
-    def initialize(sock, endpoint, session_id, token, deadline, tls:)
+    # +seconds+ as whole milliseconds, for messages.
+    def self.ms(seconds)
+      (seconds * 1000).round
+    end
+
+    def initialize(sock, endpoint, session_id, token, deadline, timeout, tls:)
       @sock = sock
       @endpoint = endpoint
       @session_id = session_id
       @token = token
       @deadline = deadline
+      @timeout = timeout
       @tls = tls
     end
 
@@ -343,8 +361,8 @@ module Ticketing
       while buf.bytesize < size
         chunk = @sock.read_nonblock(size - buf.bytesize, exception: false)
         case chunk
-        when :wait_readable then Handshake.wait_io(@sock, :read, @deadline, @endpoint, "handshake")
-        when :wait_writable then Handshake.wait_io(@sock, :write, @deadline, @endpoint, "handshake")
+        when :wait_readable then Handshake.wait_io(@sock, :read, @deadline, @endpoint, @timeout)
+        when :wait_writable then Handshake.wait_io(@sock, :write, @deadline, @endpoint, @timeout)
         when nil then raise EOFError, "end of stream"
         else buf << chunk
         end

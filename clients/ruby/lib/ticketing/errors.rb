@@ -126,13 +126,15 @@ module Ticketing
   # Base class of the transport errors below.
   class ConnectionError < Error; end
 
-  # No endpoint could be connected to (refused, unreachable, dial timeout).
+  # No endpoint could be connected to (refused, unreachable, not the leader, closed during the
+  # handshake, or no answer within the connect timeout: TCP, TLS or the handshake).
   class UnavailableError < ConnectionError; end
 
   # The TLS handshake failed, or TLS met a plaintext peer (the message says so).
   class TLSError < ConnectionError; end
 
-  # A request timeout passed: no answer from the server in time (a frozen or half-open server).
+  # A call's own timeout passed: no answer from the server in time (a frozen or half-open server),
+  # or no connection within it while the client reconnects.
   class TimeoutError < ConnectionError; end
 
   # The connection dropped and the session could not be resumed: the request's outcome is

@@ -467,7 +467,7 @@ module Ticketing
       end
       Connection.open(endpoint, index: index, session_id: session_id, token: @config.token,
                                 tls_context: @config.tls_context, server_name: @config.server_name,
-                                deadline: Scheduler.now + @config.connect_timeout,
+                                deadline: Scheduler.now + @config.connect_timeout, timeout: @config.connect_timeout,
                                 on_socket: ->(sock) { track_dial(sock) })
     ensure
       track_dial(nil)

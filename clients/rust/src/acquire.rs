@@ -4,13 +4,13 @@ use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout_at};
 
-use crate::client::{Answer, Client, Inner, Req, check_key, lease_ms, status_error, wait_ms};
+use crate::client::{Answer, Bound, Client, Inner, Queued, Req, check_key_len, lease_ms, status_error, wait_ms};
 use crate::error::{Error, key_text};
 use crate::lock::{Lock, LockShared};
 use crate::wire::{self, Op, Status};
@@ -23,7 +23,7 @@ use crate::wire::{self, Op, Status};
 #[must_use = "an acquire does nothing until it is awaited"]
 pub struct Acquire {
     client: Client,
-    key: Vec<u8>,
+    key: Arc<[u8]>,
     lease: Duration,
     wait: Option<Duration>,
     keep_alive: bool,
@@ -52,7 +52,7 @@ impl Acquire {
     pub(crate) fn new(client: Client, key: &[u8], lease: Duration) -> Acquire {
         Acquire {
             client,
-            key: key.to_vec(),
+            key: Arc::from(key),
             lease,
             wait: None,
             keep_alive: false,
@@ -166,62 +166,126 @@ impl Acquire {
         }
     }
 
-    async fn execute(mut self) -> Result<Lock, Error> {
-        let key = check_key(&self.key)?;
+    /// Checks the arguments; the request and how long its answer is waited for.
+    fn request(&self) -> Result<(Req, Bound), Error> {
+        check_key_len(&self.key)?;
         let lease = lease_ms(self.lease)?;
         let wait = wait_ms(self.wait);
-        if self.refuse_held && self.client.holds(&key) {
-            return Err(Error::AlreadyHeld { key: key_text(&key) });
+        if self.refuse_held && self.client.holds(&self.key) {
+            return Err(Error::AlreadyHeld { key: key_text(&self.key) });
         }
-        let inner = self.client.inner().clone();
-        let request_timeout = inner.opts.request_timeout;
-        let mut req = Req::new(Op::ACQUIRE, key.clone());
+        let mut req = Req::new(Op::ACQUIRE, self.key.clone());
         req.lease_ms = lease;
         req.wait_ms = wait;
-        let sent = inner.send(req, Instant::now() + request_timeout, None).await?;
-        let mut pending = PendingAcquire { inner: &inner, id: sent.id, rx: sent.rx, armed: true };
         // The request timeout bounds everything but the time spent queued: with a wait limit the
-        // server answers by then; without one, the heartbeat watches the connection.
-        let bound = (wait != wire::WAIT_FOREVER).then(|| Duration::from_millis(wait.into()) + request_timeout);
-        let answer = async {
-            match bound {
-                None => Ok((&mut pending.rx).await),
-                Some(b) => timeout_at(Instant::now() + b, &mut pending.rx).await,
-            }
+        // server answers by then; without one, the heartbeat watches the connection. When the
+        // bound passes, the client's timer withdraws the acquire (`CANCEL`, and a grant that still
+        // comes is released) and fails it with `Error::Timeout`.
+        let bound = match wait {
+            wire::WAIT_FOREVER => Bound::None,
+            _ => Bound::After(Duration::from_millis(wait.into()) + self.client.inner().opts.request_timeout),
         };
-        let signal = async {
-            match self.cancel.take() {
-                Some(s) => s.await,
-                None => std::future::pending().await,
-            }
-        };
-        let answer = tokio::select! {
-            a = answer => a,
-            () = signal => return Err(pending.withdraw(&key).await),
-        };
-        let answer = match answer {
-            Ok(a) => a,
-            // Dropping `pending` withdraws the request and releases a grant that raced it.
-            Err(_) => {
-                let timeout = bound.unwrap_or_default();
-                return Err(Error::Timeout { what: format!("acquire of {:?}", key_text(&key)), timeout });
+        Ok((req, bound))
+    }
+
+    /// The acquire's first step, without waiting: checks the arguments and queues the request
+    /// when there is a connection (and no cancel signal).
+    fn start(self) -> Result<Started, Error> {
+        if self.cancel.is_some() {
+            return Ok(Started::Later(self));
+        }
+        let (req, bound) = self.request()?;
+        match self.client.inner().try_send(req, None, Instant::now(), bound)? {
+            Queued::Sent(sent) => Ok(Started::Sent(Waiting { id: sent.id, rx: sent.rx, acquire: Some(self) })),
+            Queued::NoConnection(..) => Ok(Started::Later(self)),
+        }
+    }
+
+    /// The whole acquire, for what [`start`](Acquire::start) leaves: waiting for a connection,
+    /// a cancel signal.
+    async fn execute(mut self) -> Result<Lock, Error> {
+        let (req, bound) = self.request()?;
+        let inner = self.client.inner();
+        let now = Instant::now();
+        let sent = inner.send(req, now + inner.opts.request_timeout, None, now, bound).await?;
+        let mut pending = PendingAcquire { inner, id: sent.id, rx: sent.rx, armed: true };
+        let answer = match self.cancel.take() {
+            None => (&mut pending.rx).await,
+            Some(signal) => {
+                tokio::select! {
+                    biased;
+                    a = &mut pending.rx => a,
+                    // Boxed: rare, and large (it may release a grant).
+                    () = signal => return Err(Box::pin(pending.withdraw(&self.key)).await),
+                }
             }
         };
         pending.armed = false;
+        drop(pending);
+        self.finish(answer)
+    }
+
+    /// Maps the acquire's answer to the lock or the error.
+    fn finish(self, answer: Result<Result<Answer, Error>, oneshot::error::RecvError>) -> Result<Lock, Error> {
         match answer {
             Err(_) => Err(Error::Closed),
             Ok(Err(e)) => Err(e),
             Ok(Ok(Answer::Granted(shared))) => {
                 if self.keep_alive {
-                    shared.start_keepalive(self.max_hold);
+                    shared.start_keepalive(self.client.inner(), self.max_hold);
                 }
                 Ok(Lock::new(shared, self.client))
             }
             Ok(Ok(Answer::Reply(r))) if r.status == Status::OK => {
                 Err(Error::Protocol { message: "ACQUIRE OK delivered without a lock".into() })
             }
-            Ok(Ok(Answer::Reply(r))) => Err(status_error(Op::ACQUIRE, &r, &key, 0, self.wait.unwrap_or(Duration::MAX))),
+            Ok(Ok(Answer::Reply(r))) => {
+                Err(status_error(Op::ACQUIRE, &r, &self.key, 0, self.wait.unwrap_or(Duration::MAX)))
+            }
         }
+    }
+}
+
+/// What [`Acquire::start`] did.
+enum Started {
+    /// Queued: the answer is awaited.
+    Sent(Waiting),
+    /// Nothing yet: [`Acquire::execute`] does it all.
+    Later(Acquire),
+}
+
+/// An acquire queued by [`Acquire::start`], awaiting its answer: dropped before it (`acquire`
+/// still set), it withdraws the request like [`PendingAcquire`].
+struct Waiting {
+    acquire: Option<Acquire>,
+    id: u64,
+    rx: oneshot::Receiver<Result<Answer, Error>>,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(a) = &self.acquire {
+            abandon(a.client.inner(), self.id, &mut self.rx);
+        }
+    }
+}
+
+/// Gives up the acquire `id` whose caller went away: withdraws it (`CANCEL`), or releases the
+/// grant already delivered to `rx`.
+fn abandon(inner: &Inner, id: u64, rx: &mut oneshot::Receiver<Result<Answer, Error>>) {
+    let granted: Option<Arc<LockShared>> = {
+        let mut st = inner.lock_state();
+        if st.abandon_acquire(id, Instant::now()) {
+            None
+        } else {
+            match rx.try_recv() {
+                Ok(Ok(Answer::Granted(l))) => Some(l),
+                _ => None,
+            }
+        }
+    };
+    if let Some(l) = granted {
+        l.abandon(inner);
     }
 }
 
@@ -244,8 +308,8 @@ impl PendingAcquire<'_> {
         match timeout_at(deadline, &mut self.rx).await {
             Ok(Ok(Ok(Answer::Granted(lock)))) => {
                 self.armed = false;
-                if timeout_at(deadline, lock.release()).await.is_err() {
-                    lock.abandon();
+                if timeout_at(deadline, lock.release(self.inner)).await.is_err() {
+                    lock.abandon(self.inner);
                 }
             }
             Ok(_) => self.armed = false,
@@ -258,31 +322,30 @@ impl PendingAcquire<'_> {
 
 impl Drop for PendingAcquire<'_> {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let granted: Option<Arc<LockShared>> = {
-            let mut st = self.inner.lock_state();
-            if st.abandon_acquire(self.id, Instant::now()) {
-                None
-            } else {
-                match self.rx.try_recv() {
-                    Ok(Ok(Answer::Granted(l))) => Some(l),
-                    _ => None,
-                }
-            }
-        };
-        if let Some(l) = granted {
-            l.abandon();
+        if self.armed {
+            abandon(self.inner, self.id, &mut self.rx);
         }
     }
 }
 
 /// The future of an [`Acquire`]: resolves to the [`Lock`] once granted. Dropping it before then
 /// withdraws the request from the queue and releases a grant that raced the drop.
+///
+/// Not a boxed `async fn`: an acquire is the hot path, and most are queued at their first poll
+/// and then only await their answer, which this does without an allocation of its own.
 #[must_use = "futures do nothing unless polled"]
 pub struct AcquireFuture {
-    inner: Pin<Box<dyn Future<Output = Result<Lock, Error>> + Send>>,
+    step: Step,
+}
+
+enum Step {
+    /// Not polled yet.
+    Start(Acquire),
+    /// Queued, awaiting the answer.
+    Waiting(Waiting),
+    /// Anything else (waiting for a connection, a cancel signal).
+    Boxed(Pin<Box<dyn Future<Output = Result<Lock, Error>> + Send>>),
+    Done,
 }
 
 impl fmt::Debug for AcquireFuture {
@@ -295,7 +358,34 @@ impl Future for AcquireFuture {
     type Output = Result<Lock, Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
+        let this = &mut *self;
+        loop {
+            match &mut this.step {
+                Step::Start(_) => {
+                    let Step::Start(acquire) = std::mem::replace(&mut this.step, Step::Done) else { unreachable!() };
+                    this.step = match acquire.start() {
+                        Err(e) => return Poll::Ready(Err(e)),
+                        Ok(Started::Sent(waiting)) => Step::Waiting(waiting),
+                        Ok(Started::Later(acquire)) => Step::Boxed(Box::pin(acquire.execute())),
+                    };
+                }
+                Step::Waiting(w) => {
+                    let answer = ready!(Pin::new(&mut w.rx).poll(cx));
+                    let acquire = w.acquire.take();
+                    this.step = Step::Done;
+                    return Poll::Ready(match acquire {
+                        Some(a) => a.finish(answer),
+                        None => Err(Error::Closed),
+                    });
+                }
+                Step::Boxed(f) => {
+                    let out = ready!(f.as_mut().poll(cx));
+                    this.step = Step::Done;
+                    return Poll::Ready(out);
+                }
+                Step::Done => panic!("AcquireFuture polled after completion"),
+            }
+        }
     }
 }
 
@@ -304,6 +394,6 @@ impl IntoFuture for Acquire {
     type IntoFuture = AcquireFuture;
 
     fn into_future(self) -> AcquireFuture {
-        AcquireFuture { inner: Box::pin(self.execute()) }
+        AcquireFuture { step: Step::Start(self) }
     }
 }

@@ -4,20 +4,21 @@
 //! other way round. Code holding `Inner::state` collects what it must do to locks (fire lost,
 //! forget a grant) and does it after letting go. No mutex is held across an `.await`.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, timeout_at};
+use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::acquire::Acquire;
 use crate::conn::{self, Dialer};
 use crate::error::{Error, key_text};
 use crate::lock::LockShared;
 use crate::options::ClientOptions;
+use crate::table::IdMap;
+use crate::timers::Deadlines;
 use crate::wire::{self, BusyLimit, InspectData, InspectFlags, InvalidField, Op, Request, Status};
 
 /// The sender half that completes one request.
@@ -51,11 +52,15 @@ pub(crate) struct Req {
     pub lease_ms: u32,
     pub wait_ms: u32,
     pub key: Arc<[u8]>,
+    /// A [`Lock`](crate::Lock)'s own `RELEASE`: its `OK`, delivered to the caller, takes the lock
+    /// out of the client's table and timers (with the state the answer is handled under, rather
+    /// than locking it again).
+    pub forget: bool,
 }
 
 impl Req {
     pub fn new(op: Op, key: Arc<[u8]>) -> Req {
-        Req { op, token: 0, lease_ms: 0, wait_ms: 0, key }
+        Req { op, token: 0, lease_ms: 0, wait_ms: 0, key, forget: false }
     }
 
     fn encode(&self, id: u64, out: &mut Vec<u8>) {
@@ -86,6 +91,41 @@ pub(crate) struct Pending {
     pub waiter: Option<Waiter>,
     /// An abandoned acquire that still needs its `CANCEL` (it was given up while disconnected).
     pub needs_cancel: bool,
+    /// When the caller stops waiting for the answer (see [`Bound`]); `None`: never.
+    pub deadline: Option<Instant>,
+    /// Where `deadline` went in `State::deadlines` (see [`Deadlines::insert`]).
+    pub late: bool,
+}
+
+/// How long a caller waits for the answer to its request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Bound {
+    /// Without limit.
+    None,
+    /// Until this instant (a call: the request timeout from its start).
+    At(Instant),
+    /// This long from when the request is queued (an acquire: its wait limit plus the request
+    /// timeout).
+    After(Duration),
+}
+
+/// A lock held through this client, in its table.
+pub(crate) struct Held {
+    pub lock: Weak<LockShared>,
+    /// Its entry in the deadline timers (`State::timers`): the lost time, and where it went (see
+    /// [`Deadlines::insert`]).
+    pub timer_at: Instant,
+    pub late: bool,
+}
+
+/// Whether the request `id` still awaits its answer by the deadline `at`.
+fn request_live(pending: &IdMap<Pending>, at: Instant, id: u64) -> bool {
+    pending.get(&id).is_some_and(|p| p.deadline == Some(at) && p.waiter.is_some())
+}
+
+/// Whether the lock `token` is still held with the lost time `at`.
+fn lock_live(locks: &IdMap<Held>, at: Instant, token: u64) -> bool {
+    locks.get(&token).is_some_and(|h| h.timer_at == at)
 }
 
 /// The current connection's output: frames queued here reach the wire in order.
@@ -105,12 +145,26 @@ pub(crate) struct State {
     pub out: Option<Outbox>,
     /// Bumped at every connect and disconnect; a task that saw another epoch is stale.
     pub epoch: u64,
-    pub pending: BTreeMap<u64, Pending>,
+    /// Requests awaiting their answers, by id. A hash map: ids are mostly answered in order,
+    /// which makes a B-tree shift its nodes on every removal (and a ring indexed by id, tried
+    /// too, moved whole entries around more than the map does); the few walks in id order
+    /// (resume, `ACK`) sort or scan.
+    pub pending: IdMap<Pending>,
     /// Releases to send on the next connection to the same server (grants that raced a cancel
     /// while disconnected).
     pub deferred: Vec<Req>,
     /// Locks held through this client, by token (for `EXPIRED`, restarts, refuse-held).
-    pub locks: HashMap<u64, Weak<LockShared>>,
+    pub locks: IdMap<Held>,
+    /// The lost times of the held locks, by token, for the client's one timer task
+    /// ([`run_timers`]): a task and a timer per lock cost a spawn, an abort and two updates of
+    /// tokio's timer wheel.
+    pub timers: Deadlines,
+    /// The deadlines of the requests callers wait for (`Pending::deadline`), by id, for the same
+    /// task: a tokio timer per request (registered and removed under the timer driver's lock)
+    /// cost more than the rest of the call.
+    pub deadlines: Deadlines,
+    /// What the client's timer task ([`run_timers`]) sleeps until (`None`: until notified).
+    pub timer_armed: Option<Instant>,
     registrations: u32,
     pub answers_since_ack: u32,
     pub ack_outstanding: bool,
@@ -127,14 +181,140 @@ const ACK_AFTER: u32 = wire::ACK_EVERY / 2;
 impl State {
     /// Queues `req` on the current connection and returns its id; `None` without a connection.
     pub fn queue(&mut self, req: Req, waiter: Option<Waiter>, now: Instant) -> Option<u64> {
-        let out = self.out.as_mut()?;
+        self.enqueue(req, waiter, now, (None, false)).ok()
+    }
+
+    /// [`queue`](State::queue), giving `req` back when there is no connection; `deadline` and
+    /// `late` as in [`Pending`].
+    fn enqueue(
+        &mut self,
+        req: Req,
+        waiter: Option<Waiter>,
+        now: Instant,
+        (deadline, late): (Option<Instant>, bool),
+    ) -> Result<u64, Req> {
+        let Some(out) = self.out.as_mut() else { return Err(req) };
         let id = self.next_id;
         self.next_id += 1;
+        // The writer takes the whole buffer at once: it was woken when the buffer last went from
+        // empty to not, and has not taken it since.
+        let wake = out.buf.is_empty();
         req.encode(id, &mut out.buf);
-        out.wake.notify_one();
-        self.pending
-            .insert(id, Pending { req, first_sent: now, t_send: now, retried: false, waiter, needs_cancel: false });
-        Some(id)
+        if wake {
+            out.wake.notify_one();
+        }
+        let p =
+            Pending { req, first_sent: now, t_send: now, retried: false, waiter, needs_cancel: false, deadline, late };
+        self.pending.insert(id, p);
+        Ok(id)
+    }
+
+    /// Queues a caller's request, answered through `waiter` (or an error once `bound` passes);
+    /// gives `req` back when there is no connection.
+    pub fn queue_call(
+        &mut self,
+        inner: &Inner,
+        req: Req,
+        waiter: Waiter,
+        now: Instant,
+        bound: Bound,
+    ) -> Result<u64, Req> {
+        if self.out.is_none() {
+            return Err(req);
+        }
+        let deadline = match bound {
+            Bound::None => None,
+            Bound::At(at) => Some(at),
+            Bound::After(d) => now.checked_add(d),
+        };
+        let late = match deadline {
+            None => false,
+            Some(at) => {
+                // In order up to a plain call's deadline: an acquire's long wait would otherwise
+                // hold every later call out of the queue.
+                let plain = now.checked_add(inner.opts.request_timeout);
+                let pending = &self.pending;
+                let late = self
+                    .deadlines
+                    .insert(at, self.next_id, plain, pending.len(), |at, id| request_live(pending, at, id));
+                self.arm(inner, at);
+                late
+            }
+        };
+        self.enqueue(req, Some(waiter), now, (deadline, late))
+    }
+
+    /// Removes the request `id` (answered, or given up by its caller).
+    pub fn take_pending(&mut self, id: u64) -> Option<Pending> {
+        let p = self.pending.remove(&id)?;
+        if let Some(at) = p.deadline {
+            let pending = &self.pending;
+            self.deadlines.remove(at, id, p.late, |at, id| request_live(pending, at, id));
+        }
+        Some(p)
+    }
+
+    /// Fails the callers whose requests' deadlines passed: a call is forgotten (not sent again
+    /// after a resume), an acquire withdrawn (as when its caller drops it). Returns the waiters
+    /// and their errors, to complete without the state held.
+    fn expire(&mut self, now: Instant, request_timeout: Duration) -> Vec<(Waiter, Error)> {
+        let mut expired = Vec::new();
+        while let Some((at, id)) = self.deadlines.pop_due(now) {
+            if !request_live(&self.pending, at, id) {
+                continue;
+            }
+            let Some(p) = self.pending.get_mut(&id) else { continue };
+            let Some(waiter) = p.waiter.take() else { continue };
+            p.deadline = None;
+            if p.req.op == Op::ACQUIRE {
+                // The bound the acquire was given (`Bound::After`).
+                let timeout = Duration::from_millis(p.req.wait_ms.into()) + request_timeout;
+                let what = format!("acquire of {:?}", key_text(&p.req.key));
+                // Withdrawn: a grant that still comes is released.
+                self.cancel_acquire(id, now);
+                expired.push((waiter, Error::Timeout { what, timeout }));
+            } else {
+                let op = p.req.op;
+                self.pending.remove(&id);
+                expired.push((waiter, Error::Timeout { what: op_name(op).into(), timeout: request_timeout }));
+            }
+        }
+        // What is left may have been answered: drop those at the front, so that the timer sleeps
+        // until a live deadline.
+        let pending = &self.pending;
+        self.deadlines.drop_dead(|at, id| request_live(pending, at, id));
+        expired
+    }
+
+    /// The locks whose lost time passed (each checks its own deadline before firing).
+    fn due_locks(&mut self, now: Instant) -> Vec<Arc<LockShared>> {
+        let mut due = Vec::new();
+        while let Some((at, token)) = self.timers.pop_due(now) {
+            let Some(h) = self.locks.get(&token).filter(|h| h.timer_at == at) else { continue };
+            match h.lock.upgrade() {
+                Some(l) => due.push(l),
+                // Dropped without a release: the server lets the lease run out.
+                None => drop(self.locks.remove(&token)),
+            }
+        }
+        due
+    }
+
+    /// The earliest instant the timer task has to act at.
+    fn next_timer(&self) -> Option<Instant> {
+        match (self.timers.first(), self.deadlines.first()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Makes sure the timer task wakes by `at`: wakes it when that is earlier than what it
+    /// sleeps until (rare: deadlines mostly come in order).
+    pub fn arm(&mut self, inner: &Inner, at: Instant) {
+        if self.timer_armed.is_none_or(|t| at < t) {
+            self.timer_armed = Some(at);
+            inner.timer_wake.notify_one();
+        }
     }
 
     /// Queues one of the client's own requests: now, or (a release) on the next connection.
@@ -172,7 +352,7 @@ impl State {
 
     /// The `x` of an `ACK`: the lowest id still awaited that is not an `ACQUIRE`, else the next id.
     fn ack_point(&self) -> u64 {
-        self.pending.iter().find(|(_, p)| p.req.op != Op::ACQUIRE).map(|(id, _)| *id).unwrap_or(self.next_id)
+        self.pending.iter().filter(|(_, p)| p.req.op != Op::ACQUIRE).map(|(id, _)| *id).min().unwrap_or(self.next_id)
     }
 
     pub fn maybe_ack(&mut self, now: Instant) {
@@ -185,12 +365,52 @@ impl State {
         }
     }
 
-    pub fn register(&mut self, token: u64, lock: &Arc<LockShared>) {
+    /// Registers a lock just granted: in the table of held locks, and in the deadline timers at
+    /// `lost_at` (its lost time).
+    pub fn register(&mut self, inner: &Inner, token: u64, lock: &Arc<LockShared>, lost_at: Instant) {
         self.registrations = self.registrations.wrapping_add(1);
         if self.registrations.is_multiple_of(1024) {
-            self.locks.retain(|_, w| w.strong_count() > 0);
+            // Locks dropped without a release (the queue's entries leave lazily).
+            let timers = &mut self.timers;
+            self.locks.retain(|token, h| {
+                let live = h.lock.strong_count() > 0;
+                if !live && h.late {
+                    timers.remove(h.timer_at, *token, true, |_, _| true);
+                }
+                live
+            });
         }
-        self.locks.insert(token, Arc::downgrade(lock));
+        let late = self.add_timer(lost_at, token);
+        self.locks.insert(token, Held { lock: Arc::downgrade(lock), timer_at: lost_at, late });
+        self.arm(inner, lost_at);
+    }
+
+    fn add_timer(&mut self, at: Instant, token: u64) -> bool {
+        let locks = &self.locks;
+        self.timers.insert(at, token, None, locks.len(), |at, token| lock_live(locks, at, token))
+    }
+
+    /// Takes the lock `token` out of the table and the deadline timers (released, lost, abandoned).
+    pub fn forget_lock(&mut self, token: u64) {
+        if let Some(h) = self.locks.remove(&token) {
+            let locks = &self.locks;
+            self.timers.remove(h.timer_at, token, h.late, |at, token| lock_live(locks, at, token));
+        }
+    }
+
+    /// Moves the deadline timer of the lock `token` (still held) to `at`.
+    pub fn move_timer(&mut self, inner: &Inner, token: u64, at: Instant) {
+        let Some(&Held { timer_at: old, late: old_late, .. }) = self.locks.get(&token) else { return };
+        if old == at {
+            return;
+        }
+        let late = self.add_timer(at, token);
+        if let Some(h) = self.locks.get_mut(&token) {
+            (h.timer_at, h.late) = (at, late);
+        }
+        let locks = &self.locks;
+        self.timers.remove(old, token, old_late, |at, token| lock_live(locks, at, token));
+        self.arm(inner, at);
     }
 
     /// Fails every waiter with `err` and forgets every request (a restart, a close).
@@ -200,6 +420,7 @@ impl State {
                 let _ = w.send(Err(err.clone()));
             }
         }
+        self.deadlines.clear();
         self.deferred.clear();
         self.ack_outstanding = false;
         self.answers_since_ack = 0;
@@ -241,6 +462,15 @@ pub(crate) struct Inner {
     pub closed_tx: watch::Sender<bool>,
     pub runtime: Handle,
     pub manager: Mutex<Option<JoinHandle<()>>>,
+    /// Wakes the client's timer task ([`run_timers`]).
+    pub timer_wake: Arc<Notify>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The deadline timer holds the client weakly: let it see that the client is gone.
+        self.timer_wake.notify_one();
+    }
 }
 
 /// A request queued on the wire.
@@ -249,37 +479,75 @@ pub(crate) struct Sent {
     pub rx: oneshot::Receiver<Result<Answer, Error>>,
 }
 
+/// What [`Inner::try_send`] did.
+pub(crate) enum Queued {
+    Sent(Sent),
+    /// Nothing: there is no connection. The request comes back, with a watch of the connection
+    /// (subscribed with the state held: a connection installed later is announced later).
+    NoConnection(Req, watch::Receiver<u64>),
+}
+
 impl Inner {
     pub fn lock_state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
     }
 
-    /// Queues `req` once there is a connection, waiting for one until `deadline`. With `gate`,
-    /// the lock's state is checked and held while the frame is queued, so that nothing is sent
-    /// for a lock whose release has begun.
-    pub async fn send(&self, req: Req, deadline: Instant, gate: Option<&LockShared>) -> Result<Sent, Error> {
-        loop {
-            let mut conn_rx = self.conn_tx.subscribe();
-            {
-                let _gate = match gate {
-                    Some(l) => Some(l.gate()?),
-                    None => None,
-                };
-                let mut st = self.lock_state();
-                if st.closed {
-                    return Err(Error::Closed);
-                }
-                if st.out.is_some() {
-                    let (tx, rx) = oneshot::channel();
-                    if let Some(id) = st.queue(req.clone(), Some(tx), Instant::now()) {
-                        return Ok(Sent { id, rx });
-                    }
-                }
+    /// Queues `req` once there is a connection, waiting for one until `deadline`; its answer is
+    /// awaited within `bound`. `now` is the time of the call (read once: the clock is not free).
+    /// With `gate`, the lock's state is checked and held while the frame is queued, so that
+    /// nothing is sent for a lock whose release has begun.
+    pub async fn send(
+        &self,
+        req: Req,
+        deadline: Instant,
+        gate: Option<&LockShared>,
+        now: Instant,
+        bound: Bound,
+    ) -> Result<Sent, Error> {
+        match self.try_send(req, gate, now, bound)? {
+            Queued::Sent(sent) => Ok(sent),
+            // Boxed: the wait (a timer, a watch) would otherwise make every call's future that
+            // much larger.
+            Queued::NoConnection(req, conn_rx) => {
+                Box::pin(self.send_when_connected(req, deadline, gate, bound, conn_rx)).await
             }
+        }
+    }
+
+    /// Queues `req` if there is a connection, without waiting for one.
+    pub fn try_send(&self, req: Req, gate: Option<&LockShared>, now: Instant, bound: Bound) -> Result<Queued, Error> {
+        let _gate = match gate {
+            Some(l) => Some(l.gate()?),
+            None => None,
+        };
+        let (tx, rx) = oneshot::channel();
+        let mut st = self.lock_state();
+        if st.closed {
+            return Err(Error::Closed);
+        }
+        Ok(match st.queue_call(self, req, tx, now, bound) {
+            Ok(id) => Queued::Sent(Sent { id, rx }),
+            Err(req) => Queued::NoConnection(req, self.conn_tx.subscribe()),
+        })
+    }
+
+    async fn send_when_connected(
+        &self,
+        mut req: Req,
+        deadline: Instant,
+        gate: Option<&LockShared>,
+        bound: Bound,
+        mut conn_rx: watch::Receiver<u64>,
+    ) -> Result<Sent, Error> {
+        loop {
             match timeout_at(deadline, conn_rx.changed()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => return Err(Error::Closed),
                 Err(_) => return Err(self.no_connection_error()),
+            }
+            match self.try_send(req, gate, Instant::now(), bound)? {
+                Queued::Sent(sent) => return Ok(sent),
+                Queued::NoConnection(r, rx) => (req, conn_rx) = (r, rx),
             }
         }
     }
@@ -299,21 +567,19 @@ impl Inner {
     /// (timeout or drop) is forgotten: it is not sent again after a resume.
     pub async fn call(&self, req: Req, gate: Option<&LockShared>) -> Result<Reply, Error> {
         let timeout = self.opts.request_timeout;
-        let deadline = Instant::now() + timeout;
+        let now = Instant::now();
+        let deadline = now + timeout;
         let op = req.op;
-        let sent = self.send(req, deadline, gate).await?;
+        // At the deadline the timer task fails the call with `Error::Timeout` and forgets it.
+        let sent = self.send(req, deadline, gate, now, Bound::At(deadline)).await?;
         let mut forget = ForgetOnDrop { inner: self, id: Some(sent.id) };
-        let answer = timeout_at(deadline, sent.rx).await;
+        let answer = sent.rx.await;
         forget.id = None;
         match answer {
-            Ok(Ok(Ok(Answer::Reply(r)))) => Ok(r),
-            Ok(Ok(Ok(Answer::Granted(_)))) => Err(Error::Protocol { message: format!("{op} answered as a grant") }),
-            Ok(Ok(Err(e))) => Err(e),
-            Ok(Err(_)) => Err(Error::Closed),
-            Err(_) => {
-                lock(&self.state).pending.remove(&sent.id);
-                Err(Error::Timeout { what: op_name(op).into(), timeout })
-            }
+            Ok(Ok(Answer::Reply(r))) => Ok(r),
+            Ok(Ok(Answer::Granted(_))) => Err(Error::Protocol { message: format!("{op} answered as a grant") }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::Closed),
         }
     }
 
@@ -329,6 +595,45 @@ impl Inner {
         }
         self.closed_tx.send_replace(true);
         self.conn_tx.send_modify(|v| *v += 1);
+    }
+}
+
+/// The client's one timer task: sleeps until the earliest of the locks' lost times
+/// (`State::timers`) and the requests' deadlines (`State::deadlines`), fires the locks and fails
+/// the requests whose time came, and sleeps again. `wake` is notified when something is due
+/// earlier than what it sleeps until, and when the client goes away. A task and a timer per lock,
+/// and a timer per request, cost far more.
+pub(crate) async fn run_timers(weak: Weak<Inner>, wake: Arc<Notify>) {
+    let mut next: Option<Instant> = None;
+    loop {
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    biased;
+                    () = wake.notified() => {}
+                    () = sleep_until(at) => {}
+                }
+            }
+            None => wake.notified().await,
+        }
+        let Some(inner) = weak.upgrade() else { return };
+        let now = Instant::now();
+        let (due, expired) = {
+            let mut st = inner.lock_state();
+            let due = st.due_locks(now);
+            let expired = st.expire(now, inner.opts.request_timeout);
+            next = st.next_timer();
+            st.timer_armed = next;
+            (due, expired)
+        };
+        for (waiter, err) in expired {
+            let _ = waiter.send(Err(err));
+        }
+        // Each lock checks its own deadline (an extend may have moved it) without the client's
+        // state held.
+        for l in due {
+            l.deadline_passed(&inner);
+        }
     }
 }
 
@@ -353,7 +658,7 @@ struct ForgetOnDrop<'a> {
 impl Drop for ForgetOnDrop<'_> {
     fn drop(&mut self) {
         if let Some(id) = self.id {
-            self.inner.lock_state().pending.remove(&id);
+            self.inner.lock_state().take_pending(id);
         }
     }
 }
@@ -374,6 +679,12 @@ pub(crate) fn status_error(op: Op, r: &Reply, key: &[u8], token: u64, wait: Dura
 
 /// Checks a key: 1..=65535 bytes.
 pub(crate) fn check_key(key: &[u8]) -> Result<Arc<[u8]>, Error> {
+    check_key_len(key)?;
+    Ok(Arc::from(key))
+}
+
+/// Checks a key's length: 1..=65535 bytes.
+pub(crate) fn check_key_len(key: &[u8]) -> Result<(), Error> {
     if key.is_empty() {
         return Err(Error::invalid(Some(InvalidField::KEY), "key must not be empty"));
     }
@@ -383,12 +694,12 @@ pub(crate) fn check_key(key: &[u8]) -> Result<Arc<[u8]>, Error> {
             format!("key is {} bytes, longer than the most the protocol allows ({})", key.len(), wire::MAX_KEY_LEN),
         ));
     }
-    Ok(Arc::from(key))
+    Ok(())
 }
 
 /// Converts a lease to whole milliseconds (rounded up: never less than asked): 1 ms ..= 2^32-1 ms.
 pub(crate) fn lease_ms(lease: Duration) -> Result<u32, Error> {
-    let ms = lease.as_nanos().div_ceil(1_000_000);
+    let ms = ceil_ms(lease);
     if lease < Duration::from_millis(1) {
         return Err(Error::invalid(
             Some(InvalidField::LEASE),
@@ -404,8 +715,14 @@ pub(crate) fn lease_ms(lease: Duration) -> Result<u32, Error> {
 pub(crate) fn wait_ms(wait: Option<Duration>) -> u32 {
     match wait {
         None => wire::WAIT_FOREVER,
-        Some(w) => u32::try_from(w.as_nanos().div_ceil(1_000_000)).unwrap_or(wire::WAIT_FOREVER),
+        Some(w) => u32::try_from(ceil_ms(w)).unwrap_or(wire::WAIT_FOREVER),
     }
+}
+
+/// `d` in whole milliseconds, rounded up (saturating): `d.as_nanos().div_ceil(1_000_000)`
+/// without its 128-bit division.
+fn ceil_ms(d: Duration) -> u64 {
+    d.as_secs().saturating_mul(1000).saturating_add(u64::from(d.subsec_nanos().div_ceil(1_000_000)))
 }
 
 pub(crate) fn check_token(token: u64) -> Result<(), Error> {
@@ -531,9 +848,12 @@ impl Client {
             grace: Duration::ZERO,
             out: None,
             epoch: 0,
-            pending: BTreeMap::new(),
+            pending: IdMap::default(),
             deferred: Vec::new(),
-            locks: HashMap::new(),
+            locks: IdMap::default(),
+            timers: Deadlines::default(),
+            deadlines: Deadlines::default(),
+            timer_armed: None,
             registrations: 0,
             answers_since_ack: 0,
             ack_outstanding: false,
@@ -549,12 +869,14 @@ impl Client {
             closed_tx: watch::Sender::new(false),
             runtime,
             manager: Mutex::new(None),
+            timer_wake: Arc::new(Notify::new()),
         });
         let established = conn::connect_round(&inner).await?;
         let first = match conn::install(&inner, established) {
             Ok(c) => c,
             Err(_) => return Err(Error::connection_lost("the connection could not be installed")),
         };
+        inner.runtime.spawn(run_timers(Arc::downgrade(&inner), inner.timer_wake.clone()));
         let task = inner.runtime.spawn(conn::manage(inner.clone(), first));
         *lock(&inner.manager) = Some(task);
         Ok(Client { handle: Arc::new(ClientRef { inner }) })
@@ -673,7 +995,7 @@ impl Client {
         let key = key.as_ref();
         let locks: Vec<Arc<LockShared>> = {
             let st = self.inner().lock_state();
-            st.locks.values().filter_map(Weak::upgrade).filter(|l| &*l.key == key).collect()
+            st.locks.values().filter_map(|h| h.lock.upgrade()).filter(|l| &*l.key == key).collect()
         };
         locks.iter().any(|l| l.is_held())
     }
@@ -688,13 +1010,14 @@ impl Client {
         if inner.opts.release_on_close {
             let locks: Vec<Arc<LockShared>> = {
                 let st = inner.lock_state();
-                if st.closed { Vec::new() } else { st.locks.values().filter_map(Weak::upgrade).collect() }
+                if st.closed { Vec::new() } else { st.locks.values().filter_map(|h| h.lock.upgrade()).collect() }
             };
             let mut tasks = Vec::new();
             for l in locks {
                 if l.is_held() {
-                    tasks.push(inner.runtime.spawn(async move {
-                        let _ = l.release().await;
+                    let inner = inner.clone();
+                    tasks.push(inner.runtime.clone().spawn(async move {
+                        let _ = l.release(&inner).await;
                     }));
                 }
             }

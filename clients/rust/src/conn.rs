@@ -18,7 +18,7 @@ use tokio_rustls::rustls::{self, RootCertStore};
 
 use crate::client::{Answer, Inner, Outbox, Reply, Req, empty_key};
 use crate::error::{Error, LostReason};
-use crate::lock::{LockShared, local_deadline};
+use crate::lock::{LockShared, local_deadline, lost_at};
 use crate::options::{ClientOptions, Pem};
 use crate::wire::{
     self, Auth, BusyLimit, Challenge, ExpiredReason, GoawayReason, Hello, InvalidField, Op, Response, Status, Welcome,
@@ -406,7 +406,8 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
             Err(NotInstalled::Closed)
         } else if est.session_id != st.session_id || st.state_id.is_some_and(|s| s != w.state_id) {
             if st.state_id.is_some_and(|s| s != w.state_id) {
-                restarted = st.locks.drain().filter_map(|(_, l)| l.upgrade()).collect();
+                restarted = st.locks.drain().filter_map(|(_, h)| h.lock.upgrade()).collect();
+                st.timers.clear();
                 st.fail_all(&Error::ServerRestarted);
                 let mut session_id = [0u8; wire::SESSION_ID_LEN];
                 if fill_random(&mut session_id).is_ok() {
@@ -423,10 +424,14 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
             let mut buf = Vec::new();
             let now = Instant::now();
             if w.resumed() {
-                for (id, p) in st.pending.iter_mut() {
-                    p.req_encode(*id, &mut buf);
-                    p.t_send = now;
-                    p.retried = true;
+                let mut ids: Vec<u64> = st.pending.keys().copied().collect();
+                ids.sort_unstable();
+                for id in ids {
+                    if let Some(p) = st.pending.get_mut(&id) {
+                        p.req_encode(id, &mut buf);
+                        p.t_send = now;
+                        p.retried = true;
+                    }
                 }
             } else {
                 let err = Error::connection_lost(format!(
@@ -438,13 +443,14 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
                         let _ = w.send(Err(err.clone()));
                     }
                 }
+                st.deadlines.clear();
                 st.ack_outstanding = false;
                 st.answers_since_ack = 0;
             }
             st.out = Some(Outbox { buf, wake: wake.clone() });
             st.epoch += 1;
             let epoch = st.epoch;
-            let cancels: Vec<u64> = st
+            let mut cancels: Vec<u64> = st
                 .pending
                 .iter_mut()
                 .filter(|(_, p)| p.needs_cancel)
@@ -453,6 +459,7 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
                     *id
                 })
                 .collect();
+            cancels.sort_unstable();
             for id in cancels {
                 let mut cancel = Req::new(Op::CANCEL, empty_key());
                 cancel.token = id;
@@ -467,7 +474,7 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
         }
     };
     for l in restarted {
-        l.fire_lost(LostReason::ServerRestarted);
+        l.fire_lost(inner, LostReason::ServerRestarted);
     }
     inner.conn_tx.send_modify(|v| *v += 1);
     result
@@ -612,12 +619,22 @@ async fn drive(inner: &Arc<Inner>, c: Connected) -> ConnEnd {
 
 async fn write_loop(inner: &Inner, mut wr: WriteHalf<Stream>, wake: Arc<Notify>, epoch: u64) -> ConnEnd {
     let mut closed_rx = inner.closed_tx.subscribe();
+    // One registration for the connection's life, not one per pass.
+    let closed = closed_rx.wait_for(|c| *c);
+    tokio::pin!(closed);
     let mut spare: Vec<u8> = Vec::new();
     loop {
         let closing = tokio::select! {
+            biased;
+            _ = &mut closed => true,
             _ = wake.notified() => false,
-            _ = closed_rx.wait_for(|c| *c) => true,
         };
+        if !closing {
+            // Let the tasks that are ready to run queue their frames first, so that one write
+            // carries them all: tokio runs a task woken by another one next (the LIFO slot),
+            // which would otherwise make this a write per frame under pipelining.
+            behind_ready_tasks().await;
+        }
         {
             let mut st = inner.lock_state();
             if st.epoch != epoch {
@@ -644,18 +661,36 @@ async fn write_loop(inner: &Inner, mut wr: WriteHalf<Stream>, wake: Arc<Notify>,
             wr.flush().await
         };
         tokio::select! {
+            biased;
+            _ = &mut closed => return ConnEnd::Closed,
             r = write => {
                 if let Err(e) = r {
                     return ConnEnd::Io(e);
                 }
             }
-            _ = closed_rx.wait_for(|c| *c) => return ConnEnd::Closed,
         }
         spare.clear();
         if spare.capacity() > 1 << 20 {
             spare = Vec::new();
         }
     }
+}
+
+/// Goes to the back of the runtime's queue of ready tasks, once: a task woken by itself while it
+/// runs is queued behind the others (the LIFO slot is for tasks woken by another task). Unlike
+/// `tokio::task::yield_now`, which waits for the worker to run out of tasks and then polls the
+/// I/O driver (a syscall) first, this costs nothing beyond the requeue.
+async fn behind_ready_tasks() {
+    let mut yielded = false;
+    future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await;
 }
 
 fn micros_since(base: Instant) -> u64 {
@@ -670,6 +705,7 @@ async fn read_loop(
     epoch: u64,
 ) -> ConnEnd {
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+    let mut actions = Actions::default();
     loop {
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(16 * 1024);
@@ -680,7 +716,7 @@ async fn read_loop(
             Err(e) => return ConnEnd::Io(e),
         }
         last_rx.store(micros_since(base), Ordering::Relaxed);
-        match process(inner, &buf, epoch) {
+        match process(inner, &buf, epoch, &mut actions) {
             Ok(used) => {
                 buf.drain(..used);
             }
@@ -689,7 +725,8 @@ async fn read_loop(
     }
 }
 
-/// Lock work collected while `Inner::state` is held, done after letting go of it.
+/// Lock work collected while `Inner::state` is held, done after letting go of it. Kept between
+/// reads.
 #[derive(Default)]
 struct Actions {
     lost: Vec<(Arc<LockShared>, LostReason)>,
@@ -697,8 +734,7 @@ struct Actions {
 }
 
 /// Handles every complete frame in `buf`; returns the bytes used.
-fn process(inner: &Arc<Inner>, buf: &[u8], epoch: u64) -> Result<usize, ConnEnd> {
-    let mut actions = Actions::default();
+fn process(inner: &Arc<Inner>, buf: &[u8], epoch: u64, actions: &mut Actions) -> Result<usize, ConnEnd> {
     let mut used = 0;
     let mut end = None;
     {
@@ -712,7 +748,7 @@ fn process(inner: &Arc<Inner>, buf: &[u8], epoch: u64) -> Result<usize, ConnEnd>
                 Ok(None) => break,
                 Ok(Some((res, n))) => {
                     used += n;
-                    if let Some(e) = handle(inner, &mut st, &res, now, &mut actions) {
+                    if let Some(e) = handle(inner, &mut st, &res, now, actions) {
                         end = Some(e);
                     }
                 }
@@ -724,11 +760,11 @@ fn process(inner: &Arc<Inner>, buf: &[u8], epoch: u64) -> Result<usize, ConnEnd>
         }
         st.maybe_ack(now);
     }
-    for (l, reason) in actions.lost {
-        l.fire_lost(reason);
+    for (l, reason) in actions.lost.drain(..) {
+        l.fire_lost(inner, reason);
     }
-    for l in actions.abandon {
-        l.abandon();
+    for l in actions.abandon.drain(..) {
+        l.abandon(inner);
     }
     match end {
         Some(e) => Err(e),
@@ -751,7 +787,7 @@ fn handle(
                 } else {
                     LostReason::Expired
                 };
-                if let Some(l) = st.locks.get(&res.token).and_then(std::sync::Weak::upgrade)
+                if let Some(l) = st.locks.get(&res.token).and_then(|h| h.lock.upgrade())
                     && *l.key == *res.data
                 {
                     actions.lost.push((l, reason));
@@ -774,13 +810,16 @@ fn handle(
         return None;
     }
     st.answers_since_ack = st.answers_since_ack.saturating_add(1);
-    let mut p = st.pending.remove(&res.id)?;
     if res.status == Status::NOT_LEADER {
+        // Kept, to be sent again with its id on the leader.
+        if !st.pending.contains_key(&res.id) {
+            return None;
+        }
         let leader = message(res.data);
         st.hint = (!leader.is_empty()).then_some(leader);
-        st.pending.insert(res.id, p);
         return Some(ConnEnd::Redirect("the server is not the leader".into()));
     }
+    let mut p = st.take_pending(res.id)?;
     if p.req.op == Op::ACK {
         st.ack_outstanding = false;
     }
@@ -795,8 +834,8 @@ fn handle(
         }
         match p.waiter.take() {
             Some(w) => {
-                let l = LockShared::new(inner, p.req.key.clone(), res.token, res.lease_ms, deadline);
-                st.register(res.token, &l);
+                let l = LockShared::new(p.req.key.clone(), res.token, res.lease_ms, deadline);
+                st.register(inner, res.token, &l, lost_at(deadline, res.lease_ms));
                 if let Err(Ok(Answer::Granted(l))) = w.send(Ok(Answer::Granted(l))) {
                     actions.abandon.push(l);
                 }
@@ -827,7 +866,11 @@ fn handle(
         } else {
             Ok(Answer::Reply(reply))
         };
-        let _ = w.send(answer);
+        // Forgotten once the caller has the answer: a caller that gave up before it never learns
+        // of the release, and its lock stays as it was.
+        if w.send(answer).is_ok() && p.req.forget && res.status == Status::OK {
+            st.forget_lock(p.req.token);
+        }
     }
     None
 }
@@ -856,7 +899,7 @@ async fn heartbeat_loop(inner: &Inner, last_rx: &AtomicU64, base: Instant, epoch
             }
         };
         if timeout_at(Instant::now() + request_timeout, rx).await.is_err() {
-            inner.lock_state().pending.remove(&id);
+            inner.lock_state().take_pending(id);
             return ConnEnd::Heartbeat(request_timeout);
         }
     }

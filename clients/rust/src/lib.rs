@@ -8,6 +8,8 @@ mod conn;
 mod error;
 mod lock;
 mod options;
+mod table;
+mod timers;
 pub mod wire;
 
 pub use acquire::{Acquire, AcquireFuture};

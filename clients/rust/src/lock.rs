@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
-use tokio::time::{Instant, sleep, sleep_until};
+use tokio::time::{Instant, sleep};
 
 use crate::client::{Client, Inner, Req, lease_ms, lock, status_error};
 use crate::error::{Error, LostReason, key_text};
@@ -23,7 +23,7 @@ pub(crate) fn local_deadline(t_send: Instant, total_ms: u64) -> Instant {
 }
 
 /// When the lost signal fires for a deadline: `min(5 ms, lease / 10)` before it.
-fn lost_at(deadline: Instant, lease_ms: u32) -> Instant {
+pub(crate) fn lost_at(deadline: Instant, lease_ms: u32) -> Instant {
     let margin = Duration::from_micros((u64::from(lease_ms) * 100).min(u64::from(wire::LOST_MARGIN_MS) * 1000));
     deadline.checked_sub(margin).unwrap_or(deadline)
 }
@@ -34,36 +34,43 @@ pub(crate) struct LockState {
     released: bool,
     releasing: bool,
     lost: Option<LostReason>,
-    timer: Option<AbortHandle>,
+    /// The lost signal, made when first asked for (most locks are released without anyone
+    /// watching): one channel per lock would cost two allocations and a wake-up of eight
+    /// notifiers on drop.
+    lost_tx: Option<watch::Sender<Option<LostReason>>>,
     keepalive: Option<AbortHandle>,
 }
 
 impl LockState {
     fn stop_tasks(&mut self) {
-        if let Some(t) = self.timer.take() {
-            t.abort();
-        }
         if let Some(t) = self.keepalive.take() {
             t.abort();
         }
     }
+
+    fn lost_rx(&mut self) -> watch::Receiver<Option<LostReason>> {
+        let lost = self.lost;
+        self.lost_tx.get_or_insert_with(|| watch::Sender::new(lost)).subscribe()
+    }
 }
 
-/// The state behind a [`Lock`], shared with its timer and keep-alive tasks (which hold it weakly)
-/// and with the client's table of held locks (weakly too).
+/// The state behind a [`Lock`], shared with its keep-alive task (which holds it weakly) and with
+/// the client's table of held locks and deadline timers (weakly too).
+///
+/// It holds no reference to the client: every caller has one at hand (the [`Lock`]'s own
+/// [`Client`], the connection's tasks), and a clone per lock would be two more updates of a
+/// counter that every thread touches.
 pub(crate) struct LockShared {
-    pub inner: Arc<Inner>,
     pub key: Arc<[u8]>,
     pub token: u64,
     state: Mutex<LockState>,
-    lost_tx: watch::Sender<Option<LostReason>>,
 }
 
 impl LockShared {
-    /// A lock just granted, its deadline timer running.
-    pub fn new(inner: &Arc<Inner>, key: Arc<[u8]>, token: u64, lease_ms: u32, deadline: Instant) -> Arc<LockShared> {
-        let l = Arc::new(LockShared {
-            inner: inner.clone(),
+    /// A lock just granted. The caller registers it (`State::register`) with
+    /// `lost_at(deadline, lease_ms)`, which starts its deadline timer.
+    pub fn new(key: Arc<[u8]>, token: u64, lease_ms: u32, deadline: Instant) -> Arc<LockShared> {
+        Arc::new(LockShared {
             key,
             token,
             state: Mutex::new(LockState {
@@ -72,40 +79,28 @@ impl LockShared {
                 released: false,
                 releasing: false,
                 lost: None,
-                timer: None,
+                lost_tx: None,
                 keepalive: None,
             }),
-            lost_tx: watch::Sender::new(None),
-        });
-        let timer = l.spawn_timer(lost_at(deadline, lease_ms));
-        l.state().timer = Some(timer);
-        l
+        })
     }
 
     fn state(&self) -> MutexGuard<'_, LockState> {
         lock(&self.state)
     }
 
-    fn spawn_timer(self: &Arc<Self>, at: Instant) -> AbortHandle {
-        let weak = Arc::downgrade(self);
-        self.inner
-            .runtime
-            .spawn(async move {
-                sleep_until(at).await;
-                if let Some(l) = weak.upgrade() {
-                    l.deadline_passed();
-                }
-            })
-            .abort_handle()
+    /// Takes the lock out of the client's table and timers (it is released, lost or abandoned).
+    fn forget(&self, inner: &Inner) {
+        inner.lock_state().forget_lock(self.token);
     }
 
-    fn deadline_passed(&self) {
+    pub fn deadline_passed(&self, inner: &Inner) {
         let due = {
             let s = self.state();
             Instant::now() >= lost_at(s.deadline, s.lease_ms)
         };
         if due {
-            self.fire_lost(LostReason::Expired);
+            self.fire_lost(inner, LostReason::Expired);
         }
     }
 
@@ -133,7 +128,7 @@ impl LockShared {
     }
 
     /// Fires the lost signal (once; never after a successful release). Returns whether it fired.
-    pub fn fire_lost(&self, reason: LostReason) -> bool {
+    pub fn fire_lost(&self, inner: &Inner, reason: LostReason) -> bool {
         {
             let mut s = self.state();
             if s.released || s.lost.is_some() {
@@ -141,28 +136,30 @@ impl LockShared {
             }
             s.lost = Some(reason);
             s.stop_tasks();
+            if let Some(tx) = &s.lost_tx {
+                tx.send_replace(Some(reason));
+            }
         }
-        self.lost_tx.send_replace(Some(reason));
-        self.inner.lock_state().locks.remove(&self.token);
+        self.forget(inner);
         true
     }
 
     /// A grant nobody will use (its acquire was given up): forget it and release it in the
     /// background, without firing lost.
-    pub fn abandon(&self) {
+    pub fn abandon(&self, inner: &Inner) {
         {
             let mut s = self.state();
             s.released = true;
             s.stop_tasks();
         }
-        let mut st = self.inner.lock_state();
-        st.locks.remove(&self.token);
+        let mut st = inner.lock_state();
+        st.forget_lock(self.token);
         let mut release = Req::new(Op::RELEASE, self.key.clone());
         release.token = self.token;
         st.queue_internal(release, Instant::now());
     }
 
-    pub async fn release(self: &Arc<Self>) -> Result<(), Error> {
+    pub async fn release(self: &Arc<Self>, inner: &Inner) -> Result<(), Error> {
         let lost_before = {
             let mut s = self.state();
             if s.released {
@@ -181,7 +178,8 @@ impl LockShared {
         }
         let mut req = Req::new(Op::RELEASE, self.key.clone());
         req.token = self.token;
-        let r = match self.inner.call(req, None).await {
+        req.forget = true;
+        let r = match inner.call(req, None).await {
             Ok(r) => r,
             Err(e) => {
                 self.state().releasing = false;
@@ -194,6 +192,7 @@ impl LockShared {
         };
         match r.status {
             Status::OK => {
+                // The client's table and timers let go of it with the answer (`Req::forget`).
                 let lost = {
                     let mut s = self.state();
                     s.released = true;
@@ -201,14 +200,13 @@ impl LockShared {
                     s.stop_tasks();
                     s.lost
                 };
-                self.inner.lock_state().locks.remove(&self.token);
                 match lost.or(lost_before) {
                     Some(reason) => Err(self.lost_error(reason)),
                     None => Ok(()),
                 }
             }
             Status::NOT_HELD => {
-                self.fire_lost(LostReason::NotHeld);
+                self.fire_lost(inner, LostReason::NotHeld);
                 let s = {
                     let mut s = self.state();
                     s.releasing = false;
@@ -226,12 +224,12 @@ impl LockShared {
         }
     }
 
-    pub async fn extend(self: &Arc<Self>, lease: Duration) -> Result<Duration, Error> {
+    pub async fn extend(self: &Arc<Self>, inner: &Inner, lease: Duration) -> Result<Duration, Error> {
         let ms = lease_ms(lease)?;
         let mut req = Req::new(Op::EXTEND, self.key.clone());
         req.token = self.token;
         req.lease_ms = ms;
-        let r = self.inner.call(req, Some(self)).await?;
+        let r = inner.call(req, Some(self)).await?;
         match r.status {
             Status::OK => {
                 let mut s = self.state();
@@ -243,14 +241,12 @@ impl LockShared {
                 }
                 s.lease_ms = r.lease_ms;
                 s.deadline = local_deadline(r.t_send, u64::from(r.lease_ms));
-                if let Some(t) = s.timer.take() {
-                    t.abort();
-                }
-                s.timer = Some(self.spawn_timer(lost_at(s.deadline, s.lease_ms)));
+                // The lock's state, then the client's: the documented order.
+                inner.lock_state().move_timer(inner, self.token, lost_at(s.deadline, s.lease_ms));
                 Ok(Duration::from_millis(r.lease_ms.into()))
             }
             Status::NOT_HELD => {
-                self.fire_lost(LostReason::NotHeld);
+                self.fire_lost(inner, LostReason::NotHeld);
                 let lost = self.state().lost;
                 Err(match lost {
                     Some(reason) => self.lost_error(reason),
@@ -262,10 +258,10 @@ impl LockShared {
     }
 
     /// Starts keep-alive: `EXTEND` with the lease every lease/3 until release, loss, or `max_hold`.
-    pub fn start_keepalive(self: &Arc<Self>, max_hold: Option<Duration>) {
+    pub fn start_keepalive(self: &Arc<Self>, inner: &Arc<Inner>, max_hold: Option<Duration>) {
         let stop_at = max_hold.map(|d| Instant::now() + d);
         let weak = Arc::downgrade(self);
-        let task = self.inner.runtime.spawn(keepalive(weak, stop_at)).abort_handle();
+        let task = inner.runtime.spawn(keepalive(weak, Arc::downgrade(inner), stop_at)).abort_handle();
         let mut s = self.state();
         if s.released || s.releasing || s.lost.is_some() {
             task.abort();
@@ -275,7 +271,7 @@ impl LockShared {
     }
 }
 
-async fn keepalive(weak: Weak<LockShared>, stop_at: Option<Instant>) {
+async fn keepalive(weak: Weak<LockShared>, client: Weak<Inner>, stop_at: Option<Instant>) {
     let mut failed = false;
     // Bounded by the lock's life: every pass holds the lock only weakly and ends when it is gone,
     // released, lost, or past `stop_at`.
@@ -292,8 +288,8 @@ async fn keepalive(weak: Weak<LockShared>, stop_at: Option<Instant>) {
         if stop_at.is_some_and(|t| Instant::now() >= t) {
             return;
         }
-        let Some(l) = weak.upgrade() else { return };
-        match l.extend(lease).await {
+        let (Some(l), Some(inner)) = (weak.upgrade(), client.upgrade()) else { return };
+        match l.extend(&inner, lease).await {
             Ok(_) => failed = false,
             Err(Error::LockLost { .. } | Error::NotHeld { .. } | Error::Closed) => return,
             Err(_) => failed = true,
@@ -388,7 +384,7 @@ impl Lock {
     /// # }
     /// ```
     pub async fn lost(&self) -> LostReason {
-        let mut rx = self.shared.lost_tx.subscribe();
+        let mut rx = self.shared.state().lost_rx();
         // The sender lives in `self`, so `wait_for` can only end with a reason.
         let reason = rx.wait_for(Option::is_some).await.map(|r| *r);
         match reason {
@@ -400,7 +396,7 @@ impl Lock {
     /// A watch channel of the lost reason (`None` while not lost), for tasks that outlive a borrow
     /// of the lock. The sender is dropped with the lock's last handle.
     pub fn lost_watch(&self) -> watch::Receiver<Option<LostReason>> {
-        self.shared.lost_tx.subscribe()
+        self.shared.state().lost_rx()
     }
 
     /// Releases the lock: the next waiter is granted at once.
@@ -412,14 +408,14 @@ impl Lock {
     /// the release is sent. On a transport error ([`Error::Timeout`], ...) the lock is still
     /// held as far as the client knows; call it again.
     pub async fn release(&self) -> Result<(), Error> {
-        self.shared.release().await
+        self.shared.release(self.client.inner()).await
     }
 
     /// Sets the lease to `lease` from now (it may shorten it) and moves the local deadline;
     /// returns the lease granted. Fails with [`Error::LockLost`] when the lock is lost or the
     /// server answers `NOT_HELD` (which makes it lost).
     pub async fn extend(&self, lease: Duration) -> Result<Duration, Error> {
-        self.shared.extend(lease).await
+        self.shared.extend(self.client.inner(), lease).await
     }
 
     /// Asks the server whether this lock's token still holds its key (`INSPECT` with the
@@ -482,7 +478,7 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.armed && !self.lock.is_released() {
             let lock = Lock::new(self.lock.shared.clone(), self.lock.client.clone());
-            self.lock.shared.inner.runtime.spawn(async move {
+            self.lock.client.inner().runtime.spawn(async move {
                 let _ = lock.release().await;
             });
         }

@@ -339,15 +339,18 @@ impl<'a> Request<'a> {
     /// (longer keys are cut to that length; the client checks keys before encoding).
     pub fn encode(&self, out: &mut Vec<u8>) {
         let key = &self.key[..self.key.len().min(MAX_VAR_LEN)];
+        // The header built whole, then appended at once (one capacity check, not ten).
+        let mut h = [0u8; HEADER_LEN];
+        h[0..4].copy_from_slice(&((HEADER_LEN - 4 + key.len()) as u32).to_be_bytes());
+        h[4] = self.op.0;
+        h[5] = self.flags;
+        h[6..8].copy_from_slice(&(key.len() as u16).to_be_bytes());
+        h[8..16].copy_from_slice(&self.id.to_be_bytes());
+        h[16..24].copy_from_slice(&self.token.to_be_bytes());
+        h[24..28].copy_from_slice(&self.lease_ms.to_be_bytes());
+        h[28..32].copy_from_slice(&self.wait_ms.to_be_bytes());
         out.reserve(HEADER_LEN + key.len());
-        out.extend_from_slice(&((HEADER_LEN - 4 + key.len()) as u32).to_be_bytes());
-        out.push(self.op.0);
-        out.push(self.flags);
-        out.extend_from_slice(&(key.len() as u16).to_be_bytes());
-        out.extend_from_slice(&self.id.to_be_bytes());
-        out.extend_from_slice(&self.token.to_be_bytes());
-        out.extend_from_slice(&self.lease_ms.to_be_bytes());
-        out.extend_from_slice(&self.wait_ms.to_be_bytes());
+        out.extend_from_slice(&h);
         out.extend_from_slice(key);
     }
 

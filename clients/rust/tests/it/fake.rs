@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use ticketing::wire::{ExpiredReason, GoawayReason, Op, Response, Status};
-use ticketing::{Client, ClientOptions, Error, LostReason};
+use ticketing::{Client, ClientOptions, Error, Lock, LostReason};
 
 use crate::support::{FakeConn, FakeOpts, FakeServer, eventually};
 
@@ -527,6 +527,109 @@ async fn the_local_deadline_fires_lost_a_little_early() {
     assert!(fired >= Duration::from_millis(494), "fired at {fired:?}, before the deadline");
     assert!(fired < Duration::from_millis(900), "fired at {fired:?}");
     assert!(!client.holds("k"));
+}
+
+/// Acquires `key` through `conn` with a `lease_ms` lease, granting token `token`; returns the
+/// lock and when the acquire started (before its request was sent).
+async fn hold_for(client: &Client, conn: &mut FakeConn, key: &str, token: u64, lease_ms: u64) -> (Lock, Instant) {
+    let c = client.clone();
+    let key2 = key.to_owned();
+    let start = Instant::now();
+    let task = tokio::spawn(async move { c.acquire(key2, Duration::from_millis(lease_ms)).await });
+    let req = conn.read_op(Op::ACQUIRE).await;
+    conn.grant(&req, token, 0).await;
+    (task.await.expect("task").expect("acquire"), start)
+}
+
+/// When `lock` is lost, and why.
+async fn lost_at(lock: &Lock) -> (LostReason, Instant) {
+    let reason = tokio::time::timeout(SECOND * 5, lock.lost()).await.expect("lost within 5 s");
+    (reason, Instant::now())
+}
+
+#[tokio::test]
+async fn locks_are_lost_at_their_own_deadlines_whatever_the_order_they_come_in() {
+    // One timer serves all of a client's locks: leases granted out of their deadline order, and
+    // an extend that brings a deadline closer, still fire each lock at its own deadline.
+    let fake = FakeServer::bind().await;
+    let (client, mut conn) = connect(&fake, opts(&fake.addr), &FakeOpts::default()).await;
+    // An extend that brings the only deadline closer.
+    let (d, _) = hold_for(&client, &mut conn, "d", 4, 10_000).await;
+    let d_start = Instant::now();
+    let ext = tokio::spawn(async move { (d.extend(Duration::from_millis(200)).await, d) });
+    let e = conn.read_op(Op::EXTEND).await;
+    conn.send(Response {
+        op: Op::EXTEND,
+        status: Status::OK,
+        id: e.id,
+        token: 4,
+        lease_ms: 200,
+        ..Response::default()
+    })
+    .await;
+    let (res, d) = ext.await.unwrap();
+    assert_eq!(res.expect("extended"), Duration::from_millis(200));
+    let (rd, td) = lost_at(&d).await;
+    // Leases granted out of their deadline order.
+    let (a, a_start) = hold_for(&client, &mut conn, "a", 1, 900).await;
+    let (b, b_start) = hold_for(&client, &mut conn, "b", 2, 300).await;
+    let (c, c_start) = hold_for(&client, &mut conn, "c", 3, 600).await;
+    let ((ra, ta), (rb, tb), (rc, tc)) = tokio::join!(lost_at(&a), lost_at(&b), lost_at(&c));
+    assert_eq!([ra, rb, rc, rd], [LostReason::Expired; 4]);
+    // lease · 0.998 − 5 ms after the send, which is after the start; late by at most 400 ms.
+    for (name, fired, start, lease_ms) in
+        [("a", ta, a_start, 900), ("b", tb, b_start, 300), ("c", tc, c_start, 600), ("d", td, d_start, 200)]
+    {
+        let after = fired - start;
+        let earliest = Duration::from_micros(lease_ms * 998) - Duration::from_millis(5);
+        assert!(after >= earliest, "{name} lost {after:?} after its start, before its deadline");
+        assert!(after < earliest + Duration::from_millis(400), "{name} lost {after:?} after its start");
+    }
+    assert!(tb < tc && tc < ta, "in deadline order");
+    for key in ["a", "b", "c", "d"] {
+        assert!(!client.holds(key), "{key} still held");
+    }
+}
+
+#[tokio::test]
+async fn call_timeouts_hold_whatever_the_order_of_answers_and_deadlines() {
+    let fake = FakeServer::bind().await;
+    let o = opts(&fake.addr).request_timeout(Duration::from_millis(300));
+    let (client, mut conn) = connect(&fake, o, &FakeOpts::default()).await;
+    // An acquire with a long wait limit comes first: the calls after it still time out on time.
+    let c = client.clone();
+    let acq = tokio::spawn(async move { c.acquire("k", SECOND).wait(Duration::from_secs(3)).await });
+    let r = conn.read_op(Op::ACQUIRE).await;
+    let start = Instant::now();
+    let err = client.ping().await.expect_err("no answer");
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert!(start.elapsed() >= Duration::from_millis(290) && start.elapsed() < Duration::from_millis(1500));
+    conn.read_op(Op::PING).await;
+    conn.status(&r, Status::TIMED_OUT, 0, &[]).await;
+    let err = acq.await.unwrap().expect_err("not acquired");
+    assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
+
+    // Answers out of order, then one that never comes: it times out 300 ms after its start.
+    let pings: Vec<_> = (0..3)
+        .map(|_| {
+            let c = client.clone();
+            tokio::spawn(async move { c.ping().await })
+        })
+        .collect();
+    let mut reqs = Vec::new();
+    for _ in 0..3 {
+        reqs.push(conn.read_op(Op::PING).await);
+    }
+    for i in [2, 0, 1] {
+        conn.ok(&reqs[i]).await;
+    }
+    for p in pings {
+        p.await.unwrap().expect("answered");
+    }
+    let start = Instant::now();
+    let err = client.ping().await.expect_err("no answer");
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert!(start.elapsed() >= Duration::from_millis(290) && start.elapsed() < Duration::from_millis(1500));
 }
 
 #[tokio::test]

@@ -88,8 +88,12 @@ func (b *bench) buildClients() {
 				p.skipped = "build failed: " + err.Error()
 			}
 		case "rust":
+			// A current-thread runtime, as the C client's one poll loop and the raw driver's one
+			// goroutine: on 2 cores a multi-threaded runtime wakes its second worker every batch
+			// and the workers contend for the client's state (about 0.42x the raw driver here
+			// against 0.52x; BENCHMARKS.md, Clients).
 			p.args = func(addr string, n int, s float64) []string {
-				return []string{addr, "--in-flight", strconv.Itoa(n), "--seconds", fmt.Sprint(s)}
+				return []string{addr, "--in-flight", strconv.Itoa(n), "--seconds", fmt.Sprint(s), "--current-thread"}
 			}
 			if p.bin = o.rustBench; p.bin != "" {
 				break
@@ -262,7 +266,7 @@ func (b *bench) workloadClients() error {
 		case "go":
 			r.Note = "bench/goclient: clients/go, goroutines sharing one Client (TryAcquire + Lock.Release)"
 		case "rust":
-			r.Note = "clients/rust examples/bench.rs: tokio tasks sharing one Client (try once + release)"
+			r.Note = "clients/rust examples/bench.rs: tokio tasks sharing one Client on a current-thread runtime (try once + release)"
 		case "c":
 			r.Note = "clients/c bench/bench.c: slots on the non-blocking API in one poll() loop"
 		}

@@ -8,25 +8,45 @@ import (
 // check verifies every internal invariant of the table by brute force. It
 // returns the first violation found, or nil.
 func (t *Table) check() error {
-	// Heap order; every live item is found by its seq (stale ones are counted).
+	// Heap order, lane order; every live item is found by its seq (stale ones are counted).
 	bySeq := map[uint64]*timer{}
 	stale := 0
-	for i := range t.heap {
-		if i > 0 && timerLess(&t.heap[i], &t.heap[(i-1)/2]) {
-			return fmt.Errorf("heap order broken at %d", i)
-		}
-		it := &t.heap[i]
+	count := func(it *timer) error {
 		if !t.live(it) {
 			stale++
-			continue
+			return nil
 		}
 		if bySeq[it.seq] != nil {
-			return fmt.Errorf("two live heap items with seq %d", it.seq)
+			return fmt.Errorf("two live timer items with seq %d", it.seq)
+		}
+		if it.at < t.tm.floor {
+			return fmt.Errorf("live timer at %d before the deadline floor %d", it.at, t.tm.floor)
 		}
 		bySeq[it.seq] = it
+		return nil
 	}
-	if stale != t.stale {
-		return fmt.Errorf("%d stale heap items, table counts %d", stale, t.stale)
+	h := t.tm.heap
+	for i := range h {
+		if i > 0 && timerLess(&h[i], &h[(i-1)/2]) {
+			return fmt.Errorf("heap order broken at %d", i)
+		}
+		if err := count(&h[i]); err != nil {
+			return err
+		}
+	}
+	for k := range t.tm.lanes {
+		l := &t.tm.lanes[k]
+		for i := l.head; i < len(l.items); i++ {
+			if i > l.head && timerLess(&l.items[i], &l.items[i-1]) {
+				return fmt.Errorf("lane %d order broken at %d", k, i)
+			}
+			if err := count(&l.items[i]); err != nil {
+				return err
+			}
+		}
+	}
+	if stale != t.tm.stale {
+		return fmt.Errorf("%d stale timer items, table counts %d", stale, t.tm.stale)
 	}
 	// Entries.
 	live, held, timers := 0, 0, 0
@@ -190,7 +210,7 @@ func (t *Table) check() error {
 		return fmt.Errorf("sessions: %d live slots, count %d, index %d", liveSessions, t.sess.live, len(t.sess.byID))
 	}
 	if timers != len(bySeq) {
-		return fmt.Errorf("%d timers owned, heap has %d live", timers, len(bySeq))
+		return fmt.Errorf("%d timers owned, %d live timer items", timers, len(bySeq))
 	}
 	// Held lists: every held entry whose owner has a record is on its list.
 	heldBy := map[Owner]int{}

@@ -1,5 +1,7 @@
 package locktable
 
+import "math"
+
 // timerKind says what a pending deadline is for.
 type timerKind uint8
 
@@ -10,20 +12,51 @@ const (
 	tSession                      // idx is a session slot: its grace after a detach ends
 )
 
-// timer is one deadline in the heap. Timers are ordered by (at, seq); seq is taken from
-// Table.seq whenever a timer is set (or reset by Extend), so ties are resolved in the order the
-// deadlines were set.
+// timer is one pending deadline. Timers are ordered by (at, seq); seq is taken from Table.seq
+// whenever a timer is set (or reset by Extend), so ties are resolved in the order the deadlines
+// were set.
+//
+// Pending timers live in a few sorted FIFO lanes and a binary heap (see timers). Most deadlines
+// are set in order: a lease of the usual length set now ends after every lease of that length
+// set before, so a lane takes it with an append and gives it back with a step of its head, with
+// no sifting. A deadline earlier than the tail of every lane goes to the heap.
 //
 // Cancelling is lazy: the owner (entry or waiter) records the seq of its one live timer in tseq,
-// and a heap item whose seq differs from its owner's tseq is stale. Stale items are dropped when
-// they reach the top, or all at once when they outnumber the live ones. So a release costs no
-// heap operation at all, and no back-pointers are maintained while sifting.
+// and an item whose seq differs from its owner's tseq is stale. Stale items are dropped when
+// they reach the front of their lane or the top of the heap, or all at once when they outnumber
+// the live ones. So a release costs no timer work at all, and no back-pointers are maintained.
+//
+// Where a timer is kept is not part of the table's state: the earliest live timer by (at, seq)
+// is the same whatever the layout, so the outputs are too.
 type timer struct {
 	at   int64
 	seq  uint64
 	idx  int32
 	kind timerKind
 }
+
+// numLanes is the number of sorted lanes: one per deadline length in common use (a lease length,
+// a wait timeout, a session grace) keeps every one of them out of the heap.
+const numLanes = 4
+
+// timers holds the pending deadlines: sorted lanes (each non-decreasing by (at, seq) from its
+// head) and a heap for the rest. top and popTop find the earliest across all of them.
+type timers struct {
+	heap  []timer
+	lanes [numLanes]lane
+	used  int   // lanes[:used] have ever held a timer (a lane is used only when those before it are)
+	stale int   // stale items, lanes and heap together
+	floor int64 // no live timer is earlier (exact after top; lowered by every insert)
+	src   int8  // where the timer last returned by top is: a lane, or -1 for the heap
+}
+
+// lane is a sorted FIFO: items[head:] in (at, seq) order.
+type lane struct {
+	items []timer
+	head  int
+}
+
+func (l *lane) len() int { return len(l.items) - l.head }
 
 func timerLess(a, b *timer) bool {
 	if a.at != b.at {
@@ -46,9 +79,42 @@ func (t *Table) live(it *timer) bool {
 // pushTimer adds a deadline and returns its seq, which the caller stores in the owner's tseq.
 func (t *Table) pushTimer(at int64, kind timerKind, idx int32) uint64 {
 	t.seq++
-	t.heap = append(t.heap, timer{at: at, seq: t.seq, idx: idx, kind: kind})
-	t.siftUp(len(t.heap) - 1)
+	t.insertTimer(timer{at: at, seq: t.seq, idx: idx, kind: kind})
 	return t.seq
+}
+
+// insertTimer puts it at the tail of the first lane it does not precede, else in the heap.
+func (t *Table) insertTimer(it timer) {
+	tm := &t.tm
+	tm.floor = min(tm.floor, it.at)
+	for k := range tm.lanes {
+		l := &tm.lanes[k]
+		n := len(l.items)
+		if n > l.head && timerLess(&it, &l.items[n-1]) {
+			continue
+		}
+		tm.used = max(tm.used, k+1)
+		if n == cap(l.items) && l.head >= n/2 {
+			// Full, with at least half of it dropped items in front: move the rest down instead
+			// of growing (at least cap/2 appends until the next move: amortized O(1)).
+			m := copy(l.items, l.items[l.head:])
+			clear(l.items[m:n])
+			l.items, l.head = l.items[:m], 0
+		}
+		l.items = append(l.items, it)
+		return
+	}
+	tm.heap = append(tm.heap, it)
+	t.siftUp(len(tm.heap) - 1)
+}
+
+// pending is the number of timer items held, stale ones included.
+func (tm *timers) pending() int {
+	n := len(tm.heap)
+	for k := range tm.used {
+		n += tm.lanes[k].len()
+	}
+	return n
 }
 
 // cancelTimer makes the timer whose seq is *tseq stale and clears *tseq.
@@ -57,58 +123,128 @@ func (t *Table) cancelTimer(tseq *uint64) {
 		return
 	}
 	*tseq = 0
-	t.stale++
-	if t.stale > 64 && t.stale > len(t.heap)/2 {
+	t.tm.stale++
+	t.dropStaleFronts()
+	if t.tm.stale > 64 && t.tm.stale > t.tm.pending()/2 {
 		t.compact()
+	}
+}
+
+// dropStaleFronts drops the stale items at the front of every lane. Locks are mostly released
+// in about the order they were granted, so this keeps the lanes short at a step per release,
+// without waiting for a compaction (which checks every item, the live ones too).
+func (t *Table) dropStaleFronts() {
+	tm := &t.tm
+	for k := range tm.used {
+		l := &tm.lanes[k]
+		for l.head < len(l.items) && !t.live(&l.items[l.head]) {
+			l.items[l.head] = timer{}
+			l.head++
+			tm.stale--
+		}
+		if l.head == len(l.items) {
+			l.items, l.head = l.items[:0], 0
+		}
 	}
 }
 
 // compact drops every stale timer and re-establishes the heap order in O(n).
 func (t *Table) compact() {
-	h := t.heap[:0]
-	for i := range t.heap {
-		if t.live(&t.heap[i]) {
-			h = append(h, t.heap[i])
+	tm := &t.tm
+	for k := range tm.used {
+		l := &tm.lanes[k]
+		kept := l.items[:0]
+		for i := l.head; i < len(l.items); i++ {
+			if t.live(&l.items[i]) {
+				kept = append(kept, l.items[i])
+			}
+		}
+		clear(l.items[len(kept):])
+		l.items, l.head = kept, 0
+	}
+	h := tm.heap[:0]
+	for i := range tm.heap {
+		if t.live(&tm.heap[i]) {
+			h = append(h, tm.heap[i])
 		}
 	}
-	clear(t.heap[len(h):])
-	t.heap = h
-	t.stale = 0
+	clear(tm.heap[len(h):])
+	tm.heap = h
+	tm.stale = 0
 	for i := len(h)/2 - 1; i >= 0; i-- {
 		t.siftDown(i)
 	}
 }
 
-// top drops stale timers from the top of the heap and returns the earliest live one (nil if none).
+// top drops stale timers ahead of the earliest live one and returns it (nil if none); popTop
+// removes it.
 func (t *Table) top() *timer {
-	for len(t.heap) > 0 {
-		if t.live(&t.heap[0]) {
-			return &t.heap[0]
+	tm := &t.tm
+	var best *timer
+	tm.src = -1
+	if tm.stale > 0 {
+		t.dropStaleFronts()
+	}
+	for k := range tm.used {
+		l := &tm.lanes[k]
+		if l.head == len(l.items) {
+			continue
 		}
-		if t.stale > 64 && t.stale > len(t.heap)/4 {
+		if best == nil || timerLess(&l.items[l.head], best) {
+			best, tm.src = &l.items[l.head], int8(k)
+		}
+	}
+	for len(tm.heap) > 0 {
+		if t.live(&tm.heap[0]) {
+			if best == nil || timerLess(&tm.heap[0], best) {
+				best, tm.src = &tm.heap[0], -1
+			}
+			break
+		}
+		if tm.stale > 64 && tm.stale > tm.pending()/4 {
 			// Leases released soon after their grant leave stale items in deadline order, so
 			// the top is stale again and again: one O(n) rebuild is cheaper than a pop each.
 			t.compact()
-			continue
+			return t.top()
 		}
-		t.popTimer()
-		t.stale--
+		t.popHeap()
+		tm.stale--
 	}
-	return nil
+	tm.floor = math.MaxInt64
+	if best != nil {
+		tm.floor = best.at
+	}
+	return best
 }
 
-// popTimer removes the top of the heap.
-func (t *Table) popTimer() {
-	last := len(t.heap) - 1
-	t.heap[0] = t.heap[last]
-	t.heap = t.heap[:last]
+// popTop removes the timer the last call of top returned.
+func (t *Table) popTop() {
+	tm := &t.tm
+	if tm.src < 0 {
+		t.popHeap()
+		return
+	}
+	l := &tm.lanes[tm.src]
+	l.items[l.head] = timer{}
+	l.head++
+	if l.head == len(l.items) {
+		l.items, l.head = l.items[:0], 0
+	}
+}
+
+// popHeap removes the top of the heap.
+func (t *Table) popHeap() {
+	h := t.tm.heap
+	last := len(h) - 1
+	h[0] = h[last]
+	t.tm.heap = h[:last]
 	if last > 0 {
 		t.siftDown(0)
 	}
 }
 
 func (t *Table) siftUp(i int) {
-	h := t.heap
+	h := t.tm.heap
 	it := h[i]
 	for i > 0 {
 		p := (i - 1) / 2
@@ -122,7 +258,7 @@ func (t *Table) siftUp(i int) {
 }
 
 func (t *Table) siftDown(i int) {
-	h := t.heap
+	h := t.tm.heap
 	n := len(h)
 	it := h[i]
 	for {

@@ -284,26 +284,40 @@ func (t *Table) Outs() []Out { return t.sess.outs }
 
 // ClearOuts empties the output list, keeping its memory for reuse.
 func (t *Table) ClearOuts() {
-	clear(t.sess.outs)
-	t.sess.outs = t.sess.outs[:0]
+	outs := t.sess.outs
+	for k := range outs {
+		if outs[k].Resp.Data != nil {
+			outs[k].Resp.Data = nil // the one reference: every Out is written whole when reused
+		}
+	}
+	t.sess.outs = outs[:0]
 	t.sess.scratch = t.sess.scratch[:0]
 }
 
 // store records an outcome in session s, kept in request id order.
-func (s *session) store(r record) {
+func (s *session) store(r record) { *s.put(r.id) = r }
+
+// put returns the zeroed record of request id in session s, to be filled in place: appended
+// (ids normally arrive in increasing order), inserted in id order, or the one stored for id
+// before, cleared.
+func (s *session) put(id uint64) *record {
 	n := len(s.records)
-	if n == 0 || s.records[n-1].id < r.id {
-		s.records = append(s.records, r)
-		return
+	if n == 0 || s.records[n-1].id < id {
+		s.records = append(s.records, record{id: id})
+		return &s.records[n]
 	}
-	i := sort.Search(n, func(i int) bool { return s.records[i].id >= r.id })
-	if i < n && s.records[i].id == r.id {
-		s.records[i] = r
-		return
+	return s.putSlow(id)
+}
+
+func (s *session) putSlow(id uint64) *record {
+	n := len(s.records)
+	i := sort.Search(n, func(i int) bool { return s.records[i].id >= id })
+	if i == n || s.records[i].id != id {
+		s.records = append(s.records, record{})
+		copy(s.records[i+1:], s.records[i:])
 	}
-	s.records = append(s.records, record{})
-	copy(s.records[i+1:], s.records[i:])
-	s.records[i] = r
+	s.records[i] = record{id: id}
+	return &s.records[i]
 }
 
 // find returns the stored outcome of request id, or nil.

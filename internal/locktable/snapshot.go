@@ -449,6 +449,5 @@ func (t *Table) deadEntry() int32 {
 
 // pushTimerSeq adds a deadline with a given seq (Restore).
 func (t *Table) pushTimerSeq(at int64, kind timerKind, idx int32, seq uint64) {
-	t.heap = append(t.heap, timer{at: at, seq: seq, idx: idx, kind: kind})
-	t.siftUp(len(t.heap) - 1)
+	t.insertTimer(timer{at: at, seq: seq, idx: idx, kind: kind})
 }

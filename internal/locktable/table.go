@@ -61,9 +61,8 @@ type Table struct {
 
 	reqSeed, ownerSeed [2]uint64 // secret seeds of the uint64-keyed indices
 
-	heap  []timer
-	seq   uint64
-	stale int // heap items whose owner has cancelled them
+	tm  timers // pending deadlines (heap.go)
+	seq uint64
 
 	events []Event
 
@@ -651,6 +650,10 @@ func (t *Table) StorageNeeds(now int64) (lastToken uint64, leaseEnd int64, waiti
 	return t.lastToken, leaseEnd, t.nstalled > 0 || len(t.deferred) > 0
 }
 
+// StorageWaiting reports whether anything waits for storage (StorageNeeds' waiting, without
+// the lease ends).
+func (t *Table) StorageWaiting() bool { return t.nstalled > 0 || len(t.deferred) > 0 }
+
 // Bounds returns the durable bounds in force and whether storage is failing.
 func (t *Table) Bounds() (tokenLimit uint64, horizon int64, failing bool) {
 	return t.tokenLimit, t.horizon, t.failing
@@ -684,13 +687,16 @@ func (t *Table) MaxDeadline() int64 {
 // runs from now. Every timer Advance sets lies after now (unless deadlines
 // saturate at math.MaxInt64), so one call does not cascade.
 func (t *Table) Advance(now int64) {
+	if now < t.tm.floor {
+		return // nothing is due (the usual case: one comparison per call)
+	}
 	for {
 		top := t.top()
 		if top == nil || top.at > now {
 			return
 		}
 		tm := *top
-		t.popTimer()
+		t.popTop()
 		switch tm.kind {
 		case tWait:
 			t.waiters.at(tm.idx).tseq = 0 // fired, not cancelled
@@ -740,6 +746,11 @@ func (t *Table) Advance(now int64) {
 		}
 	}
 }
+
+// DeadlineFloor is a time no pending deadline is earlier than (math.MaxInt64: none is
+// pending), without looking for the earliest: NextDeadline >= DeadlineFloor. It is cheap
+// enough to call after every batch.
+func (t *Table) DeadlineFloor() int64 { return t.tm.floor }
 
 // NextDeadline is the earliest pending deadline (lease end, wait timeout,
 // lock-delay end, session grace end); false if there is none.

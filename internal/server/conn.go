@@ -42,7 +42,10 @@ type conn struct {
 	raw     syscall.RawConn // the TCP socket, for non-blocking writes; nil with TLS
 	touched []*conn         // reader-owned scratch for deliver
 
-	wmu sync.Mutex // held by the one goroutine writing to nc
+	wmu  sync.Mutex            // held by the one goroutine writing to nc
+	wbuf []byte                // what writeNow is writing (wmu)
+	wn   int                   // how much of wbuf is written (wmu)
+	wfn  func(fd uintptr) bool // c.writeFD, made once
 
 	mu        sync.Mutex  // guards the fields below; never held during I/O
 	out       []byte      // answers not yet written
@@ -79,6 +82,7 @@ func newConn(s *Server, nc net.Conn, tcp *net.TCPConn) *conn {
 	}
 	if _, isTCP := nc.(*net.TCPConn); isTCP {
 		c.raw, _ = tcp.SyscallConn()
+		c.wfn = c.writeFD
 	}
 	return c
 }
@@ -123,9 +127,22 @@ func (c *conn) readLoop() {
 // returns how many bytes it consumed; fatal means the stream cannot be trusted any more.
 func (c *conn) serve(b []byte) (off int, fatal bool) {
 	c.reqs = c.reqs[:0]
-	var req wire.Request
 	for off < len(b) {
-		size, err := wire.DecodeRequest(b[off:], wire.MaxKeyLen, &req)
+		// Decode straight into the batch's next slot (a Request decoded elsewhere and appended
+		// would be copied through the stack); a frame that does not join the batch gives the
+		// slot back.
+		n := len(c.reqs)
+		if n < cap(c.reqs) {
+			c.reqs = c.reqs[:n+1]
+		} else {
+			c.reqs = append(c.reqs, wire.Request{})
+		}
+		req := &c.reqs[n]
+		size, err := wire.DecodeRequest(b[off:], wire.MaxKeyLen, req)
+		if err != nil {
+			*req = wire.Request{}
+			c.reqs = c.reqs[:n]
+		}
 		if err == wire.ErrShort {
 			break
 		}
@@ -140,12 +157,17 @@ func (c *conn) serve(b []byte) (off int, fatal bool) {
 			break
 		}
 		off += size
-		if c.validate(&req) {
-			c.reqs = append(c.reqs, req)
+		if !c.validate(req) {
+			*req = wire.Request{}
+			c.reqs = c.reqs[:n]
 		}
 	}
 	c.s.apply(c, c.reqs, fatal)
-	clear(c.reqs) // drop the key views into rbuf
+	for k := range c.reqs {
+		if c.reqs[k].Key != nil {
+			c.reqs[k].Key = nil // drop the key views into rbuf (the one reference: slots are rewritten whole)
+		}
+	}
 	return off, fatal
 }
 
@@ -358,12 +380,12 @@ func (c *conn) isFailed() bool {
 	return c.failed
 }
 
-// writeDeadline bounds one write: the write timeout, or the shutdown's final deadline.
-// c.mu must be held.
-func (c *conn) writeDeadline() time.Time {
+// writeDeadline bounds one write: the write timeout, or the shutdown's final deadline (final;
+// read under c.mu).
+func (c *conn) writeDeadline(final time.Time) time.Time {
 	d := time.Now().Add(c.s.cfg.WriteTimeout)
-	if !c.final.IsZero() && c.final.Before(d) {
-		d = c.final
+	if !final.IsZero() && final.Before(d) {
+		d = final
 	}
 	return d
 }
@@ -372,6 +394,10 @@ func (c *conn) writeDeadline() time.Time {
 // reader after a batch, the writer goroutine after a kick, close); the state mutex mu is never
 // held during the write. A write that fails or times out dooms the connection: its socket is
 // closed at once and the reader (which detaches the session) stops.
+//
+// On a plain TCP socket the bytes go first to a non-blocking write, which takes them all unless
+// the socket buffer is full; only the rest is written under a deadline (setting and clearing a
+// deadline costs two runtime timer updates, once per batch otherwise).
 func (c *conn) flush() {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -379,12 +405,21 @@ func (c *conn) flush() {
 	for len(c.out) > 0 && !c.failed && !c.closed {
 		buf, marks := c.out, c.marks
 		c.out, c.marks = c.spare[:0], c.spareMk[:0]
-		dl := c.writeDeadline()
+		final := c.final
 		c.mu.Unlock()
-		c.nc.SetWriteDeadline(dl)
-		n, err := c.nc.Write(buf)
-		if err == nil {
-			c.nc.SetWriteDeadline(time.Time{}) // an expired deadline would stop tryFlush
+		n := 0
+		var err error
+		if c.raw != nil {
+			n = c.writeNow(buf)
+		}
+		if n < len(buf) {
+			c.nc.SetWriteDeadline(c.writeDeadline(final))
+			var m int
+			m, err = c.nc.Write(buf[n:])
+			n += m
+			if err == nil {
+				c.nc.SetWriteDeadline(time.Time{}) // an expired deadline would stop tryFlush
+			}
 		}
 		c.mu.Lock()
 		if err != nil {
@@ -400,6 +435,30 @@ func (c *conn) flush() {
 		}
 	}
 	c.mu.Unlock()
+}
+
+// writeNow writes as much of buf as the socket takes without waiting and returns how much that
+// was (short on EAGAIN, EINTR or an error, which the caller's next write meets again). c.raw
+// must be set; wmu must be held. It does not allocate: the callback is made once (newConn) and
+// works on wbuf and wn.
+func (c *conn) writeNow(buf []byte) int {
+	c.wbuf, c.wn = buf, 0
+	c.raw.Write(c.wfn)
+	n := c.wn
+	c.wbuf = nil
+	return n
+}
+
+// writeFD is writeNow's callback.
+func (c *conn) writeFD(fd uintptr) bool {
+	for c.wn < len(c.wbuf) {
+		m, err := syscall.Write(int(fd), c.wbuf[c.wn:])
+		if m <= 0 || err != nil {
+			break
+		}
+		c.wn += m
+	}
+	return true // never wait for the socket to become writable
 }
 
 // tryFlush writes what is queued for a connection on behalf of another goroutine (a releasing
@@ -421,17 +480,7 @@ func (c *conn) tryFlush() {
 	marks := c.marks
 	c.out, c.marks = c.spare[:0], c.spareMk[:0]
 	c.mu.Unlock()
-	n := 0
-	c.raw.Write(func(fd uintptr) bool {
-		for n < len(buf) {
-			m, err := syscall.Write(int(fd), buf[n:])
-			if m <= 0 || err != nil {
-				break // EAGAIN (socket full), EINTR or a real error: the writer goroutine takes over
-			}
-			n += m
-		}
-		return true // never wait for the socket to become writable
-	})
+	n := c.writeNow(buf) // short: the socket is full (or failed); the writer goroutine takes over
 	c.mu.Lock()
 	if n < len(buf) && c.closed {
 		// Killed meanwhile: nothing more is written.

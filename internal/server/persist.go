@@ -40,8 +40,7 @@ func (s *Server) checkStorage() {
 	limit, horizon, _ := s.table.Bounds()
 	last := s.table.LastToken()
 	now := s.table.Now()
-	_, _, waiting := s.table.StorageNeeds(now)
-	if waiting || last+s.cfg.TokenBlock/2 >= limit || horizon < now+s.leaseHint.Load()+int64(horizonStep/2) {
+	if s.table.StorageWaiting() || last+s.cfg.TokenBlock/2 >= limit || horizon < now+s.leaseHint.Load()+int64(horizonStep/2) {
 		select {
 		case s.persistKick <- struct{}{}:
 		default:

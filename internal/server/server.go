@@ -407,6 +407,9 @@ func (s *Server) rearm() {
 	if s.cluster != nil && !s.cluster.leader.Load() {
 		return // followers never expire anything on their own
 	}
+	if s.armed && s.table.DeadlineFloor() >= s.timerAt {
+		return // nothing pending is due before the wake-up already armed (no search needed)
+	}
 	next, ok := s.table.NextDeadline()
 	if !ok || (s.armed && next >= s.timerAt) {
 		return

@@ -11,6 +11,7 @@ package wire
 import (
 	"encoding/binary"
 	"errors"
+	"slices"
 )
 
 // Version is the protocol version this package speaks.
@@ -210,15 +211,16 @@ func DecodeRequest(b []byte, maxKey int, r *Request) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if int(be.Uint16(b[6:])) != size-HeaderSize {
+	h := (*[HeaderSize]byte)(b[:HeaderSize]) // one bounds check for the fixed fields
+	if int(be.Uint16(h[6:8])) != size-HeaderSize {
 		return 0, ErrLength
 	}
-	r.Op = Op(b[4])
-	r.Flags = b[5]
-	r.ID = be.Uint64(b[8:])
-	r.Token = be.Uint64(b[16:])
-	r.Lease = be.Uint32(b[24:])
-	r.WaitMs = be.Uint32(b[28:])
+	r.Op = Op(h[4])
+	r.Flags = h[5]
+	r.ID = be.Uint64(h[8:16])
+	r.Token = be.Uint64(h[16:24])
+	r.Lease = be.Uint32(h[24:28])
+	r.WaitMs = be.Uint32(h[28:32])
 	r.Key = b[HeaderSize:size:size]
 	return size, nil
 }
@@ -246,14 +248,23 @@ func appendResponse(dst []byte, op Op, st Status, id, token uint64, lease, detai
 	return append(dst, data...)
 }
 
+// appendHeader appends a response header announcing n data bytes, with room for them reserved:
+// one capacity check, then stores at fixed offsets.
 func appendHeader(dst []byte, op Op, st Status, n int, id, token uint64, lease, detail uint32) []byte {
-	dst = be.AppendUint32(dst, uint32(HeaderSize-4+n))
-	dst = append(dst, byte(op), byte(st))
-	dst = be.AppendUint16(dst, uint16(n))
-	dst = be.AppendUint64(dst, id)
-	dst = be.AppendUint64(dst, token)
-	dst = be.AppendUint32(dst, lease)
-	return be.AppendUint32(dst, detail)
+	off := len(dst)
+	if cap(dst)-off < HeaderSize+n {
+		dst = slices.Grow(dst, HeaderSize+n)
+	}
+	dst = dst[:off+HeaderSize]
+	h := (*[HeaderSize]byte)(dst[off:])
+	be.PutUint32(h[0:4], uint32(HeaderSize-4+n))
+	h[4], h[5] = byte(op), byte(st)
+	be.PutUint16(h[6:8], uint16(n))
+	be.PutUint64(h[8:16], id)
+	be.PutUint64(h[16:24], token)
+	be.PutUint32(h[24:28], lease)
+	be.PutUint32(h[28:32], detail)
+	return dst
 }
 
 // DecodeResponse decodes the response frame at the start of b into r and returns its size.

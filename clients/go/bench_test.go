@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // Benchmarks against the shared server on loopback; RunParallel shows the pipelining (many
@@ -71,5 +72,32 @@ func TestPingAllocs(t *testing.T) {
 	}
 	if allocs > budget {
 		t.Errorf("Ping allocates %v times per call, want <= %v (calls, timers and the write buffer are reused)", allocs, budget)
+	}
+}
+
+// TestPairAllocs pins the allocations of an acquire+release pair on the steady-state path: the
+// Lock, and nothing else (no timer, channel or key copy per lock or call), in 128 bytes.
+func TestPairAllocs(t *testing.T) {
+	c := dialT(t)
+	ctx := context.Background()
+	k := key(t)
+	allocs := testing.AllocsPerRun(200, func() {
+		lk, err := c.TryAcquire(ctx, k, time.Minute)
+		if err != nil || lk == nil {
+			t.Fatal(lk, err)
+		}
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	budget := 1.0
+	if raceEnabled {
+		budget = 4
+	}
+	if allocs > budget {
+		t.Errorf("an acquire+release pair allocates %v times, want <= %v (the Lock)", allocs, budget)
+	}
+	if size := unsafe.Sizeof(Lock{}); unsafe.Sizeof(uintptr(0)) == 8 && size > 128 {
+		t.Errorf("a Lock takes %d bytes, want <= 128 (the size class it fits now)", size)
 	}
 }

@@ -2,6 +2,7 @@ package ticketing
 
 import (
 	"context"
+	"encoding/binary"
 	"strconv"
 	"sync"
 	"time"
@@ -10,22 +11,25 @@ import (
 )
 
 // call is one request and its waiter. Calls are pooled: a call goes back to the pool only after
-// its waiter has received a real answer, so that nothing (the pending map, the reader) still
-// refers to it.
+// its waiter has received a real answer, so that nothing (the pending table, the reader, the
+// timeout heap) still refers to it.
 type call struct {
-	req   wire.Request // Key is kept until the call is answered (it may be re-sent)
-	ch    chan result  // capacity 1; receives exactly one result
-	timer *time.Timer  // the request timeout, reused across uses
+	req wire.Request // its Key is unused: the key is key
+	key string       // kept until the call is answered (it may be re-sent)
+	ch  chan result  // capacity 1; receives exactly one result
 
 	// Guarded by Client.mu.
-	state     callState
-	tSend     time.Time     // when the request was last queued for the wire (<= when it was sent)
-	retried   bool          // re-sent on a new connection after a resume
-	abandoned bool          // its waiter is gone (cancelled, timed out, failed by a heartbeat)
-	settled   chan struct{} // abandoned ACQUIRE: closed once its outcome is known (and a grant released)
+	state      callState
+	timeout    time.Duration // the request timeout (0: none), for messages
+	timeoutPos int32         // its place in Client.timeouts, while its waiter waits with a timeout
+	tSend      time.Time     // ACQUIRE, EXTEND: when the request was last queued for the wire (<= when it was sent)
+	tGrant     time.Time     // ACQUIRE: when the grant arrived
+	retried    bool          // re-sent on a new connection after a resume
+	abandoned  bool          // its waiter is gone (cancelled, timed out, failed by a heartbeat)
+	settled    chan struct{} // abandoned ACQUIRE: closed once its outcome is known (and a grant released)
 
 	lk       *Lock         // ACQUIRE: the lock to fill in when granted
-	internal func(result)  // internal calls (heartbeat, ACK, CANCEL): called instead of ch
+	internal func(result)  // internal calls (heartbeat, ACK, CANCEL): called, with Client.mu held, instead of ch
 	wait     time.Duration // ACQUIRE: the wait timeout (-1: without limit), for messages
 }
 
@@ -49,16 +53,12 @@ type result struct {
 	err    error
 }
 
-var callPool = sync.Pool{New: func() any {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &call{ch: make(chan result, 1), timer: t}
-}}
+var callPool = sync.Pool{New: func() any { return &call{ch: make(chan result, 1)} }}
 
 func getCall() *call { return callPool.Get().(*call) }
 
 func putCall(cl *call) {
-	cl.req = wire.Request{}
+	cl.req, cl.key, cl.timeout, cl.tGrant = wire.Request{}, "", 0, time.Time{}
 	cl.state, cl.retried, cl.abandoned, cl.settled = callNew, false, false, nil
 	cl.lk, cl.internal, cl.wait = nil, nil, 0
 	callPool.Put(cl)
@@ -71,79 +71,130 @@ func (c *Client) do(ctx context.Context, cl *call, timeout time.Duration) (resul
 	if err := ctx.Err(); err != nil {
 		return result{}, callErr(cl, ErrCancelled, "cancelled before it was sent", err)
 	}
+	// The time, read before taking c.mu: the wall clock too only where the send time is used
+	// (tSend: a lock's deadline), else the monotonic clock alone (cheaper).
+	var now time.Time
+	var mono int64
+	if op := cl.req.Op; op == wire.OpAcquire || op == wire.OpExtend {
+		now = time.Now()
+		mono = c.mono(now)
+	} else {
+		mono = int64(time.Since(c.epoch))
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return result{}, callErr(cl, ErrClosed, "the client is closed", nil)
 	}
-	c.submitLocked(cl)
+	if timeout > 0 {
+		// Fails the wait with ErrTimeout at now+timeout unless it has ended (expireCalls).
+		cl.timeout = timeout
+		at := mono + int64(timeout)
+		c.timeouts.set(cl, &cl.timeoutPos, at)
+		c.timeoutAlarm.want(at)
+	}
+	c.submitLocked(cl, now)
 	c.mu.Unlock()
 
-	var expired <-chan time.Time
-	if timeout > 0 {
-		cl.timer.Reset(timeout)
-		expired = cl.timer.C
+	done := ctx.Done()
+	if done == nil {
+		res := <-cl.ch
+		return res, res.err
 	}
 	select {
 	case res := <-cl.ch:
-		cl.timer.Stop()
 		return res, res.err
-	case <-ctx.Done():
-		cl.timer.Stop()
-		return c.giveUp(cl, true, func(sent bool, _ error) error {
-			return callErr(cl, ErrCancelled, "cancelled while waiting for the answer", context.Cause(ctx))
-		})
-	case <-expired:
-		return c.giveUp(cl, false, func(sent bool, connErr error) error {
-			switch {
-			case sent:
-				return callErr(cl, ErrTimeout, "no answer within "+timeout.String(), nil)
-			case connErr != nil:
-				return callErr(cl, ErrUnavailable, "no connection to the server within "+timeout.String(), connErr)
-			default:
-				return callErr(cl, ErrTimeout, "no connection to the server within "+timeout.String(), nil)
-			}
-		})
+	case <-done:
+		return c.giveUp(cl, ctx)
 	}
 }
 
-// giveUp ends the wait for cl's answer. A request not yet sent is withdrawn; one sent is
-// abandoned (its answer will be dropped; an ACQUIRE is withdrawn with CANCEL, and a grant that
-// races it is released). With cleanup (a cancellation by the caller), giveUp waits for that
-// clean-up, up to the cleanup timeout; after a timeout it does not (the server is not
-// answering). If the answer has already arrived, it is returned instead of the error.
-func (c *Client) giveUp(cl *call, cleanup bool, mkErr func(sent bool, connErr error) error) (result, error) {
+// expireCalls runs at the earliest request timeout: it fails the waiter of every call whose
+// timeout has passed. A request not yet sent is withdrawn; one sent is abandoned (its answer
+// will be dropped; an ACQUIRE is withdrawn with CANCEL, and a grant that races it is released).
+// It does not wait for that clean-up: the server is not answering.
+func (c *Client) expireCalls() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.timeoutAlarm.fired()
+	now := c.mono(time.Now())
+	for {
+		cl, at, ok := c.timeouts.first()
+		if !ok {
+			return
+		}
+		if at > now {
+			c.timeoutAlarm.want(at)
+			return
+		}
+		c.timeouts.remove(&cl.timeoutPos)
+		msg := "no answer within " + cl.timeout.String()
+		switch cl.state {
+		case callWaiting:
+			c.unwaitLocked(cl)
+			msg = "no connection to the server within " + cl.timeout.String()
+			// docs/clients.md rule 1: timeout, naming the last connect error (its cause).
+			cl.ch <- result{err: callErr(cl, ErrTimeout, msg, c.connErr)}
+		case callPending:
+			if cl.abandoned {
+				continue // (never: an abandoned call leaves the heap)
+			}
+			cl.abandoned = true
+			if cl.req.Op == wire.OpAcquire {
+				c.cancelAcquireLocked(cl)
+			}
+			cl.ch <- result{err: callErr(cl, ErrTimeout, msg, nil)}
+		}
+	}
+}
+
+// unwaitLocked takes cl, waiting for a connection, out of the waiting list; it is done.
+func (c *Client) unwaitLocked(cl *call) {
+	for i, w := range c.waiting {
+		if w == cl {
+			c.waiting = append(c.waiting[:i], c.waiting[i+1:]...)
+			break
+		}
+	}
+	cl.state = callDone
+}
+
+// giveUp ends the wait for cl's answer when ctx is done. A request not yet sent is withdrawn;
+// one sent is abandoned (its answer will be dropped; an ACQUIRE is withdrawn with CANCEL, and a
+// grant that races it is released): giveUp waits for that clean-up, up to the cleanup timeout.
+// If the answer (or another error) has already arrived, it is returned instead.
+func (c *Client) giveUp(cl *call, ctx context.Context) (result, error) {
+	mkErr := func() error {
+		return callErr(cl, ErrCancelled, "cancelled while waiting for the answer", context.Cause(ctx))
+	}
 	c.mu.Lock()
 	switch cl.state {
 	case callWaiting:
-		for i, w := range c.waiting {
-			if w == cl {
-				c.waiting = append(c.waiting[:i], c.waiting[i+1:]...)
-				break
-			}
-		}
-		cl.state = callDone
-		err := mkErr(false, c.connErr)
+		c.timeouts.remove(&cl.timeoutPos)
+		c.unwaitLocked(cl)
+		err := mkErr()
 		c.mu.Unlock()
 		return result{}, err
 	case callPending:
 		if cl.abandoned {
-			// A heartbeat or the session grace failed it at the same moment: its error is on ch.
+			// A heartbeat, the session grace or the request timeout failed it at the same
+			// moment: its error is on ch.
 			break
 		}
+		c.timeouts.remove(&cl.timeoutPos)
 		cl.abandoned = true
 		var settled chan struct{}
 		if cl.req.Op == wire.OpAcquire {
 			settled = c.cancelAcquireLocked(cl)
 		}
-		err := mkErr(true, nil)
+		err := mkErr()
 		c.mu.Unlock()
-		if settled != nil && cleanup {
+		if settled != nil {
 			t := time.NewTimer(c.opts.cleanupTimeout)
 			select {
 			case <-settled:
 			case <-t.C:
-				c.opts.logger.Warn("ticketing: clean-up of a cancelled acquire continues in the background", "key", FormatKey(string(cl.req.Key)))
+				c.opts.logger.Warn("ticketing: clean-up of a cancelled acquire continues in the background", "key", FormatKey(cl.key))
 			case <-c.closedCh:
 			}
 			t.Stop()
@@ -165,7 +216,7 @@ func (c *Client) cancelAcquireLocked(cl *call) chan struct{} {
 	}
 	cancel := &call{ch: make(chan result, 1), internal: func(result) {}}
 	cancel.req = wire.Request{Op: wire.OpCancel, Token: cl.req.ID}
-	c.submitLocked(cancel)
+	c.submitLocked(cancel, time.Now())
 	return cl.settled
 }
 
@@ -185,7 +236,7 @@ func (c *Client) settleAbandoned(cl *call, res result) {
 		done()
 		return
 	}
-	key, token := cl.req.Key, res.token
+	key, token := cl.key, res.token
 	ok := c.goBackground(func() {
 		defer done()
 		ctx, cancel := context.WithCancel(c.closeCtx)
@@ -193,7 +244,7 @@ func (c *Client) settleAbandoned(cl *call, res result) {
 		err := c.release(ctx, key, token)
 		if err != nil && !isNotHeld(err) {
 			c.opts.logger.Warn("ticketing: could not release a lock granted to a cancelled acquire; it runs out its lease",
-				"key", FormatKey(string(key)), "token", token, "err", err)
+				"key", FormatKey(key), "token", token, "err", err)
 		}
 	})
 	if !ok {
@@ -202,11 +253,11 @@ func (c *Client) settleAbandoned(cl *call, res result) {
 }
 
 // submitLocked queues cl: on the live connection (it gets the next request id now) or, while
-// there is none, in the waiting list (it gets its id when a connection is attached). c.mu must
-// be held.
-func (c *Client) submitLocked(cl *call) {
+// there is none, in the waiting list (it gets its id when a connection is attached). now is the
+// time. c.mu must be held.
+func (c *Client) submitLocked(cl *call, now time.Time) {
 	if c.live != nil {
-		c.sendLocked(cl)
+		c.sendLocked(cl, now)
 		return
 	}
 	cl.state = callWaiting
@@ -215,25 +266,38 @@ func (c *Client) submitLocked(cl *call) {
 }
 
 // sendLocked gives cl the next request id and appends its frame to the write buffer, in one step
-// under c.mu: requests reach the wire in the order of their ids. c.live must be set; c.mu must
-// be held.
-func (c *Client) sendLocked(cl *call) {
+// under c.mu: requests reach the wire in the order of their ids. now is the time. c.live must be
+// set; c.mu must be held.
+func (c *Client) sendLocked(cl *call, now time.Time) {
 	c.nextID++
 	cl.req.ID = c.nextID
-	cl.tSend = time.Now()
+	cl.tSend = now
 	cl.state = callPending
-	c.pending[cl.req.ID] = cl
-	c.wbuf = wire.AppendRequest(c.wbuf, &cl.req)
-	c.live.kick()
+	c.pending.put(cl)
+	if len(c.wbuf) == 0 {
+		c.live.kick() // (the writer was kicked for the frames already there)
+	}
+	c.wbuf = appendRequest(c.wbuf, &cl.req, cl.key)
+}
+
+// appendRequest appends r's frame with key as its key (r.Key is unused): wire.AppendRequest,
+// without a copy of the key into a []byte first.
+func appendRequest(dst []byte, r *wire.Request, key string) []byte {
+	n := len(dst)
+	dst = wire.AppendRequest(dst, &wire.Request{Op: r.Op, Flags: r.Flags, ID: r.ID, Token: r.Token, Lease: r.Lease, WaitMs: r.WaitMs})
+	binary.BigEndian.PutUint32(dst[n:], uint32(wire.HeaderSize-4+len(key))) // the frame's length
+	binary.BigEndian.PutUint16(dst[n+6:], uint16(len(key)))                 // the key's length
+	return append(dst, key...)
 }
 
 // dropAllLocked removes every pending call and fails it with mkErr (an abandoned ACQUIRE is
-// settled instead). It returns the internal calls' handlers, to be run without c.mu. c.mu must be
+// settled instead). It returns what to run once c.mu is released (failLocked). c.mu must be
 // held.
 func (c *Client) dropAllLocked(mkErr func(*call) error) []func() {
 	var after []func()
-	for id, cl := range c.pending {
-		delete(c.pending, id)
+	all := c.pending.calls(nil)
+	c.pending.clear()
+	for _, cl := range all {
 		cl.state = callDone
 		after = append(after, c.failLocked(cl, mkErr(cl)))
 	}
@@ -252,12 +316,14 @@ func (c *Client) failWaitingLocked(mkErr func(*call) error) []func() {
 	return after
 }
 
-// failLocked delivers err to cl's waiter; for an internal or abandoned call it returns what to
-// run once c.mu is released.
+// failLocked delivers err to cl's waiter; for an abandoned call it returns what to run once c.mu
+// is released. c.mu must be held.
 func (c *Client) failLocked(cl *call, err error) func() {
+	c.timeouts.remove(&cl.timeoutPos)
 	switch {
 	case cl.internal != nil:
-		return func() { cl.internal(result{err: err}) }
+		cl.internal(result{err: err})
+		return nil
 	case cl.abandoned:
 		if cl.settled != nil {
 			s := cl.settled
@@ -274,10 +340,11 @@ func (c *Client) failLocked(cl *call, err error) func() {
 // so that they are re-sent if the session is resumed; a waiting ACQUIRE is withdrawn (CANCEL on
 // the next connection, and any grant that still arrives is released). c.mu must be held.
 func (c *Client) abandonAllLocked(mkErr func(*call) error) {
-	for _, cl := range c.pending {
+	for _, cl := range c.pending.calls(nil) {
 		if cl.abandoned || cl.internal != nil {
 			continue
 		}
+		c.timeouts.remove(&cl.timeoutPos)
 		cl.abandoned = true
 		if cl.req.Op == wire.OpAcquire {
 			c.cancelAcquireLocked(cl)
@@ -311,9 +378,9 @@ func callErr(cl *call, kind error, msg string, cause error) error {
 	e := &opError{kind: kind, op: opVerb(cl.req.Op), msg: msg, cause: cause}
 	switch cl.req.Op {
 	case wire.OpAcquire, wire.OpInspect:
-		e.key, e.hasK = string(cl.req.Key), true
+		e.key, e.hasK = cl.key, true
 	case wire.OpRelease, wire.OpExtend:
-		e.key, e.hasK, e.token = string(cl.req.Key), true, cl.req.Token
+		e.key, e.hasK, e.token = cl.key, true, cl.req.Token
 	}
 	return e
 }

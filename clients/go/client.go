@@ -40,22 +40,30 @@ type Client struct {
 	session    [wire.SessionIDSize]byte
 	stateID    [wire.StateIDSize]byte
 	haveState  bool
-	graceMs    uint32           // session grace announced by the last WELCOME
-	nextID     uint64           // the last request id used
-	pending    map[uint64]*call // requests sent and not answered, by id
-	waiting    []*call          // requests waiting for a connection; they get their id when sent
-	live       *conn            // the connection requests go to; nil while (re)connecting
-	wbuf       []byte           // frames for live, not yet taken by its writer
-	hint       string           // a leader address (NOT_LEADER, GOAWAY), tried first
-	next       int              // index of the endpoint to try first
-	redialNow  bool             // reconnect without a backoff (restart, GOAWAY)
-	connErr    error            // the last failed connect round's error; nil after a success
-	drops      uint64           // connections dropped so far (names a grace timer's drop)
+	graceMs    uint32    // session grace announced by the last WELCOME
+	nextID     uint64    // the last request id used
+	pending    callTable // requests sent and not answered, by id
+	waiting    []*call   // requests waiting for a connection; they get their id when sent
+	live       *conn     // the connection requests go to; nil while (re)connecting
+	wbuf       []byte    // frames for live, not yet taken by its writer
+	delivered  int       // answers the reader handed over in its last batch (its writer's hint)
+	hint       string    // a leader address (NOT_LEADER, GOAWAY), tried first
+	next       int       // index of the endpoint to try first
+	redialNow  bool      // reconnect without a backoff (restart, GOAWAY)
+	connErr    error     // the last failed connect round's error; nil after a success
+	drops      uint64    // connections dropped so far (names a grace timer's drop)
 	graceTimer *time.Timer
-	answers    int   // answers received since the last ACK was sent
-	ack        *call // the ACK in flight, if any
+	answers    int     // answers received since the last ACK was sent
+	ack        *call   // the ACK in flight, if any
+	ackScan    []*call // sendAckLocked's scratch list
 	locks      map[uint64]*Lock
-	heldKeys   map[string]int
+	heldKeys   map[string]int // locks held by key; nil until WithRefuseHeld is first used (holds)
+
+	epoch        time.Time           // the origin of the deadlines below (Client.mono)
+	timeouts     deadlineHeap[*call] // calls whose waiters wait with a request timeout
+	timeoutAlarm alarm               // runs expireCalls
+	lostHeap     deadlineHeap[*Lock] // held locks, by when their lost signal is due
+	lostAlarm    alarm               // runs fireLost
 }
 
 // Dial connects to the first endpoint that completes the handshake (see WithEndpoints) and
@@ -68,9 +76,7 @@ func Dial(ctx context.Context, opts ...Option) (*Client, error) {
 		opts:     defaultOptions(),
 		closedCh: make(chan struct{}),
 		wake:     make(chan struct{}, 1),
-		pending:  make(map[uint64]*call),
 		locks:    make(map[uint64]*Lock),
-		heldKeys: make(map[string]int),
 	}
 	for _, o := range opts {
 		o(&c.opts)
@@ -79,6 +85,9 @@ func Dial(ctx context.Context, opts ...Option) (*Client, error) {
 		return nil, c.opts.err
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
+	c.epoch = time.Now()
+	c.timeoutAlarm = newAlarm(c, c.expireCalls)
+	c.lostAlarm = newAlarm(c, c.fireLost)
 	newSessionID(&c.session)
 	if err := c.connect(ctx); err != nil {
 		c.cancel()
@@ -140,6 +149,7 @@ func (c *Client) Close() error {
 	if c.graceTimer != nil {
 		c.graceTimer.Stop()
 	}
+	c.timeoutAlarm.stop()
 	after := c.dropAllLocked(func(cl *call) error { return callErr(cl, ErrClosed, "the client was closed", nil) })
 	after = append(after, c.failWaitingLocked(func(cl *call) error { return callErr(cl, ErrClosed, "the client was closed", nil) })...)
 	c.mu.Unlock()
@@ -183,18 +193,19 @@ func (c *Client) Release(ctx context.Context, key string, token uint64) error {
 	if token == 0 {
 		return &opError{kind: ErrInvalid, op: "release", key: key, hasK: true, msg: "the token must be positive"}
 	}
-	return c.release(ctx, []byte(key), token)
+	return c.release(ctx, key, token)
 }
 
-func (c *Client) release(ctx context.Context, key []byte, token uint64) error {
+func (c *Client) release(ctx context.Context, key string, token uint64) error {
 	cl := getCall()
-	cl.req = wire.Request{Op: wire.OpRelease, Token: token, Key: key}
+	cl.req = wire.Request{Op: wire.OpRelease, Token: token}
+	cl.key = key
 	res, err := c.do(ctx, cl, c.opts.requestTimeout)
 	if err != nil {
 		return err
 	}
 	putCall(cl)
-	return res.statusError(wire.OpRelease, string(key), token)
+	return res.statusError(wire.OpRelease, key, token)
 }
 
 // Extend sets the lease of the lock on key held with token to lease from now (it may shorten
@@ -212,23 +223,24 @@ func (c *Client) Extend(ctx context.Context, key string, token uint64, lease tim
 	if err != nil {
 		return time.Time{}, err
 	}
-	res, tSend, err := c.extend(ctx, []byte(key), token, ms)
+	res, tSend, err := c.extend(ctx, key, token, ms)
 	if err != nil {
 		return time.Time{}, err
 	}
 	return tSend.Add(shrink(durationMs(int64(res.lease)))), nil
 }
 
-func (c *Client) extend(ctx context.Context, key []byte, token uint64, ms uint32) (result, time.Time, error) {
+func (c *Client) extend(ctx context.Context, key string, token uint64, ms uint32) (result, time.Time, error) {
 	cl := getCall()
-	cl.req = wire.Request{Op: wire.OpExtend, Token: token, Lease: ms, Key: key}
+	cl.req = wire.Request{Op: wire.OpExtend, Token: token, Lease: ms}
+	cl.key = key
 	res, err := c.do(ctx, cl, c.opts.requestTimeout)
 	if err != nil {
 		return res, time.Time{}, err
 	}
 	tSend := cl.tSend
 	putCall(cl)
-	return res, tSend, res.statusError(wire.OpExtend, string(key), token)
+	return res, tSend, res.statusError(wire.OpExtend, key, token)
 }
 
 // shrink applies the clock-rate bound to a span measured by the server: a server clock running
@@ -242,23 +254,42 @@ func shrink(d time.Duration) time.Duration {
 func (c *Client) holds(key string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.heldKeys == nil {
+		// First use: count the locks by key from now on (most clients never ask, and the count
+		// costs two map operations on a string per lock).
+		c.heldKeys = make(map[string]int, len(c.locks))
+		for _, lk := range c.locks {
+			c.heldKeys[lk.key]++
+		}
+	}
 	return c.heldKeys[key] > 0
 }
 
-// registerLocked records a granted lock, so that EXPIRED notices, a restart and
-// WithRefuseHeld find it. c.mu must be held.
-func (c *Client) registerLocked(lk *Lock, token uint64) {
-	lk.token = token // written before anyone but the registry can see lk
+// registerLocked records a lock just granted, so that EXPIRED notices, a restart and
+// WithRefuseHeld find it, sets its lease and deadline (Lock.setGrant) and arms its lost signal.
+// c.mu must be held, and lk not yet handed to anyone: its fields are written without lk.mu.
+func (c *Client) registerLocked(lk *Lock, token uint64, leaseMs, queuedMs uint32, tSend time.Time, retried bool) {
+	lk.token = token
+	lk.setGrant(leaseMs, queuedMs, tSend, retried)
 	c.locks[token] = lk
-	c.heldKeys[lk.key]++
+	if c.heldKeys != nil {
+		c.heldKeys[lk.key]++
+	}
+	c.armLostLocked(lk, lk.lostDueLocked())
 }
 
+// unregister forgets a lock released or lost.
 func (c *Client) unregister(lk *Lock, token uint64) {
 	c.mu.Lock()
+	c.lostHeap.remove(&lk.lostPos)
 	if c.locks[token] == lk {
 		delete(c.locks, token)
-		if c.heldKeys[lk.key]--; c.heldKeys[lk.key] <= 0 {
-			delete(c.heldKeys, lk.key)
+		if c.heldKeys != nil {
+			if n := c.heldKeys[lk.key]; n > 1 {
+				c.heldKeys[lk.key] = n - 1
+			} else {
+				delete(c.heldKeys, lk.key)
+			}
 		}
 	}
 	c.mu.Unlock()
@@ -284,7 +315,7 @@ func (c *Client) goBackground(f func()) bool {
 func (c *Client) pendingCount() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.pending)
+	return c.pending.len()
 }
 
 func (c *Client) String() string {

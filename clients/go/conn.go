@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +29,8 @@ type conn struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 	born      time.Time
-	lastRecv  atomic.Int64 // time.Since(born) when the last frame arrived, ns
+	lastRecv  atomic.Int64 // time.Since(born) when the last bytes arrived, ns
+	readAt    time.Time    // when the last bytes arrived; the reader's own
 
 	// Guarded by Client.mu.
 	hb     *call // the heartbeat PING in flight
@@ -85,6 +87,25 @@ func (cn *conn) writeLoop() {
 			}
 			hbTimer.Reset(next)
 		}
+		// When the reader has just handed answers to several callers, let them queue their next
+		// requests first, so that one write carries them all: yield until the buffer stops
+		// growing (at most 8 times). Without this the writer, woken by the first request,
+		// wrote almost every frame on its own (0.6-0.9 writes per acquire+release pair with 64
+		// in flight, 0.05 with it). With one call in flight there is nobody to wait for, and a
+		// yield would only delay the write.
+		c.mu.Lock()
+		more := c.delivered > 1
+		c.mu.Unlock()
+		for n, i := -1, 0; more && i < 8; i++ {
+			runtime.Gosched()
+			c.mu.Lock()
+			m := len(c.wbuf)
+			c.mu.Unlock()
+			if m == n {
+				break
+			}
+			n = m
+		}
 		c.mu.Lock()
 		if c.live != cn {
 			c.mu.Unlock()
@@ -137,38 +158,104 @@ func (cn *conn) heartbeat() (time.Duration, bool) {
 	}
 	hb := &call{ch: make(chan result, 1), req: wire.Request{Op: wire.OpPing}}
 	hb.internal = func(result) {
-		c.mu.Lock()
 		if cn.hb == hb {
 			cn.hb = nil
 		}
-		c.mu.Unlock()
 	}
 	cn.hb, cn.hbSent = hb, now
-	c.sendLocked(hb)
+	c.sendLocked(hb, now)
 	c.mu.Unlock()
 	return min(c.opts.heartbeat, c.opts.requestTimeout), true
 }
 
+// Read reads from the socket for readLoop's buffer, and notes when bytes arrived (once per read,
+// not per frame: a read usually brings many).
+func (cn *conn) Read(p []byte) (int, error) {
+	n, err := cn.nc.Read(p)
+	if n > 0 {
+		cn.readAt = time.Now()
+		cn.lastRecv.Store(int64(cn.readAt.Sub(cn.born)))
+	}
+	return n, err
+}
+
+// maxBatch bounds the answers the reader takes under one hold of Client.mu.
+const maxBatch = 128
+
+// readLoop reads the answers and hands them over. The answers to pending calls among the frames
+// that one read brought are taken under one hold of Client.mu, and handed to their callers after
+// it; the rest (pushes, NOT_LEADER, ...) go through dispatch one by one, in order.
 func (cn *conn) readLoop() {
 	defer cn.wg.Done()
-	br := bufio.NewReaderSize(cn.nc, 32<<10)
+	c := cn.c
+	br := bufio.NewReaderSize(cn, 32<<10)
 	buf := make([]byte, 0, 512)
+	var batch []answer
+	var r wire.Response
 	for {
-		var r wire.Response
+		// One frame; this may block, so without c.mu.
 		var err error
-		buf, err = readResponse(br, buf, wire.MaxDataLen, &r)
-		if err != nil {
-			if errors.Is(err, ErrProtocol) {
-				cn.c.opts.logger.Error("ticketing: closing the connection", "addr", cn.addr, "err", err)
-			} else if err == io.ErrUnexpectedEOF {
-				err = io.EOF
-			}
-			cn.c.connDown(cn, &opError{kind: ErrConnectionLost, op: "read", msg: cn.addr, cause: err}, downDropped)
+		if buf, err = readResponse(br, buf, wire.MaxDataLen, &r); err != nil {
+			cn.readFailed(err)
 			return
 		}
-		cn.lastRecv.Store(int64(time.Since(cn.born)))
-		cn.c.dispatch(cn, &r)
+		left := true // r holds a frame not yet handled
+		c.mu.Lock()
+		for {
+			a, ok := c.answerLocked(cn, &r)
+			if !ok {
+				break
+			}
+			if a.cl != nil {
+				batch = append(batch, a)
+			}
+			left = false
+			if len(batch) == maxBatch || !nextBuffered(br, &r) {
+				break
+			}
+			left = true
+		}
+		c.delivered = len(batch)
+		c.mu.Unlock()
+		for i := range batch {
+			c.deliver(&batch[i])
+			batch[i] = answer{}
+		}
+		batch = batch[:0]
+		if left {
+			c.dispatch(cn, &r)
+		}
 	}
+}
+
+func (cn *conn) readFailed(err error) {
+	if errors.Is(err, ErrProtocol) {
+		cn.c.opts.logger.Error("ticketing: closing the connection", "addr", cn.addr, "err", err)
+	} else if err == io.ErrUnexpectedEOF {
+		err = io.EOF
+	}
+	cn.c.connDown(cn, &opError{kind: ErrConnectionLost, op: "read", msg: cn.addr, cause: err}, downDropped)
+}
+
+// nextBuffered decodes the next frame into r if all of it is in br's buffer, without reading
+// (so without blocking) and without copying it: r.Data aliases br's buffer, valid until br's next
+// read. It returns false, having consumed nothing, when the frame is not all there, or is
+// malformed (readResponse then reads it and says what is wrong).
+func nextBuffered(br *bufio.Reader, r *wire.Response) bool {
+	n := br.Buffered()
+	if n < wire.HeaderSize {
+		return false
+	}
+	b, _ := br.Peek(n)
+	size, _ := wire.FrameLen(b)
+	if size < wire.HeaderSize || size > n {
+		return false
+	}
+	if _, err := wire.DecodeResponse(b[:size], wire.MaxDataLen, r); err != nil {
+		return false
+	}
+	br.Discard(size)
+	return true
 }
 
 // readResponse reads one response frame from br into buf (grown as needed) and decodes it into

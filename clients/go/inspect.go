@@ -46,7 +46,8 @@ func (c *Client) inspect(ctx context.Context, op, key string, token uint64) (Key
 		return KeyInfo{}, err
 	}
 	cl := getCall()
-	cl.req = wire.Request{Op: wire.OpInspect, Token: token, Key: []byte(key)}
+	cl.req = wire.Request{Op: wire.OpInspect, Token: token}
+	cl.key = key
 	res, err := c.do(ctx, cl, c.opts.requestTimeout)
 	if err != nil {
 		return KeyInfo{}, err

@@ -22,26 +22,35 @@ import (
 //
 // Methods are safe for concurrent use; the token is the owner, so any goroutine may release.
 type Lock struct {
-	c    *Client
-	key  string
-	keyb []byte // key, as sent
+	c   *Client
+	key string
 
-	mu        sync.Mutex
-	token     uint64        // set (under Client.mu) when granted, before anyone else sees the Lock
-	lease     time.Duration // lease last granted (acquire or extend); keep-alive asks for it again
-	deadline  time.Time     // local deadline
-	grantedAt time.Time
-	timer     *time.Timer // fires the lost signal at the deadline, less the margin
-	lost      chan struct{}
-	lostErr   *LockLostError
-	released  bool          // Release has finished: the lock is no longer this client's concern
-	relErr    error         // Release's final result
-	releasing chan struct{} // non-nil while a Release is in flight; closed when it ends
-	uncertain bool          // an earlier Release may have reached the server (its answer was lost)
-	stopKA    chan struct{}
-	kaDone    chan struct{} // closed when the keep-alive goroutine exits; nil without keep-alive
-	extends   int           // successful extends (for tests)
+	// (The fields are ordered to fit the 128-byte size class: a Lock is the one allocation of an
+	// acquire+release pair.)
+	mu       sync.Mutex
+	token    uint64        // set (under Client.mu) when granted, before anyone else sees the Lock
+	lease    time.Duration // lease last granted (acquire or extend); keep-alive asks for it again
+	deadline time.Time     // local deadline
+	lost     chan struct{} // made when first asked for (lostChan); closedChan if lost before
+	lostErr  *LockLostError
+	relDone  chan struct{} // made by a Release that waits for the one in flight; closed when it ends
+	stopKA   chan struct{}
+	kaDone   chan struct{} // closed when the keep-alive goroutine exits; nil without keep-alive
+	lostPos  int32         // guarded by Client.mu: its place in Client.lostHeap (armLost)
+	extends  int32         // successful extends (for tests)
+	// released: Release has finished: the lock is no longer this client's concern. Its result is
+	// then lostErr (nil: released while held), which no longer changes.
+	released  bool
+	releasing bool // a Release is in flight
+	uncertain bool // an earlier Release may have reached the server (its answer was lost)
 }
+
+// closedChan is the Lost channel of a lock lost before anyone asked for it.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // Key returns the lock's key.
 func (l *Lock) Key() string { return l.key }
@@ -76,6 +85,21 @@ func (l *Lock) Deadline() time.Time {
 // as held, however late the timer runs.
 func (l *Lock) Lost() <-chan struct{} {
 	l.checkDeadline()
+	return l.lostChan()
+}
+
+// lostChan is the Lost channel, made on first use (most locks are released without anyone
+// asking for it).
+func (l *Lock) lostChan() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost == nil {
+		if l.lostErr != nil {
+			l.lost = closedChan
+		} else {
+			l.lost = make(chan struct{})
+		}
+	}
 	return l.lost
 }
 
@@ -85,6 +109,11 @@ func (l *Lock) Err() error {
 	l.checkDeadline()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.errLocked()
+}
+
+// errLocked is Err's answer: l.lostErr, as an error. l.mu must be held.
+func (l *Lock) errLocked() error {
 	if l.lostErr == nil {
 		return nil
 	}
@@ -94,11 +123,16 @@ func (l *Lock) Err() error {
 // checkDeadline fires the lost signal now if the deadline timer is due but has not run yet.
 func (l *Lock) checkDeadline() {
 	l.mu.Lock()
-	due := l.lostErr == nil && !l.released && !l.deadline.IsZero() && l.untilLostLocked() <= 0
+	due := l.deadlineDueLocked()
 	l.mu.Unlock()
 	if due {
 		l.markLost(ReasonExpired, "its local deadline passed without a successful extend", nil)
 	}
+}
+
+// deadlineDueLocked reports whether the lost signal is due but has not fired. l.mu must be held.
+func (l *Lock) deadlineDueLocked() bool {
+	return l.lostErr == nil && !l.released && !l.deadline.IsZero() && l.untilLostLocked() <= 0
 }
 
 // Acquire takes the lock on key for lease, waiting in the key's FIFO queue until it is granted,
@@ -139,8 +173,8 @@ func (c *Client) acquire(ctx context.Context, op, key string, lease time.Duratio
 		return nil, err
 	}
 	ao := acquireOptions{wait: -1}
-	for _, o := range opts {
-		o(&ao)
+	if len(opts) > 0 {
+		ao = applyAcquireOptions(opts) // (out of line: without options, ao stays on the stack)
 	}
 	if wait >= 0 {
 		ao.wait = wait
@@ -168,17 +202,17 @@ func (c *Client) acquire(ctx context.Context, op, key string, lease time.Duratio
 		waitMs = uint32(ao.wait / time.Millisecond)
 		timeout = ao.wait + c.opts.requestTimeout
 	}
-	kb := []byte(key)
-	lk := &Lock{c: c, key: key, keyb: kb, lost: make(chan struct{})}
+	lk := &Lock{c: c, key: key}
 	cl := getCall()
-	cl.req = wire.Request{Op: wire.OpAcquire, Lease: ms, WaitMs: waitMs, Key: kb}
+	cl.req = wire.Request{Op: wire.OpAcquire, Lease: ms, WaitMs: waitMs}
+	cl.key = key
 	cl.lk = lk
 	cl.wait = ao.wait
 	res, err := c.do(ctx, cl, timeout)
 	if err != nil {
 		return nil, err
 	}
-	retried := cl.retried
+	retried, tGrant := cl.retried, cl.tGrant
 	putCall(cl)
 	if res.status != wire.StatusOK {
 		if res.status == wire.StatusNotHeld && retried {
@@ -194,9 +228,17 @@ func (c *Client) acquire(ctx context.Context, op, key string, lease time.Duratio
 		return nil, serr
 	}
 	if ao.keepAlive {
-		lk.startKeepAlive(ao.kaInterval, ao.maxHold)
+		lk.startKeepAlive(ao.kaInterval, ao.maxHold, tGrant)
 	}
 	return lk, nil
+}
+
+func applyAcquireOptions(opts []AcquireOption) acquireOptions {
+	ao := acquireOptions{wait: -1}
+	for _, o := range opts {
+		o(&ao)
+	}
+	return ao
 }
 
 // WithLock acquires key, runs fn while holding it, and releases it, like a scoped lock. fn's
@@ -248,36 +290,36 @@ func (l *Lock) lostErrCopy() *LockLostError {
 	return &e
 }
 
-// granted sets the lease and the local deadline of a lock just granted, and arms the lost
-// signal (PROTOCOL.md, "The lost signal"): deadline = t_send + (queued + lease)·(1 − 2ρ); after a
-// retried ACQUIRE, t_send(retry) + lease·(1 − 2ρ) (its lease_ms is what is left).
-func (l *Lock) granted(leaseMs, queuedMs uint32, tSend time.Time, retried bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// setGrant sets the lease and the local deadline of a lock just granted (PROTOCOL.md, "The lost
+// signal"): deadline = t_send + (queued + lease)·(1 − 2ρ); after a retried ACQUIRE,
+// t_send(retry) + lease·(1 − 2ρ) (its lease_ms is what is left). Only Client.registerLocked
+// calls it, before anyone else can see l (so without l.mu).
+func (l *Lock) setGrant(leaseMs, queuedMs uint32, tSend time.Time, retried bool) {
 	l.lease = durationMs(int64(leaseMs))
 	span := l.lease
 	if !retried {
 		span += durationMs(int64(queuedMs))
 	}
 	l.deadline = tSend.Add(shrink(span))
-	l.grantedAt = time.Now()
-	if l.lostErr == nil {
-		// (A restart may have been noticed between the registration and now.)
-		l.timer = time.AfterFunc(l.untilLostLocked(), l.onDeadline)
-	}
 }
 
-// untilLostLocked is the time left until the lost signal should fire: the deadline less a
-// margin for timer latency (5ms, or a tenth of a shorter lease). l.mu must be held.
+// lostDueLocked is when the lost signal should fire: the deadline less a margin for timer
+// latency (5ms, or a tenth of a shorter lease). l.mu must be held.
+func (l *Lock) lostDueLocked() time.Time {
+	return l.deadline.Add(-min(wire.LostMarginMs*time.Millisecond, l.lease/10))
+}
+
+// untilLostLocked is the time left until the lost signal should fire. l.mu must be held.
 func (l *Lock) untilLostLocked() time.Duration {
-	return time.Until(l.deadline) - min(wire.LostMarginMs*time.Millisecond, l.lease/10)
+	return time.Until(l.lostDueLocked())
 }
 
+// onDeadline runs when the lost signal is due (fireLost).
 func (l *Lock) onDeadline() {
 	l.mu.Lock()
 	if d := l.untilLostLocked(); d > 0 && l.lostErr == nil && !l.released {
-		// Extended after this timer fired but before it ran.
-		l.timer.Reset(d)
+		// Extended after its deadline was taken from the heap but before this ran.
+		l.c.armLost(l, l.lostDueLocked())
 		l.mu.Unlock()
 		return
 	}
@@ -301,9 +343,50 @@ func (l *Lock) markLost(reason LostReason, detail string, cause error) {
 // setLostLocked records the loss and closes Lost. l.mu must be held.
 func (l *Lock) setLostLocked(reason LostReason, detail string, cause error) {
 	l.lostErr = &LockLostError{Key: l.key, Token: l.token, Reason: reason, Detail: detail, Err: cause}
-	close(l.lost)
-	if l.timer != nil {
-		l.timer.Stop()
+	if l.lost == nil {
+		l.lost = closedChan
+	} else {
+		close(l.lost)
+	}
+	// (Its caller then unregisters it, which disarms armLost.)
+}
+
+// armLostLocked has fireLost run l.onDeadline at (or soon after) at, instead of at the time set
+// before, if any, until l is unregistered. c.mu must be held.
+func (c *Client) armLostLocked(l *Lock, at time.Time) {
+	m := c.mono(at)
+	c.lostHeap.set(l, &l.lostPos, m)
+	c.lostAlarm.want(m)
+}
+
+// armLost is armLostLocked without c.mu held. l.mu may be held (Lock.mu before Client.mu).
+func (c *Client) armLost(l *Lock, at time.Time) {
+	c.mu.Lock()
+	c.armLostLocked(l, at)
+	c.mu.Unlock()
+}
+
+// fireLost runs at the earliest lost-signal time: it fires every lock's that is due.
+func (c *Client) fireLost() {
+	var due []*Lock
+	c.mu.Lock()
+	c.lostAlarm.fired()
+	now := c.mono(time.Now())
+	for {
+		l, at, ok := c.lostHeap.first()
+		if !ok {
+			break
+		}
+		if at > now {
+			c.lostAlarm.want(at)
+			break
+		}
+		c.lostHeap.remove(&l.lostPos)
+		due = append(due, l)
+	}
+	c.mu.Unlock()
+	for _, l := range due {
+		l.onDeadline()
 	}
 }
 
@@ -320,69 +403,88 @@ func (l *Lock) setLostLocked(reason LostReason, detail string, cause error) {
 // end. Concurrent and repeated calls are safe: once a Release has finished, later calls return
 // its result without a round trip.
 func (l *Lock) Release(ctx context.Context) error {
-	l.stopKeepAlive()
-	l.checkDeadline()
-	for {
+	l.mu.Lock()
+	if l.stopKA != nil {
+		l.mu.Unlock()
+		l.stopKeepAlive()
 		l.mu.Lock()
+	}
+	if l.deadlineDueLocked() { // (checkDeadline, without locking again)
+		l.mu.Unlock()
+		l.markLost(ReasonExpired, "its local deadline passed without a successful extend", nil)
+		l.mu.Lock()
+	}
+	for {
 		if l.released {
-			err := l.relErr
+			err := l.errLocked()
 			l.mu.Unlock()
 			return err
 		}
-		if ch := l.releasing; ch != nil {
+		if l.releasing {
+			if l.relDone == nil {
+				l.relDone = make(chan struct{})
+			}
+			ch := l.relDone
 			l.mu.Unlock()
 			select {
 			case <-ch:
+				l.mu.Lock()
 				continue
 			case <-ctx.Done():
 				return &opError{kind: ErrCancelled, op: "release", key: l.key, hasK: true, token: l.Token(), msg: "cancelled while another Release of the lock was in flight", cause: ctx.Err()}
 			}
 		}
-		l.releasing = make(chan struct{})
+		l.releasing = true
 		token, uncertain := l.token, l.uncertain
 		l.mu.Unlock()
 
-		err := l.c.release(ctx, l.keyb, token)
-
-		l.mu.Lock()
-		ch := l.releasing
-		l.releasing = nil
-		defer close(ch)
-		if err != nil && uncertain && isNotHeld(err) && l.lostErr == nil && time.Now().Before(l.deadline) {
-			// An earlier attempt whose answer was lost released it: the server never reclaims a
-			// lock before the local deadline, and NOT_HELD says nobody holds this token now.
-			err = nil
+		done, err := l.release(ctx, token, uncertain)
+		if done != nil {
+			close(done) // the Releases waiting for this one look again
 		}
-		switch {
-		case err == nil:
-			if l.lostErr != nil {
-				err = l.lostErr
-			}
-		case isNotHeld(err):
-			if l.lostErr == nil {
-				l.setLostLocked(ReasonNotHeld, "the server answered NOT_HELD to its release", err)
-			}
-			err = l.lostErr
-		default:
-			if errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrTimeout) || errors.Is(err, ErrCancelled) {
-				l.uncertain = true // the request may have reached the server
-			}
-			if l.lostErr != nil {
-				// Lost before: that is the answer, whether or not the server could be told
-				// (a later Release tries again).
-				err = l.lostErr
-			}
-			l.mu.Unlock()
-			return err
-		}
-		l.released, l.relErr = true, err
-		if l.timer != nil {
-			l.timer.Stop()
-		}
-		l.mu.Unlock()
-		l.c.unregister(l, token)
 		return err
 	}
+}
+
+// release sends RELEASE for Release and records the outcome; it returns Release's result and,
+// if other Releases wait for this one, the channel to close once the lock is unregistered.
+func (l *Lock) release(ctx context.Context, token uint64, uncertain bool) (chan struct{}, error) {
+	err := l.c.release(ctx, l.key, token)
+
+	l.mu.Lock()
+	done := l.relDone
+	l.releasing, l.relDone = false, nil
+	if err != nil && uncertain && isNotHeld(err) && l.lostErr == nil && time.Now().Before(l.deadline) {
+		// An earlier attempt whose answer was lost released it: the server never reclaims a
+		// lock before the local deadline, and NOT_HELD says nobody holds this token now.
+		err = nil
+	}
+	switch {
+	case err == nil:
+		if l.lostErr != nil {
+			err = l.lostErr
+		}
+	case isNotHeld(err):
+		if l.lostErr == nil {
+			l.setLostLocked(ReasonNotHeld, "the server answered NOT_HELD to its release", err)
+		}
+		err = l.lostErr
+	default:
+		if errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrTimeout) || errors.Is(err, ErrCancelled) {
+			l.uncertain = true // the request may have reached the server
+		}
+		if l.lostErr != nil {
+			// Lost before: that is the answer, whether or not the server could be told
+			// (a later Release tries again).
+			err = l.lostErr
+		}
+		l.mu.Unlock()
+		return done, err
+	}
+	l.released = true // (and err is l.errLocked())
+	l.mu.Unlock()
+	l.c.unregister(l, token)
+	return done, err
 }
 
 // Extend sets the lease to lease from now (it may shorten it) and moves Deadline to the time the
@@ -414,7 +516,7 @@ func (l *Lock) extend(ctx context.Context, ms uint32) error {
 	token := l.token
 	l.mu.Unlock()
 
-	res, tSend, err := l.c.extend(ctx, l.keyb, token, ms)
+	res, tSend, err := l.c.extend(ctx, l.key, token, ms)
 	if isNotHeld(err) {
 		l.markLost(ReasonNotHeld, "the server answered NOT_HELD to its extend", err)
 		return l.Err()
@@ -433,7 +535,7 @@ func (l *Lock) extend(ctx context.Context, ms uint32) error {
 	}
 	l.lease = durationMs(int64(res.lease))
 	l.deadline = tSend.Add(shrink(l.lease))
-	l.timer.Reset(l.untilLostLocked())
+	l.c.armLost(l, l.lostDueLocked())
 	l.extends++
 	return nil
 }
@@ -446,7 +548,7 @@ func (l *Lock) Verify(ctx context.Context) (bool, error) {
 }
 
 // startKeepAlive runs the keep-alive goroutine (interval 0: a third of the lease).
-func (l *Lock) startKeepAlive(interval, maxHold time.Duration) {
+func (l *Lock) startKeepAlive(interval, maxHold time.Duration, granted time.Time) {
 	l.mu.Lock()
 	l.stopKA = make(chan struct{})
 	l.kaDone = make(chan struct{})
@@ -454,13 +556,13 @@ func (l *Lock) startKeepAlive(interval, maxHold time.Duration) {
 	l.mu.Unlock()
 	if !l.c.goBackground(func() {
 		defer close(done)
-		l.keepAlive(interval, maxHold, stop)
+		l.keepAlive(interval, maxHold, granted, stop)
 	}) {
 		close(done)
 	}
 }
 
-func (l *Lock) keepAlive(fixed, maxHold time.Duration, stop chan struct{}) {
+func (l *Lock) keepAlive(fixed, maxHold time.Duration, granted time.Time, stop chan struct{}) {
 	ctx, cancel := context.WithCancel(l.c.closeCtx)
 	defer cancel()
 	go func() {
@@ -470,12 +572,10 @@ func (l *Lock) keepAlive(fixed, maxHold time.Duration, stop chan struct{}) {
 		case <-ctx.Done():
 		}
 	}()
+	lost := l.lostChan()
 	var holdEnd <-chan time.Time
 	if maxHold > 0 {
-		l.mu.Lock()
-		left := maxHold - time.Since(l.grantedAt)
-		l.mu.Unlock()
-		ht := time.NewTimer(left)
+		ht := time.NewTimer(maxHold - time.Since(granted))
 		defer ht.Stop()
 		holdEnd = ht.C
 	}
@@ -492,7 +592,7 @@ func (l *Lock) keepAlive(fixed, maxHold time.Duration, stop chan struct{}) {
 		case <-t.C:
 		case <-ctx.Done():
 			return
-		case <-l.lost:
+		case <-lost:
 			return
 		case <-holdEnd:
 			l.c.opts.logger.Info("ticketing: keep-alive reached its max hold; the lock runs out its lease", "key", FormatKey(l.key), "deadline_in", time.Until(l.Deadline()))

@@ -2,6 +2,7 @@ package ticketing
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,7 +75,7 @@ func (c *Client) manage() {
 
 // demandLocked reports whether the client needs a connection. c.mu must be held.
 func (c *Client) demandLocked() bool {
-	return len(c.pending) > 0 || len(c.waiting) > 0 || len(c.locks) > 0
+	return c.pending.len() > 0 || len(c.waiting) > 0 || len(c.locks) > 0
 }
 
 func (c *Client) wakeManager() {
@@ -263,32 +264,29 @@ func (c *Client) attach(cn *conn, w *wire.Welcome, session [wire.SessionIDSize]b
 		c.graceTimer = nil
 	}
 	var after []func()
-	if !resumed && len(c.pending) > 0 {
-		c.opts.logger.Warn("ticketing: the session could not be resumed; requests in flight fail", "addr", cn.addr, "requests", len(c.pending))
+	if !resumed && c.pending.len() > 0 {
+		c.opts.logger.Warn("ticketing: the session could not be resumed; requests in flight fail", "addr", cn.addr, "requests", c.pending.len())
 		after = c.dropAllLocked(func(cl *call) error {
 			return callErr(cl, ErrConnectionLost, fmt.Sprintf("the connection dropped and the server (%s) did not resume the session; the outcome is unknown", cn.addr), nil)
 		})
 	}
 	c.live = cn
 	c.wbuf = c.wbuf[:0]
-	if len(c.pending) > 0 {
-		ids := make([]uint64, 0, len(c.pending))
-		for id := range c.pending {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
+	if c.pending.len() > 0 {
+		resend := c.pending.calls(nil)
+		slices.SortFunc(resend, func(a, b *call) int { return cmp.Compare(a.req.ID, b.req.ID) })
 		now := time.Now()
-		for _, id := range ids {
-			cl := c.pending[id]
+		for _, cl := range resend {
 			cl.tSend, cl.retried = now, true
-			c.wbuf = wire.AppendRequest(c.wbuf, &cl.req)
+			c.wbuf = appendRequest(c.wbuf, &cl.req, cl.key)
 		}
-		c.opts.logger.Debug("ticketing: session resumed; requests re-sent", "addr", cn.addr, "requests", len(ids))
+		c.opts.logger.Debug("ticketing: session resumed; requests re-sent", "addr", cn.addr, "requests", len(resend))
 	}
 	waiting := c.waiting
 	c.waiting = nil
+	now := time.Now()
 	for _, cl := range waiting {
-		c.sendLocked(cl)
+		c.sendLocked(cl, now)
 	}
 	cn.start()
 	cn.kick()
@@ -322,7 +320,7 @@ func (c *Client) connDown(cn *conn, cause error, how downKind) {
 	c.live = nil
 	c.wbuf = c.wbuf[:0]
 	if cn.hb != nil {
-		delete(c.pending, cn.hb.req.ID)
+		c.pending.del(cn.hb.req.ID)
 		cn.hb = nil
 	}
 	if how != downMoved && cn.idx >= 0 {
@@ -369,12 +367,17 @@ func (c *Client) dispatch(cn *conn, r *wire.Response) {
 		return
 	}
 	c.mu.Lock()
+	if a, ok := c.answerLocked(cn, r); ok {
+		c.mu.Unlock()
+		c.deliver(&a)
+		return
+	}
 	if c.live != cn {
 		// cn is being replaced: the request stays pending and is re-sent on the next connection.
 		c.mu.Unlock()
 		return
 	}
-	cl := c.pending[r.ID]
+	cl := c.pending.get(r.ID)
 	if cl == nil {
 		c.mu.Unlock()
 		c.opts.logger.Debug("ticketing: answer for no pending request", "addr", cn.addr, "op", r.Op.String(), "id", r.ID, "status", r.Status.String())
@@ -390,10 +393,9 @@ func (c *Client) dispatch(cn *conn, r *wire.Response) {
 		c.redialNow = true
 		c.mu.Unlock()
 		c.connDown(cn, &opError{kind: ErrNotLeader, op: "connect", msg: fmt.Sprintf("%s is not the leader (leader %q)", cn.addr, r.Data)}, downMoved)
-		return
-	case r.Status == wire.StatusShuttingDown && len(c.opts.endpoints) > 1 && cl.internal == nil && !cl.abandoned:
+	case c.movedOn(cl, r):
 		// The node is stopping: send the request again, as a new one, to the next endpoint.
-		delete(c.pending, r.ID)
+		c.pending.del(r.ID)
 		cl.state = callWaiting
 		c.waiting = append([]*call{cl}, c.waiting...)
 		if cn.idx >= 0 {
@@ -402,33 +404,70 @@ func (c *Client) dispatch(cn *conn, r *wire.Response) {
 		c.redialNow = true
 		c.mu.Unlock()
 		c.connDown(cn, &opError{kind: ErrShuttingDown, op: "connect", msg: cn.addr + " is shutting down"}, downMoved)
-		return
+	default: // (answerLocked takes every other answer)
+		c.mu.Unlock()
 	}
-	delete(c.pending, r.ID)
+}
+
+// answer is an answer taken from the pending calls (answerLocked), to be handed to its call
+// once c.mu is released (deliver); cl is nil when there is nothing left to do.
+type answer struct {
+	cl        *call
+	res       result
+	abandoned bool
+}
+
+// answerLocked takes the call that r answers out of the pending calls, for deliver: the common
+// case of dispatch, which the reader runs for every frame it has buffered under one hold of
+// c.mu. It reports false, having changed nothing, for the rest: a push, a frame from a
+// connection being replaced, an answer for no pending request, NOT_LEADER, and a SHUTTING_DOWN
+// that moves the request to another endpoint (movedOn). c.mu must be held.
+func (c *Client) answerLocked(cn *conn, r *wire.Response) (answer, bool) {
+	if r.ID == 0 || c.live != cn || r.Status == wire.StatusNotLeader {
+		return answer{}, false
+	}
+	cl := c.pending.get(r.ID)
+	if cl == nil || c.movedOn(cl, r) {
+		return answer{}, false
+	}
+	c.pending.del(r.ID)
+	c.timeouts.remove(&cl.timeoutPos)
 	cl.state = callDone
 	if c.answers++; c.answers >= wire.AckEvery && c.ack == nil {
 		c.sendAckLocked()
 	}
-	abandoned, retried, tSend := cl.abandoned, cl.retried, cl.tSend
-	if !abandoned && cl.lk != nil && r.Op == wire.OpAcquire && r.Status == wire.StatusOK {
-		c.registerLocked(cl.lk, r.Token)
+	if !cl.abandoned && cl.lk != nil && r.Op == wire.OpAcquire && r.Status == wire.StatusOK {
+		c.registerLocked(cl.lk, r.Token, r.Lease, r.Detail, cl.tSend, cl.retried)
+		cl.tGrant = cn.readAt
 	}
-	c.mu.Unlock()
-
-	res := result{status: r.Status, token: r.Token, lease: r.Lease, detail: r.Detail}
+	a := answer{cl: cl, abandoned: cl.abandoned,
+		res: result{status: r.Status, token: r.Token, lease: r.Lease, detail: r.Detail}}
 	if len(r.Data) > 0 {
-		res.data = bytes.Clone(r.Data)
+		a.res.data = bytes.Clone(r.Data)
 	}
-	switch {
-	case cl.internal != nil:
-		cl.internal(res)
-	case abandoned:
-		c.settleAbandoned(cl, res)
+	if cl.internal != nil {
+		// Now, before the next answer is looked at (an ACK's answer allows the next ACK).
+		cl.internal(a.res)
+		return answer{}, true
+	}
+	return a, true
+}
+
+// movedOn reports whether the answer r to cl is SHUTTING_DOWN and cl is to be sent again, as a
+// new request, to another endpoint. c.mu must be held.
+func (c *Client) movedOn(cl *call, r *wire.Response) bool {
+	return r.Status == wire.StatusShuttingDown && len(c.opts.endpoints) > 1 && cl.internal == nil && !cl.abandoned
+}
+
+// deliver hands an answer to its call (nothing for an internal call's, handled by
+// answerLocked). c.mu must not be held.
+func (c *Client) deliver(a *answer) {
+	switch cl := a.cl; {
+	case cl == nil:
+	case a.abandoned:
+		c.settleAbandoned(cl, a.res)
 	default:
-		if cl.lk != nil && r.Op == wire.OpAcquire && r.Status == wire.StatusOK {
-			cl.lk.granted(r.Lease, r.Detail, tSend, retried)
-		}
-		cl.ch <- res
+		cl.ch <- a.res
 	}
 }
 
@@ -437,21 +476,21 @@ func (c *Client) dispatch(cn *conn, r *wire.Response) {
 // c.mu must be held and c.live set.
 func (c *Client) sendAckLocked() {
 	x := c.nextID + 1
-	for id, cl := range c.pending {
-		if id < x && cl.req.Op != wire.OpAcquire {
-			x = id
+	c.ackScan = c.pending.calls(c.ackScan[:0])
+	for i, cl := range c.ackScan {
+		if cl.req.ID < x && cl.req.Op != wire.OpAcquire {
+			x = cl.req.ID
 		}
+		c.ackScan[i] = nil
 	}
 	ack := &call{ch: make(chan result, 1), req: wire.Request{Op: wire.OpAck, Token: x}}
 	ack.internal = func(result) {
-		c.mu.Lock()
 		if c.ack == ack {
 			c.ack = nil
 		}
-		c.mu.Unlock()
 	}
 	c.ack, c.answers = ack, 0
-	c.sendLocked(ack)
+	c.sendLocked(ack, time.Now())
 }
 
 // push handles a frame with request id 0: EXPIRED, GOAWAY, or an INVALID/LENGTH verdict.

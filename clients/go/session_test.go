@@ -426,6 +426,41 @@ func TestRequestTimeout(t *testing.T) {
 	}
 }
 
+// TestRequestTimeoutWaitingForConnection: a call made while the client reconnects waits for the
+// connection only up to its request timeout, then fails ErrTimeout (naming the last connect
+// error once a round has failed: docs/clients.md rule 1) and leaves the waiting list; a call in flight at the drop is still
+// re-sent on the next connection.
+func TestRequestTimeoutWaitingForConnection(t *testing.T) {
+	fs := newFakeServer(t)
+	c, fc := dialFake(t, fs, WithRequestTimeout(300*time.Millisecond))
+	ctx := context.Background()
+	rel := async(func() error { return c.Release(ctx, "r", 5) })
+	r := fc.nextOp(wire.OpRelease)
+	fs.pause()
+	fc.drop()
+	waitDisconnected(t, c)
+	start := time.Now()
+	err := waitErr(t, async(func() error { return c.Ping(ctx) }))
+	d := time.Since(start)
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "no connection to the server within 300ms") ||
+		d < 300*time.Millisecond || d > 300*time.Millisecond+2*time.Second {
+		t.Fatalf("Ping while reconnecting: %v after %v", err, d)
+	}
+	if n := c.waitingCount(); n != 0 {
+		t.Fatalf("%d calls still waiting for the connection", n)
+	}
+	// The RELEASE sent before the drop timed out too (no answer within 300ms); it is re-sent on
+	// resume all the same (its id keeps its place), and its late answer is dropped.
+	if err := waitErr(t, rel); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Release in flight: %v", err)
+	}
+	fs.unpause()
+	fc2 := fs.next()
+	if got := fc2.next(); got.ID != r.ID || got.Op != wire.OpRelease {
+		t.Fatalf("re-sent %+v, want the RELEASE %d", got, r.ID)
+	}
+}
+
 // TestSessionGrace: without a reconnect within the announced session grace, calls in flight fail
 // with ErrConnectionLost; with no grace (0), at once.
 func TestSessionGrace(t *testing.T) {
@@ -540,6 +575,51 @@ func TestLostSignalTiming(t *testing.T) {
 			t.Errorf("lease %v: lost %v before deadline - margin", lease, fireAt.Sub(lostAt))
 		}
 		waitLost(t, l, ReasonExpired)
+	}
+}
+
+// TestLostSignalsOfManyLocks: every held lock's lost signal fires at its own deadline, none
+// before, whatever the order the locks were taken in, and a lock released first never fires
+// (the client keeps the locks' deadlines in one heap watched by one timer, which fires early
+// when the earliest lock is released and is then set again).
+func TestLostSignalsOfManyLocks(t *testing.T) {
+	fs := newFakeServer(t)
+	c, fc := dialFake(t, fs)
+	ctx := context.Background()
+	var locks []*Lock
+	for i, lease := range []time.Duration{300 * time.Millisecond, 100 * time.Millisecond, 450 * time.Millisecond, 200 * time.Millisecond} {
+		acq, lk, a := acquireAsync(t, c, fc, fmt.Sprint("k", i), lease)
+		fc.ok(a, uint64(10+i))
+		if err := waitErr(t, acq); err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, *lk)
+	}
+	released := locks[1] // the earliest deadline
+	rel := async(func() error { return released.Release(ctx) })
+	fc.ok(fc.nextOp(wire.OpRelease), 0)
+	if err := waitErr(t, rel); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*Lock{locks[3], locks[0], locks[2]} {
+		select {
+		case <-l.Lost():
+		case <-time.After(bound):
+			t.Fatalf("%v: never lost", l)
+		}
+		lostAt := time.Now()
+		if fireAt := l.Deadline().Add(-min(5*time.Millisecond, l.Lease()/10)); lostAt.Before(fireAt) {
+			t.Errorf("%v: lost %v before deadline - margin", l, fireAt.Sub(lostAt))
+		}
+		waitLost(t, l, ReasonExpired)
+	}
+	select {
+	case <-released.Lost():
+		t.Fatal("a released lock fired its lost signal")
+	default:
+	}
+	if err := released.Err(); err != nil {
+		t.Fatalf("released lock: %v", err)
 	}
 }
 

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout_at};
 
-use crate::client::{Answer, Bound, Client, Inner, Queued, Req, check_key_len, lease_ms, status_error, wait_ms};
+use crate::client::{
+    Answer, AnswerFuture, Bound, Client, Inner, Queued, Req, check_key_len, lease_ms, status_error, wait_ms,
+};
 use crate::error::{Error, key_text};
 use crate::lock::{Lock, LockShared};
 use crate::wire::{self, Op, Status};
@@ -189,14 +190,14 @@ impl Acquire {
     }
 
     /// The acquire's first step, without waiting: checks the arguments and queues the request
-    /// when there is a connection (and no cancel signal).
-    fn start(self) -> Result<Started, Error> {
+    /// when there is a connection (and no cancel signal), its answer to wake `waker`.
+    fn start(self, waker: &std::task::Waker) -> Result<Started, Error> {
         if self.cancel.is_some() {
             return Ok(Started::Later(self));
         }
         let (req, bound) = self.request()?;
-        match self.client.inner().try_send(req, None, Instant::now(), bound)? {
-            Queued::Sent(sent) => Ok(Started::Sent(Waiting { id: sent.id, rx: sent.rx, acquire: Some(self) })),
+        match self.client.inner().try_send(req, None, Instant::now(), bound, Some(waker.clone()))? {
+            Queued::Sent(sent) => Ok(Started::Sent(Waiting { id: sent.id, ticket: sent.ticket, acquire: Some(self) })),
             Queued::NoConnection(..) => Ok(Started::Later(self)),
         }
     }
@@ -208,13 +209,13 @@ impl Acquire {
         let inner = self.client.inner();
         let now = Instant::now();
         let sent = inner.send(req, now + inner.opts.request_timeout, None, now, bound).await?;
-        let mut pending = PendingAcquire { inner, id: sent.id, rx: sent.rx, armed: true };
+        let mut pending = PendingAcquire { inner, id: sent.id, ticket: sent.ticket, armed: true };
         let answer = match self.cancel.take() {
-            None => (&mut pending.rx).await,
+            None => pending.answer().await,
             Some(signal) => {
                 tokio::select! {
                     biased;
-                    a = &mut pending.rx => a,
+                    a = pending.answer() => a,
                     // Boxed: rare, and large (it may release a grant).
                     () = signal => return Err(Box::pin(pending.withdraw(&self.key)).await),
                 }
@@ -226,20 +227,19 @@ impl Acquire {
     }
 
     /// Maps the acquire's answer to the lock or the error.
-    fn finish(self, answer: Result<Result<Answer, Error>, oneshot::error::RecvError>) -> Result<Lock, Error> {
+    fn finish(self, answer: Result<Answer, Error>) -> Result<Lock, Error> {
         match answer {
-            Err(_) => Err(Error::Closed),
-            Ok(Err(e)) => Err(e),
-            Ok(Ok(Answer::Granted(shared))) => {
+            Err(e) => Err(e),
+            Ok(Answer::Granted(shared)) => {
                 if self.keep_alive {
                     shared.start_keepalive(self.client.inner(), self.max_hold);
                 }
                 Ok(Lock::new(shared, self.client))
             }
-            Ok(Ok(Answer::Reply(r))) if r.status == Status::OK => {
+            Ok(Answer::Reply(r)) if r.status == Status::OK => {
                 Err(Error::Protocol { message: "ACQUIRE OK delivered without a lock".into() })
             }
-            Ok(Ok(Answer::Reply(r))) => {
+            Ok(Answer::Reply(r)) => {
                 Err(status_error(Op::ACQUIRE, &r, &self.key, 0, self.wait.unwrap_or(Duration::MAX)))
             }
         }
@@ -259,28 +259,30 @@ enum Started {
 struct Waiting {
     acquire: Option<Acquire>,
     id: u64,
-    rx: oneshot::Receiver<Result<Answer, Error>>,
+    /// Its waiter's ticket (see [`Inner::poll_answer`]).
+    ticket: usize,
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
         if let Some(a) = &self.acquire {
-            abandon(a.client.inner(), self.id, &mut self.rx);
+            abandon(a.client.inner(), self.id, self.ticket);
         }
     }
 }
 
-/// Gives up the acquire `id` whose caller went away: withdraws it (`CANCEL`), or releases the
-/// grant already delivered to `rx`.
-fn abandon(inner: &Inner, id: u64, rx: &mut oneshot::Receiver<Result<Answer, Error>>) {
+/// Gives up the acquire `id` (waiter `ticket`) whose caller went away: withdraws it (`CANCEL`),
+/// or releases the grant already delivered for it.
+fn abandon(inner: &Inner, id: u64, ticket: usize) {
     let granted: Option<Arc<LockShared>> = {
         let mut st = inner.lock_state();
-        if st.abandon_acquire(id, Instant::now()) {
-            None
-        } else {
-            match rx.try_recv() {
-                Ok(Ok(Answer::Granted(l))) => Some(l),
-                _ => None,
+        match st.take_answer(ticket) {
+            Some(Ok(Answer::Granted(l))) => Some(l),
+            Some(_) => None,
+            None => {
+                st.abandon_acquire(id, Instant::now());
+                st.free_slot(ticket);
+                None
             }
         }
     };
@@ -294,19 +296,24 @@ fn abandon(inner: &Inner, id: u64, rx: &mut oneshot::Receiver<Result<Answer, Err
 struct PendingAcquire<'a> {
     inner: &'a Arc<Inner>,
     id: u64,
-    rx: oneshot::Receiver<Result<Answer, Error>>,
+    ticket: usize,
     armed: bool,
 }
 
 impl PendingAcquire<'_> {
+    fn answer(&self) -> AnswerFuture<'_> {
+        crate::client::Sent { id: self.id, ticket: self.ticket, registered: false }.answer(self.inner)
+    }
+
     /// Withdraws the acquire and waits (up to the cleanup timeout) for its final answer,
     /// releasing a grant that raced the cancellation; returns the error to report.
     async fn withdraw(&mut self, key: &[u8]) -> Error {
         let cleanup = self.inner.opts.cleanup_timeout;
         let deadline = Instant::now() + cleanup;
         self.inner.lock_state().cancel_acquire(self.id, Instant::now());
-        match timeout_at(deadline, &mut self.rx).await {
-            Ok(Ok(Ok(Answer::Granted(lock)))) => {
+        let answer = timeout_at(deadline, self.answer()).await;
+        match answer {
+            Ok(Ok(Answer::Granted(lock))) => {
                 self.armed = false;
                 if timeout_at(deadline, lock.release(self.inner)).await.is_err() {
                     lock.abandon(self.inner);
@@ -323,7 +330,7 @@ impl PendingAcquire<'_> {
 impl Drop for PendingAcquire<'_> {
     fn drop(&mut self) {
         if self.armed {
-            abandon(self.inner, self.id, &mut self.rx);
+            abandon(self.inner, self.id, self.ticket);
         }
     }
 }
@@ -363,14 +370,22 @@ impl Future for AcquireFuture {
             match &mut this.step {
                 Step::Start(_) => {
                     let Step::Start(acquire) = std::mem::replace(&mut this.step, Step::Done) else { unreachable!() };
-                    this.step = match acquire.start() {
+                    match acquire.start(cx.waker()) {
                         Err(e) => return Poll::Ready(Err(e)),
-                        Ok(Started::Sent(waiting)) => Step::Waiting(waiting),
-                        Ok(Started::Later(acquire)) => Step::Boxed(Box::pin(acquire.execute())),
-                    };
+                        // Its answer wakes this task (and cannot be there yet but from another
+                        // thread, which then wakes it too): no need to look now.
+                        Ok(Started::Sent(waiting)) => {
+                            this.step = Step::Waiting(waiting);
+                            return Poll::Pending;
+                        }
+                        Ok(Started::Later(acquire)) => this.step = Step::Boxed(Box::pin(acquire.execute())),
+                    }
                 }
                 Step::Waiting(w) => {
-                    let answer = ready!(Pin::new(&mut w.rx).poll(cx));
+                    let answer = match &w.acquire {
+                        Some(a) => ready!(a.client.inner().poll_answer(w.ticket, cx)),
+                        None => Err(Error::Closed),
+                    };
                     let acquire = w.acquire.take();
                     this.step = Step::Done;
                     return Poll::Ready(match acquire {

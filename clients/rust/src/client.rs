@@ -4,11 +4,14 @@
 //! other way round. Code holding `Inner::state` collects what it must do to locks (fire lost,
 //! forget a grant) and does it after letting go. No mutex is held across an `.await`.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
@@ -21,8 +24,31 @@ use crate::table::IdMap;
 use crate::timers::Deadlines;
 use crate::wire::{self, BusyLimit, InspectData, InspectFlags, InvalidField, Op, Request, Status};
 
-/// The sender half that completes one request.
-pub(crate) type Waiter = oneshot::Sender<Result<Answer, Error>>;
+/// A caller awaiting a request's answer, in the request's [`Pending`] entry: its ticket, the
+/// index of a [`Slot`] in `State::slots` that holds the caller's waker and then the answer
+/// ([`State::deliver`]), for the caller to take ([`Inner::poll_answer`]). A channel per request
+/// cost an allocation and more atomic operations than the rest of the request's bookkeeping,
+/// and the state's mutex is taken anyway.
+///
+/// The caller owns the slot: it frees it when it takes the answer or gives up
+/// ([`Inner::forget_request`], withdrawing an acquire), taking its `Waiter` out of the table
+/// first when the answer has not come. So a `Waiter` in the table always has its caller.
+pub(crate) struct Waiter {
+    ticket: usize,
+}
+
+impl Waiter {
+    pub fn ticket(&self) -> usize {
+        self.ticket
+    }
+}
+
+/// Where a request's answer waits for its caller (see [`Waiter`]).
+#[derive(Default)]
+pub(crate) struct Slot {
+    waker: Option<Waker>,
+    answer: Option<Result<Answer, Error>>,
+}
 
 /// What a request's waiter receives.
 pub(crate) enum Answer {
@@ -173,6 +199,9 @@ pub(crate) struct State {
     pub hint: Option<String>,
     /// Why the last reconnect round failed.
     pub last_error: Option<Error>,
+    /// The callers' answer slots, by [`Waiter`] ticket, and the free ones.
+    slots: Vec<Slot>,
+    free_slots: Vec<usize>,
 }
 
 /// Send an `ACK` after this many answers (at least once per [`wire::ACK_EVERY`]).
@@ -182,6 +211,40 @@ impl State {
     /// Queues `req` on the current connection and returns its id; `None` without a connection.
     pub fn queue(&mut self, req: Req, waiter: Option<Waiter>, now: Instant) -> Option<u64> {
         self.enqueue(req, waiter, now, (None, false)).ok()
+    }
+
+    /// A new waiter (a slot for its answer), woken through `waker` once set.
+    pub fn waiter(&mut self, waker: Option<Waker>) -> Waiter {
+        let ticket = match self.free_slots.pop() {
+            Some(t) => t,
+            None => {
+                self.slots.push(Slot::default());
+                self.slots.len() - 1
+            }
+        };
+        self.slots[ticket].waker = waker;
+        Waiter { ticket }
+    }
+
+    /// Hands `answer` to the caller behind `w` and wakes it.
+    pub fn deliver(&mut self, w: Waiter, answer: Result<Answer, Error>) {
+        deliver(&mut self.slots, w, answer);
+    }
+
+    /// The answer in the slot `ticket`, if it came; the slot is freed.
+    pub fn take_answer(&mut self, ticket: usize) -> Option<Result<Answer, Error>> {
+        let answer = self.slots[ticket].answer.take()?;
+        // Its waker went with the delivery (none is set once the answer is in).
+        self.free_slots.push(ticket);
+        Some(answer)
+    }
+
+    /// Frees the slot `ticket` (its caller has its answer or gave up).
+    pub fn free_slot(&mut self, ticket: usize) {
+        let slot = &mut self.slots[ticket];
+        slot.waker = None;
+        slot.answer = None;
+        self.free_slots.push(ticket);
     }
 
     /// [`queue`](State::queue), giving `req` back when there is no connection; `deadline` and
@@ -209,16 +272,16 @@ impl State {
         Ok(id)
     }
 
-    /// Queues a caller's request, answered through `waiter` (or an error once `bound` passes);
-    /// gives `req` back when there is no connection.
+    /// Queues a caller's request, answered through a new waiter woken by `waker` (or an error once
+    /// `bound` passes); returns its id and ticket, or gives `req` back when there is no connection.
     pub fn queue_call(
         &mut self,
         inner: &Inner,
         req: Req,
-        waiter: Waiter,
+        waker: Option<Waker>,
         now: Instant,
         bound: Bound,
-    ) -> Result<u64, Req> {
+    ) -> Result<(u64, usize), Req> {
         if self.out.is_none() {
             return Err(req);
         }
@@ -241,7 +304,15 @@ impl State {
                 late
             }
         };
-        self.enqueue(req, Some(waiter), now, (deadline, late))
+        let waiter = self.waiter(waker);
+        let ticket = waiter.ticket;
+        match self.enqueue(req, Some(waiter), now, (deadline, late)) {
+            Ok(id) => Ok((id, ticket)),
+            Err(req) => {
+                self.free_slot(ticket);
+                Err(req)
+            }
+        }
     }
 
     /// Removes the request `id` (answered, or given up by its caller).
@@ -255,10 +326,8 @@ impl State {
     }
 
     /// Fails the callers whose requests' deadlines passed: a call is forgotten (not sent again
-    /// after a resume), an acquire withdrawn (as when its caller drops it). Returns the waiters
-    /// and their errors, to complete without the state held.
-    fn expire(&mut self, now: Instant, request_timeout: Duration) -> Vec<(Waiter, Error)> {
-        let mut expired = Vec::new();
+    /// after a resume), an acquire withdrawn (as when its caller drops it).
+    fn expire(&mut self, now: Instant, request_timeout: Duration) {
         while let Some((at, id)) = self.deadlines.pop_due(now) {
             if !request_live(&self.pending, at, id) {
                 continue;
@@ -272,18 +341,17 @@ impl State {
                 let what = format!("acquire of {:?}", key_text(&p.req.key));
                 // Withdrawn: a grant that still comes is released.
                 self.cancel_acquire(id, now);
-                expired.push((waiter, Error::Timeout { what, timeout }));
+                self.deliver(waiter, Err(Error::Timeout { what, timeout }));
             } else {
                 let op = p.req.op;
                 self.pending.remove(&id);
-                expired.push((waiter, Error::Timeout { what: op_name(op).into(), timeout: request_timeout }));
+                self.deliver(waiter, Err(Error::Timeout { what: op_name(op).into(), timeout: request_timeout }));
             }
         }
         // What is left may have been answered: drop those at the front, so that the timer sleeps
         // until a live deadline.
         let pending = &self.pending;
         self.deadlines.drop_dead(|at, id| request_live(pending, at, id));
-        expired
     }
 
     /// The locks whose lost time passed (each checks its own deadline before firing).
@@ -417,7 +485,7 @@ impl State {
     pub fn fail_all(&mut self, err: &Error) {
         for (_, p) in std::mem::take(&mut self.pending) {
             if let Some(w) = p.waiter {
-                let _ = w.send(Err(err.clone()));
+                self.deliver(w, Err(err.clone()));
             }
         }
         self.deadlines.clear();
@@ -430,9 +498,10 @@ impl State {
     /// abandoned (a resume still sends their `CANCEL` and releases a late grant), the client's
     /// own requests stay, the callers' other requests are forgotten.
     pub fn fail_waiters(&mut self, err: &Error) {
+        let slots = &mut self.slots;
         self.pending.retain(|_, p| {
             let Some(w) = p.waiter.take() else { return true };
-            let _ = w.send(Err(err.clone()));
+            deliver(slots, w, Err(err.clone()));
             if p.req.op == Op::ACQUIRE {
                 p.needs_cancel = true;
                 true
@@ -440,6 +509,14 @@ impl State {
                 false
             }
         });
+    }
+}
+
+fn deliver(slots: &mut [Slot], w: Waiter, answer: Result<Answer, Error>) {
+    let slot = &mut slots[w.ticket];
+    slot.answer = Some(answer);
+    if let Some(k) = slot.waker.take() {
+        k.wake();
     }
 }
 
@@ -473,10 +550,39 @@ impl Drop for Inner {
     }
 }
 
-/// A request queued on the wire.
+/// A request queued on the wire, whose answer its caller awaits ([`Inner::poll_answer`]).
 pub(crate) struct Sent {
     pub id: u64,
-    pub rx: oneshot::Receiver<Result<Answer, Error>>,
+    pub ticket: usize,
+    /// Queued with the waker of the task that queued it, in the same poll: that poll may return
+    /// `Pending` without looking for the answer (its delivery wakes the task).
+    pub registered: bool,
+}
+
+impl Sent {
+    /// The answer, as a future.
+    pub fn answer(self, inner: &Inner) -> AnswerFuture<'_> {
+        AnswerFuture { inner, ticket: self.ticket, fresh: self.registered }
+    }
+}
+
+/// Resolves to the answer of a [`Sent`] request. Dropping it does not withdraw the request: its
+/// owner does that ([`Inner::forget_request`], or withdrawing an acquire).
+pub(crate) struct AnswerFuture<'a> {
+    inner: &'a Inner,
+    ticket: usize,
+    fresh: bool,
+}
+
+impl Future for AnswerFuture<'_> {
+    type Output = Result<Answer, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if std::mem::take(&mut self.fresh) {
+            return Poll::Pending;
+        }
+        self.inner.poll_answer(self.ticket, cx)
+    }
 }
 
 /// What [`Inner::try_send`] did.
@@ -504,7 +610,7 @@ impl Inner {
         now: Instant,
         bound: Bound,
     ) -> Result<Sent, Error> {
-        match self.try_send(req, gate, now, bound)? {
+        match self.try_send(req, gate, now, bound, None)? {
             Queued::Sent(sent) => Ok(sent),
             // Boxed: the wait (a timer, a watch) would otherwise make every call's future that
             // much larger.
@@ -514,19 +620,27 @@ impl Inner {
         }
     }
 
-    /// Queues `req` if there is a connection, without waiting for one.
-    pub fn try_send(&self, req: Req, gate: Option<&LockShared>, now: Instant, bound: Bound) -> Result<Queued, Error> {
+    /// Queues `req` if there is a connection, without waiting for one; `waker` (the calling
+    /// task's, in this poll) is woken with the answer.
+    pub fn try_send(
+        &self,
+        req: Req,
+        gate: Option<&LockShared>,
+        now: Instant,
+        bound: Bound,
+        waker: Option<Waker>,
+    ) -> Result<Queued, Error> {
         let _gate = match gate {
             Some(l) => Some(l.gate()?),
             None => None,
         };
-        let (tx, rx) = oneshot::channel();
         let mut st = self.lock_state();
         if st.closed {
             return Err(Error::Closed);
         }
-        Ok(match st.queue_call(self, req, tx, now, bound) {
-            Ok(id) => Queued::Sent(Sent { id, rx }),
+        let registered = waker.is_some();
+        Ok(match st.queue_call(self, req, waker, now, bound) {
+            Ok((id, ticket)) => Queued::Sent(Sent { id, ticket, registered }),
             Err(req) => Queued::NoConnection(req, self.conn_tx.subscribe()),
         })
     }
@@ -545,7 +659,7 @@ impl Inner {
                 Ok(Err(_)) => return Err(Error::Closed),
                 Err(_) => return Err(self.no_connection_error()),
             }
-            match self.try_send(req, gate, Instant::now(), bound)? {
+            match self.try_send(req, gate, Instant::now(), bound, None)? {
                 Queued::Sent(sent) => return Ok(sent),
                 Queued::NoConnection(r, rx) => (req, conn_rx) = (r, rx),
             }
@@ -570,16 +684,48 @@ impl Inner {
         let now = Instant::now();
         let deadline = now + timeout;
         let op = req.op;
+        let bound = Bound::At(deadline);
+        let waker = std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
         // At the deadline the timer task fails the call with `Error::Timeout` and forgets it.
-        let sent = self.send(req, deadline, gate, now, Bound::At(deadline)).await?;
-        let mut forget = ForgetOnDrop { inner: self, id: Some(sent.id) };
-        let answer = sent.rx.await;
+        // (`send`, spelled out: one future less to step through.)
+        let sent = match self.try_send(req, gate, now, bound, Some(waker))? {
+            Queued::Sent(sent) => sent,
+            Queued::NoConnection(req, conn_rx) => {
+                Box::pin(self.send_when_connected(req, deadline, gate, bound, conn_rx)).await?
+            }
+        };
+        let mut forget = ForgetOnDrop { inner: self, id: Some((sent.id, sent.ticket)) };
+        let answer = sent.answer(self).await;
         forget.id = None;
         match answer {
-            Ok(Ok(Answer::Reply(r))) => Ok(r),
-            Ok(Ok(Answer::Granted(_))) => Err(Error::Protocol { message: format!("{op} answered as a grant") }),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(Error::Closed),
+            Ok(Answer::Reply(r)) => Ok(r),
+            Ok(Answer::Granted(_)) => Err(Error::Protocol { message: format!("{op} answered as a grant") }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The answer of the request queued with the waiter `ticket` (whose slot is then freed), or
+    /// `Pending` (then `cx` is woken with it).
+    pub fn poll_answer(&self, ticket: usize, cx: &mut Context<'_>) -> Poll<Result<Answer, Error>> {
+        let mut st = self.lock_state();
+        if let Some(a) = st.take_answer(ticket) {
+            return Poll::Ready(a);
+        }
+        let slot = &mut st.slots[ticket];
+        match &slot.waker {
+            Some(k) if k.will_wake(cx.waker()) => {}
+            _ => slot.waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// The caller of the request `id` (waiter `ticket`) gives up on it: it is forgotten, or its
+    /// answer, already delivered, dropped.
+    pub fn forget_request(&self, id: u64, ticket: usize) {
+        let mut st = self.lock_state();
+        if st.take_answer(ticket).is_none() {
+            st.take_pending(id);
+            st.free_slot(ticket);
         }
     }
 
@@ -618,17 +764,14 @@ pub(crate) async fn run_timers(weak: Weak<Inner>, wake: Arc<Notify>) {
         }
         let Some(inner) = weak.upgrade() else { return };
         let now = Instant::now();
-        let (due, expired) = {
+        let due = {
             let mut st = inner.lock_state();
             let due = st.due_locks(now);
-            let expired = st.expire(now, inner.opts.request_timeout);
+            st.expire(now, inner.opts.request_timeout);
             next = st.next_timer();
             st.timer_armed = next;
-            (due, expired)
+            due
         };
-        for (waiter, err) in expired {
-            let _ = waiter.send(Err(err));
-        }
         // Each lock checks its own deadline (an extend may have moved it) without the client's
         // state held.
         for l in due {
@@ -650,15 +793,18 @@ fn op_name(op: Op) -> &'static str {
     }
 }
 
-struct ForgetOnDrop<'a> {
-    inner: &'a Inner,
-    id: Option<u64>,
+/// Forgets a request whose caller stops waiting before it has the answer (see
+/// [`Inner::forget_request`]).
+pub(crate) struct ForgetOnDrop<'a> {
+    pub inner: &'a Inner,
+    /// The request's id and waiter ticket, until its answer is taken.
+    pub id: Option<(u64, usize)>,
 }
 
 impl Drop for ForgetOnDrop<'_> {
     fn drop(&mut self) {
-        if let Some(id) = self.id {
-            self.inner.lock_state().take_pending(id);
+        if let Some((id, ticket)) = self.id {
+            self.inner.forget_request(id, ticket);
         }
     }
 }
@@ -860,6 +1006,8 @@ impl Client {
             closed: false,
             hint: None,
             last_error: None,
+            slots: Vec::new(),
+            free_slots: Vec::new(),
         };
         let inner = Arc::new(Inner {
             opts: options,

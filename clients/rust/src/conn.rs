@@ -11,12 +11,12 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::Notify;
 use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls::{self, RootCertStore};
 
-use crate::client::{Answer, Inner, Outbox, Reply, Req, empty_key};
+use crate::client::{Answer, ForgetOnDrop, Inner, Outbox, Reply, Req, Sent, empty_key};
 use crate::error::{Error, LostReason};
 use crate::lock::{LockShared, local_deadline, lost_at};
 use crate::options::{ClientOptions, Pem};
@@ -440,7 +440,7 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
                 ));
                 for (_, p) in std::mem::take(&mut st.pending) {
                     if let Some(w) = p.waiter {
-                        let _ = w.send(Err(err.clone()));
+                        st.deliver(w, Err(err.clone()));
                     }
                 }
                 st.deadlines.clear();
@@ -730,7 +730,6 @@ async fn read_loop(
 #[derive(Default)]
 struct Actions {
     lost: Vec<(Arc<LockShared>, LostReason)>,
-    abandon: Vec<Arc<LockShared>>,
 }
 
 /// Handles every complete frame in `buf`; returns the bytes used.
@@ -762,9 +761,6 @@ fn process(inner: &Arc<Inner>, buf: &[u8], epoch: u64, actions: &mut Actions) ->
     }
     for (l, reason) in actions.lost.drain(..) {
         l.fire_lost(inner, reason);
-    }
-    for l in actions.abandon.drain(..) {
-        l.abandon(inner);
     }
     match end {
         Some(e) => Err(e),
@@ -832,17 +828,17 @@ fn handle(
             // are safe in both cases; the later one is the better estimate.
             deadline = deadline.max(local_deadline(p.t_send, lease));
         }
+        // The request's key moves on (to the lock, or to the release): a clone would be two more
+        // updates of its reference count.
         match p.waiter.take() {
             Some(w) => {
-                let l = LockShared::new(p.req.key.clone(), res.token, res.lease_ms, deadline);
+                let l = LockShared::new(p.req.key, res.token, res.lease_ms, deadline);
                 st.register(inner, res.token, &l, lost_at(deadline, res.lease_ms));
-                if let Err(Ok(Answer::Granted(l))) = w.send(Ok(Answer::Granted(l))) {
-                    actions.abandon.push(l);
-                }
+                st.deliver(w, Ok(Answer::Granted(l)));
             }
             None => {
                 // The caller gave up (cancelled, timed out): release the grant that raced it.
-                let mut release = Req::new(Op::RELEASE, p.req.key.clone());
+                let mut release = Req::new(Op::RELEASE, p.req.key);
                 release.token = res.token;
                 st.queue(release, None, now);
             }
@@ -867,8 +863,10 @@ fn handle(
             Ok(Answer::Reply(reply))
         };
         // Forgotten once the caller has the answer: a caller that gave up before it never learns
-        // of the release, and its lock stays as it was.
-        if w.send(answer).is_ok() && p.req.forget && res.status == Status::OK {
+        // of the release, and its lock stays as it was. (A waiter still in the table has its
+        // caller: one that gives up takes it out.)
+        st.deliver(w, answer);
+        if p.req.forget && res.status == Status::OK {
             st.forget_lock(p.req.token);
         }
     }
@@ -887,20 +885,26 @@ async fn heartbeat_loop(inner: &Inner, last_rx: &AtomicU64, base: Instant, epoch
             sleep_until(due).await;
             continue;
         }
-        let (tx, rx) = oneshot::channel();
-        let id = {
+        let sent = {
             let mut st = inner.lock_state();
             if st.epoch != epoch {
                 return ConnEnd::Stale;
             }
-            match st.queue(Req::new(Op::PING, empty_key()), Some(tx), Instant::now()) {
-                Some(id) => id,
-                None => return ConnEnd::Stale,
+            let w = st.waiter(None);
+            let ticket = w.ticket();
+            match st.queue(Req::new(Op::PING, empty_key()), Some(w), Instant::now()) {
+                Some(id) => Sent { id, ticket, registered: false },
+                None => {
+                    st.free_slot(ticket);
+                    return ConnEnd::Stale;
+                }
             }
         };
-        if timeout_at(Instant::now() + request_timeout, rx).await.is_err() {
-            inner.lock_state().take_pending(id);
+        // Forgotten when the connection ends first (this future is dropped) or the answer is late.
+        let mut forget = ForgetOnDrop { inner, id: Some((sent.id, sent.ticket)) };
+        if timeout_at(Instant::now() + request_timeout, sent.answer(inner)).await.is_err() {
             return ConnEnd::Heartbeat(request_timeout);
         }
+        forget.id = None;
     }
 }

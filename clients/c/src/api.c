@@ -47,7 +47,7 @@ tk_async *tk_async_new(const tk_options *o, tk_error *err)
         tk__seterr(err, TK_ERR_NO_MEMORY, "out of memory");
         return NULL;
     }
-    ac->pid = getpid();
+    ac->pid = tk__getpid();
     ac->fd = -1;
     ac->next_id = 1;
     size_t n = o->n_endpoints ? o->n_endpoints : 1;
@@ -114,7 +114,7 @@ tk_err tk__check_usable(tk_async *ac, tk_error *err)
 {
     if (!ac)
         return tk__seterr(err, TK_ERR_INVALID_ARGUMENT, "invalid argument: NULL context");
-    if (getpid() != ac->pid)
+    if (tk__getpid() != ac->pid)
         return tk__seterr(err, TK_ERR_FORKED,
                           "this client was created in process %ld before fork(); create a new client in this process",
                           (long)ac->pid);
@@ -134,7 +134,7 @@ void tk__close(tk_async *ac)
     ac->cs = TK__C_CLOSED;
     tk__fail_all(ac, TK_ERR_CLOSED, "the client was closed");
     if (ac->connect_cb) {
-        tk_event *ev = calloc(1, sizeof *ev);
+        tk_event *ev = tk__event_new(ac);
         if (ev) {
             ev->kind = TK__EV_CONNECT;
             ev->ccb = ac->connect_cb;
@@ -175,6 +175,7 @@ void tk__free(tk_async *ac, bool forked_child)
     tk__lock_detach_all(ac);
     tk__drop_events(tk__take_events(ac));
     tk__heap_free(&ac->heap);
+    tk__pools_free(ac);
     free(ac->htab);
     tk__buf_free(&ac->rbuf);
     tk__buf_free(&ac->wbuf);
@@ -355,7 +356,7 @@ tk_err tk_async_ping(tk_async *ac, tk_reply_cb cb, void *data)
 
 void tk_async_close(tk_async *ac)
 {
-    if (!ac || ac->owner || getpid() != ac->pid)
+    if (!ac || ac->owner || tk__getpid() != ac->pid)
         return;
     tk__close(ac);
     tk__maybe_dispatch(ac);
@@ -365,7 +366,7 @@ void tk_async_free(tk_async *ac)
 {
     if (!ac || ac->owner)
         return;
-    if (getpid() != ac->pid) {
+    if (tk__getpid() != ac->pid) {
         tk__free(ac, true);
         return;
     }

@@ -90,10 +90,15 @@ static void hdel(tk_async *ac, tk_req *r)
 
 tk_req *tk__req_new(tk_async *ac, uint8_t op, uint8_t kind)
 {
-    (void)ac;
-    tk_req *r = calloc(1, sizeof *r);
-    if (!r)
+    tk_req *r = ac->req_pool;
+    if (r) {
+        TK__UNPOISON(r, sizeof *r);
+        ac->req_pool = r->next;
+        ac->n_req_pool--;
+        memset(r, 0, offsetof(tk_req, kbuf));
+    } else if (!(r = calloc(1, sizeof *r))) {
         return NULL;
+    }
     r->op = op;
     r->kind = kind;
     tk__timer_init(&r->deadline, TK__T_REQ_DEADLINE);
@@ -101,15 +106,42 @@ tk_req *tk__req_new(tk_async *ac, uint8_t op, uint8_t kind)
     return r;
 }
 
-static void req_free(tk_req *r)
+int tk__req_set_key(tk_req *r, const uint8_t *key, size_t len)
+{
+    uint8_t *k = r->kbuf;
+    if (len > sizeof r->kbuf && !(k = malloc(len)))
+        return -1;
+    if (len)
+        memcpy(k, key, len);
+    r->key = k;
+    r->key_len = len;
+    return 0;
+}
+
+static void req_free(tk_async *ac, tk_req *r)
 {
     tk__opts_discard(&r->aopts); /* no lock took the lost callback's data */
     if (r->lock)
         tk__lock_unref(r->lock);
     if (r->ev)
         tk__drop_events(r->ev);
-    free(r->key);
-    free(r);
+    if (r->key != r->kbuf)
+        free(r->key);
+    r->key = NULL;
+    if (ac->n_req_pool < TK__POOL_MAX) {
+        r->next = ac->req_pool;
+        ac->req_pool = r;
+        ac->n_req_pool++;
+        TK__POISON(r, sizeof *r);
+    } else {
+        free(r);
+    }
+}
+
+void tk__req_discard(tk_async *ac, tk_req *r)
+{
+    if (r)
+        req_free(ac, r);
 }
 
 void tk__req_remove(tk_async *ac, tk_req *r)
@@ -129,11 +161,11 @@ void tk__req_remove(tk_async *ac, tk_req *r)
         ac->hb_id = 0;
     if (r->id == ac->ack_id)
         ac->ack_id = 0;
-    req_free(r);
+    req_free(ac, r);
 }
 
-/* Encodes r into wbuf (the connection is READY). */
-static void req_encode(tk_async *ac, tk_req *r)
+/* Encodes r into wbuf (the connection is READY); now: the clock read just before. */
+static void req_encode(tk_async *ac, tk_req *r, int64_t now)
 {
     tk_request q = {.op = r->op, .id = r->id, .token = r->token, .lease_ms = r->lease_ms, .wait_ms = r->wait_ms,
                     .key = r->key, .key_len = r->key_len};
@@ -144,7 +176,6 @@ static void req_encode(tk_async *ac, tk_req *r)
     }
     tk_encode_request(&q, ac->wbuf.p + ac->wbuf.len, n);
     ac->wbuf.len += n;
-    int64_t now = tk__now_us();
     r->retry = r->ever_sent;
     r->t_send = now;
     if (r->op == TK_OP_ACQUIRE && r->kind == TK__R_USER && !r->ever_sent && !r->abandoned) {
@@ -173,7 +204,7 @@ void tk__req_submit(tk_async *ac, tk_req *r)
             tk__queue_event(ac, r->ev);
             r->ev = NULL;
         }
-        req_free(r);
+        req_free(ac, r);
         return;
     }
     size_t s = hslot(ac, r->id);
@@ -190,18 +221,72 @@ void tk__req_submit(tk_async *ac, tk_req *r)
     if (r->kind == TK__R_USER || r->kind == TK__R_HEARTBEAT)
         tk__heap_set(&ac->heap, &r->deadline, r->t_submit + ac->request_timeout_us);
     if (ac->cs == TK__C_READY)
-        req_encode(ac, r);
+        req_encode(ac, r, r->t_submit);
 }
 
 void tk__send_pending(tk_async *ac)
 {
     unsigned gen = ac->conn_gen;
+    int64_t now = tk__now_us();
     for (tk_req *r = ac->req_head; r && ac->cs == TK__C_READY && ac->conn_gen == gen; r = r->next)
         if (!r->sent)
-            req_encode(ac, r);
+            req_encode(ac, r, now);
 }
 
 /* ---- events ------------------------------------------------------------------------------ */
+
+tk_event *tk__event_new(tk_async *ac)
+{
+    tk_event *ev = ac->ev_pool;
+    if (!ev)
+        return calloc(1, sizeof *ev);
+    TK__UNPOISON(ev, sizeof *ev);
+    ac->ev_pool = ev->next;
+    ac->n_ev_pool--;
+    memset(ev, 0, offsetof(tk_event, error));
+    ev->error.code = TK_OK;
+    ev->error.reason = TK_LOST_NONE;
+    ev->error.status = 0;
+    ev->error.detail = 0;
+    ev->error.message[0] = '\0';
+    return ev;
+}
+
+/* Frees ev, or keeps it for reuse by this context. */
+static void event_recycle(tk_async *ac, tk_event *ev)
+{
+    if (ac->n_ev_pool < TK__POOL_MAX) {
+        ev->next = ac->ev_pool;
+        ac->ev_pool = ev;
+        ac->n_ev_pool++;
+        TK__POISON(ev, sizeof *ev);
+    } else {
+        free(ev);
+    }
+}
+
+void tk__pools_free(tk_async *ac)
+{
+    for (tk_req *r = ac->req_pool, *next; r; r = next) {
+        TK__UNPOISON(r, sizeof *r);
+        next = r->next;
+        free(r);
+    }
+    for (tk_event *ev = ac->ev_pool, *next; ev; ev = next) {
+        TK__UNPOISON(ev, sizeof *ev);
+        next = ev->next;
+        free(ev);
+    }
+    for (tk_lock *l = ac->lock_pool, *next; l; l = next) {
+        TK__UNPOISON(l, sizeof *l);
+        next = l->next;
+        free(l);
+    }
+    ac->req_pool = NULL;
+    ac->ev_pool = NULL;
+    ac->lock_pool = NULL;
+    ac->n_req_pool = ac->n_ev_pool = ac->n_lock_pool = 0;
+}
 
 void tk__queue_event(tk_async *ac, tk_event *ev)
 {
@@ -311,7 +396,9 @@ void tk__dispatch(tk_async *ac)
                 ev->ccb(ac, &ev->error, ev->data);
             break;
         }
-        event_release(ev);
+        if (ev->kind == TK__EV_LOST && ev->lock)
+            tk__lock_unref(ev->lock);
+        event_recycle(ac, ev);
     }
     ac->in_dispatch = false;
     if (ac->free_pending)
@@ -521,7 +608,7 @@ void tk__on_ready(tk_async *ac, const tk_welcome *w)
     if (!ac->connected_once) {
         ac->connected_once = true;
         if (ac->connect_cb) {
-            tk_event *ev = calloc(1, sizeof *ev);
+            tk_event *ev = tk__event_new(ac);
             if (ev) {
                 ev->kind = TK__EV_CONNECT;
                 ev->ccb = ac->connect_cb;
@@ -591,13 +678,11 @@ static void status_error(tk_async *ac, tk_req *r, const tk_response *resp)
 static void release_raced_grant(tk_async *ac, tk_req *acq, uint64_t token)
 {
     tk_req *rel = tk__req_new(ac, TK_OP_RELEASE, TK__R_CLEANUP);
-    if (!rel || !(rel->key = malloc(acq->key_len))) {
-        free(rel);
+    if (!rel || tk__req_set_key(rel, acq->key, acq->key_len) != 0) {
+        tk__req_discard(ac, rel);
         tk__complete(ac, acq, acq->abandon_code, NULL);
         return;
     }
-    memcpy(rel->key, acq->key, acq->key_len);
-    rel->key_len = acq->key_len;
     rel->token = token;
     if (!acq->completed && acq->ev) {
         rel->ev = acq->ev;
@@ -614,16 +699,19 @@ static void release_raced_grant(tk_async *ac, tk_req *acq, uint64_t token)
 
 static void on_acquire(tk_async *ac, tk_req *r, const tk_response *resp)
 {
-    char k[128];
-    tk__fmt_key(k, sizeof k, r->key, r->key_len);
+    char k[128]; /* the key for messages: formatted only on the paths that write one */
     if (r->abandoned) {
-        if (resp->status == TK_STATUS_OK)
+        if (resp->status == TK_STATUS_OK) {
             release_raced_grant(ac, r, resp->token);
-        else
+        } else {
+            tk__fmt_key(k, sizeof k, r->key, r->key_len);
             complete_msg(ac, r, r->abandon_code, "acquire of %s %s", k,
                          r->abandon_code == TK_ERR_CANCELLED ? "cancelled" : "timed out");
+        }
         return;
     }
+    if (resp->status != TK_STATUS_OK)
+        tk__fmt_key(k, sizeof k, r->key, r->key_len);
     switch (resp->status) {
     case TK_STATUS_OK: {
         int64_t deadline = r->retry ? tk__deadline_us(r->t_send, 0, resp->lease_ms)
@@ -668,8 +756,7 @@ static void on_acquire(tk_async *ac, tk_req *r, const tk_response *resp)
 static void on_release(tk_async *ac, tk_req *r, const tk_response *resp)
 {
     tk_lock *l = r->lock;
-    char k[128];
-    tk__fmt_key(k, sizeof k, r->key, r->key_len);
+    char k[128]; /* formatted only on the paths that write a message */
     if (l)
         l->releasing = false;
     if (r->kind == TK__R_CLEANUP) {
@@ -679,6 +766,7 @@ static void on_release(tk_async *ac, tk_req *r, const tk_response *resp)
     if (resp->status == TK_STATUS_OK) {
         if (l && l->lost) {
             tk_error e;
+            tk__fmt_key(k, sizeof k, r->key, r->key_len);
             tk__seterr(&e, TK_ERR_LOCK_LOST, "lock lost (%s) before the release: %s token %llu",
                        tk_lost_reason_str(l->reason), k, (unsigned long long)r->token);
             e.reason = l->reason;
@@ -693,6 +781,7 @@ static void on_release(tk_async *ac, tk_req *r, const tk_response *resp)
         return;
     }
     if (resp->status == TK_STATUS_NOT_HELD) {
+        tk__fmt_key(k, sizeof k, r->key, r->key_len);
         if (l) {
             if (!l->lost) {
                 bool past = tk__now_us() >= l->deadline_us - tk__lost_margin_us(l->lease_ms);
@@ -723,8 +812,7 @@ static void on_release(tk_async *ac, tk_req *r, const tk_response *resp)
 static void on_extend(tk_async *ac, tk_req *r, const tk_response *resp)
 {
     tk_lock *l = r->lock;
-    char k[128];
-    tk__fmt_key(k, sizeof k, r->key, r->key_len);
+    char k[128]; /* formatted only on the paths that write a message */
     if (r->kind == TK__R_KEEPALIVE)
         l->ka_inflight = false;
     if (resp->status == TK_STATUS_OK) {
@@ -732,6 +820,7 @@ static void on_extend(tk_async *ac, tk_req *r, const tk_response *resp)
             if (r->kind == TK__R_KEEPALIVE)
                 return;
             tk_error e;
+            tk__fmt_key(k, sizeof k, r->key, r->key_len);
             tk__seterr(&e, TK_ERR_LOCK_LOST, "lock lost (%s): %s token %llu", tk_lost_reason_str(l->reason), k,
                        (unsigned long long)r->token);
             e.reason = l->reason;
@@ -748,6 +837,7 @@ static void on_extend(tk_async *ac, tk_req *r, const tk_response *resp)
         return;
     }
     if (resp->status == TK_STATUS_NOT_HELD) {
+        tk__fmt_key(k, sizeof k, r->key, r->key_len);
         if (l) {
             if (!l->lost && !l->released)
                 tk__lock_lost(ac, l, TK_LOST_NOT_HELD);
@@ -768,6 +858,7 @@ static void on_extend(tk_async *ac, tk_req *r, const tk_response *resp)
         return;
     }
     if (r->kind == TK__R_KEEPALIVE) {
+        tk__fmt_key(k, sizeof k, r->key, r->key_len);
         tk__log(ac, 2, "keep-alive of %s failed: status %u", k, resp->status);
         return;
     }
@@ -1002,18 +1093,12 @@ static tk_req *user_req(tk_async *ac, uint8_t op, const void *key, size_t key_le
 {
     tk_req *r = tk__req_new(ac, op, TK__R_USER);
     if (r)
-        r->ev = calloc(1, sizeof *r->ev);
-    if (r && r->ev && key_len)
-        r->key = malloc(key_len);
-    if (!r || !r->ev || (key_len && !r->key)) {
-        if (r)
-            req_free(r);
+        r->ev = tk__event_new(ac);
+    if (!r || !r->ev || tk__req_set_key(r, key, key_len) != 0) {
+        tk__req_discard(ac, r);
         tk__seterr(err, TK_ERR_NO_MEMORY, "out of memory");
         return NULL;
     }
-    if (key_len)
-        memcpy(r->key, key, key_len);
-    r->key_len = key_len;
     r->cb = cb;
     r->cb_data = data;
     r->ev->kind = TK__EV_REPLY;
@@ -1083,15 +1168,15 @@ tk_err tk__simple(tk_async *ac, uint8_t op, const void *key, size_t key_len, uin
     r->lease_ms = op == TK_OP_EXTEND ? (uint32_t)lease_ms : 0;
     r->verify = verify;
     if (lock) {
-        char k[128];
-        tk__fmt_key(k, sizeof k, key, key_len);
         /* answers that need no server */
         if (op == TK_OP_RELEASE && lock->released) {
             tk__complete(ac, r, TK_OK, NULL);
-            req_free(r);
+            req_free(ac, r);
             return TK_OK;
         }
         if (op == TK_OP_EXTEND && (lock->lost || lock->released)) {
+            char k[128];
+            tk__fmt_key(k, sizeof k, key, key_len);
             tk_error le;
             if (lock->released) {
                 tk__seterr(&le, TK_ERR_NOT_HELD, "not held: %s token %llu was released", k, (unsigned long long)token);
@@ -1101,7 +1186,7 @@ tk_err tk__simple(tk_async *ac, uint8_t op, const void *key, size_t key_len, uin
                 le.reason = lock->reason;
             }
             tk__complete(ac, r, le.code, &le);
-            req_free(r);
+            req_free(ac, r);
             return TK_OK;
         }
         r->lock = lock;

@@ -190,7 +190,7 @@ static tk_err enter_mode(tk_client *c, tk_error *e, bool blocking)
     tk__clearerr(e);
     if (!c)
         return tk__seterr(e, TK_ERR_INVALID_ARGUMENT, "invalid argument: NULL client");
-    if (getpid() != c->pid)
+    if (tk__getpid() != c->pid)
         return tk__seterr(e, TK_ERR_FORKED,
                           "this client was created in process %ld before fork(); create a new client in this process",
                           (long)c->pid);
@@ -230,7 +230,7 @@ tk_err tk_client_connect(const tk_options *opts, tk_client **out, tk_error *err)
     tk_client *c = calloc(1, sizeof *c);
     if (!c)
         return tk__seterr(err, TK_ERR_NO_MEMORY, "out of memory");
-    c->pid = getpid();
+    c->pid = tk__getpid();
     c->wake[0] = c->wake[1] = -1;
     pthread_mutex_init(&c->mu, NULL);
     c->ac = tk_async_new(opts, &e);
@@ -297,7 +297,7 @@ static void close_release_cb(tk_async *ac, const tk_reply *r, void *data)
 
 void tk_client_close(tk_client *c)
 {
-    if (!c || getpid() != c->pid)
+    if (!c || tk__getpid() != c->pid)
         return;
     pthread_mutex_lock(&c->mu);
     if (c->closed) {
@@ -359,7 +359,7 @@ void tk_client_free(tk_client *c)
 {
     if (!c)
         return;
-    if (getpid() != c->pid) {
+    if (tk__getpid() != c->pid) {
         /* After fork: the parent's threads may have been mid-update; touch nothing but our
          * copies of the descriptors (closing them does not affect the parent). */
         if (c->ac && c->ac->fd >= 0)
@@ -404,7 +404,7 @@ tk_err tk_client_last_error(tk_client *c, tk_error *err)
 {
     if (!c)
         return tk__seterr(err, TK_ERR_INVALID_ARGUMENT, "invalid argument: NULL client");
-    if (getpid() != c->pid)
+    if (tk__getpid() != c->pid)
         return tk__seterr(err, TK_ERR_FORKED, "the client belongs to process %ld", (long)c->pid);
     pthread_mutex_lock(&c->mu);
     tk_error e = c->last;

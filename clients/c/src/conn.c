@@ -289,7 +289,7 @@ static void round_done_failed(tk_async *ac)
         tk__set_last_error(ac, &ac->round_err);
         tk__fail_all(ac, ac->round_err.code, ac->round_err.message);
         if (ac->connect_cb) {
-            tk_event *ev = calloc(1, sizeof *ev);
+            tk_event *ev = tk__event_new(ac);
             if (ev) {
                 ev->kind = TK__EV_CONNECT;
                 ev->ccb = ac->connect_cb;
@@ -735,9 +735,11 @@ static void handshake_input(tk_async *ac)
 
 /* ---- reads and writes --------------------------------------------------------------------- */
 
-/* Reads once into rbuf. Returns >0 bytes read, 0 when nothing more now, -1 after failing. */
-static ssize_t read_some(tk_async *ac)
+/* Reads once into rbuf. Returns >0 bytes read, 0 when nothing more now, -1 after failing.
+ * *drained: a plain socket gave less than there was room for (it had no more bytes then). */
+static ssize_t read_some(tk_async *ac, bool *drained)
 {
+    *drained = false;
     if (tk__buf_reserve(&ac->rbuf, READ_CHUNK) != 0) {
         tk__conn_fail(ac, TK_ERR_NO_MEMORY, "out of memory");
         return -1;
@@ -778,6 +780,7 @@ static ssize_t read_some(tk_async *ac)
     ssize_t n = recv(ac->fd, dst, room, 0);
     if (n > 0) {
         ac->rbuf.len += (size_t)n;
+        *drained = (size_t)n < room;
         return n;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
@@ -798,8 +801,11 @@ static ssize_t read_some(tk_async *ac)
 static void conn_read(tk_async *ac)
 {
     unsigned gen = ac->conn_gen;
-    for (int i = 0; i < MAX_READS_PER_CALL; i++) {
-        ssize_t n = read_some(ac);
+    bool drained = false;
+    /* a short read drained the socket: the next bytes come with the next readiness event (a new
+     * edge too), so no read that would only say EAGAIN */
+    for (int i = 0; i < MAX_READS_PER_CALL && !drained; i++) {
+        ssize_t n = read_some(ac, &drained);
         if (n <= 0 || ac->conn_gen != gen)
             return;
         if (ac->cs != TK__C_READY) {

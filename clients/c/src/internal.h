@@ -28,6 +28,9 @@
 /** Monotonic clock in microseconds. */
 int64_t tk__now_us(void);
 
+/** getpid(), cached: a fork() handler clears the cache in the child (no system call per check). */
+pid_t tk__getpid(void);
+
 /** A growable byte buffer; bytes [off, len) are unread. */
 typedef struct tk_buf {
     uint8_t *p;
@@ -42,12 +45,16 @@ void tk__buf_free(tk_buf *b);
 static inline size_t tk__buf_size(const tk_buf *b) { return b->len - b->off; }
 static inline uint8_t *tk__buf_data(const tk_buf *b) { return b->p + b->off; }
 
-/** A timer kept in the context's min-heap. idx is its heap slot, or SIZE_MAX when disarmed. */
-typedef struct tk_timer {
+/** A timer kept in the context's timer set. idx is its heap slot, TK__IN_LANE when it sits in a
+ *  lane, or SIZE_MAX when disarmed. */
+typedef struct tk_timer tk_timer;
+struct tk_timer {
     int64_t at;
     size_t idx;
-    uint8_t kind; /* TK__T_* below: tells the owner's type */
-} tk_timer;
+    tk_timer *lprev, *lnext; /* lane neighbours (idx == TK__IN_LANE) */
+    uint8_t kind;            /* TK__T_* below: tells the owner's type */
+};
+#define TK__IN_LANE (SIZE_MAX - 1)
 
 enum {
     TK__T_REQ_DEADLINE = 1, /* tk_req.deadline */
@@ -56,20 +63,30 @@ enum {
     TK__T_LOCK_KEEPALIVE    /* tk_lock.ka_timer */
 };
 
+/* The timers: a min-heap, plus one sorted lane (a list in deadline order) per kind whose
+ * deadlines mostly come in order (request timeouts, lost signals). A timer whose deadline is not
+ * below its lane's last one is appended there in O(1); any other goes to the heap. */
+#define TK__LANES 2
+typedef struct tk_lane {
+    tk_timer *head, *tail;
+} tk_lane;
+
 typedef struct tk_heap {
     tk_timer **t;
     size_t n, cap;
+    tk_lane lane[TK__LANES];
 } tk_heap;
 
 int tk__heap_set(tk_heap *h, tk_timer *t, int64_t at); /* arm or move; -1 on no memory */
 void tk__heap_del(tk_heap *h, tk_timer *t);            /* disarm (no-op when disarmed) */
-tk_timer *tk__heap_top(const tk_heap *h);
+tk_timer *tk__heap_top(const tk_heap *h);              /* the earliest timer, or NULL */
 void tk__heap_free(tk_heap *h);
 static inline bool tk__timer_armed(const tk_timer *t) { return t->idx != SIZE_MAX; }
 static inline void tk__timer_init(tk_timer *t, uint8_t kind)
 {
     t->at = 0;
     t->idx = SIZE_MAX;
+    t->lprev = t->lnext = NULL;
     t->kind = kind;
 }
 
@@ -114,10 +131,33 @@ struct tk_event {
     tk_connect_cb ccb;
     void *data;
     tk_reply reply;
-    tk_error error;
     tk_inspect_info inspect;
     tk_lock *lock; /* EV_LOST: the lock (a reference); EV_REPLY: reply.lock when set */
+    tk_error error; /* last: a recycled event clears only its head (tk__event_new) */
 };
+
+/* Requests, events and locks are recycled through small free lists per context. Under
+ * AddressSanitizer a recycled object stays poisoned until reused, so a use after its last
+ * reference is still reported. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TK__ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TK__ASAN 1
+#endif
+#endif
+#ifdef TK__ASAN
+#include <sanitizer/asan_interface.h>
+#define TK__POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define TK__UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define TK__POISON(p, n) ((void)(p), (void)(n))
+#define TK__UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+#define TK__POOL_MAX 1024 /* objects of each type kept per context */
+
+/* Keys up to this size live inside the request or lock (no allocation of their own). */
+#define TK__KEY_INLINE 64
 
 typedef struct tk_req tk_req;
 struct tk_req {
@@ -147,6 +187,7 @@ struct tk_req {
     tk_event *ev;          /* the completion, allocated up front so it can always be delivered */
     tk_req *prev, *next;   /* the context's list, in id order */
     tk_req *hnext;         /* hash chain */
+    uint8_t kbuf[TK__KEY_INLINE]; /* the key when it fits (key == kbuf); last: not cleared on reuse */
 };
 
 struct tk_lock {
@@ -172,6 +213,7 @@ struct tk_lock {
     void *on_lost_data;
     void (*on_lost_data_free)(void *);
     tk_lock *prev, *next;   /* the context's list of live locks */
+    uint8_t kbuf[TK__KEY_INLINE]; /* the key when it fits (key == kbuf) */
 };
 
 /* ---- the engine ------------------------------------------------------------------------- */
@@ -261,6 +303,12 @@ struct tk_async {
     tk_lock *locks;          /* every lock whose ac is this context */
     tk_heap heap;
 
+    /* recycled objects (bounded free lists; freed with the context) */
+    tk_req *req_pool;
+    tk_event *ev_pool;
+    tk_lock *lock_pool;
+    unsigned n_req_pool, n_ev_pool, n_lock_pool;
+
     /* events */
     tk_event *ev_head, *ev_tail;
     bool in_dispatch;
@@ -303,6 +351,10 @@ void tk__queue_event(tk_async *ac, tk_event *ev);
 void tk__complete(tk_async *ac, tk_req *r, tk_err code, const tk_error *e);
 void tk__fail_all(tk_async *ac, tk_err code, const char *msg); /* every request, no matter what */
 tk_req *tk__req_new(tk_async *ac, uint8_t op, uint8_t kind);
+int tk__req_set_key(tk_req *r, const uint8_t *key, size_t len); /* copy the key in; -1 on no memory */
+void tk__req_discard(tk_async *ac, tk_req *r);              /* free a request never submitted */
+tk_event *tk__event_new(tk_async *ac);                      /* a zeroed event, or NULL */
+void tk__pools_free(tk_async *ac);                          /* the context is being freed */
 void tk__req_submit(tk_async *ac, tk_req *r);               /* assign id, queue (and encode when READY) */
 void tk__req_remove(tk_async *ac, tk_req *r);               /* unlink and free */
 void tk__send_pending(tk_async *ac);                        /* READY: encode every unsent request */

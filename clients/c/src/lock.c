@@ -2,6 +2,7 @@
  * Locks: the handle's life (references), the local deadline and the lost signal, keep-alive,
  * and the public tk_lock_* accessors.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,6 +29,19 @@ static void lock_unlink(tk_async *ac, tk_lock *l)
     l->prev = l->next = NULL;
 }
 
+/* Frees l (its key already freed), or keeps it for reuse by ac. */
+static void lock_recycle(tk_async *ac, tk_lock *l)
+{
+    if (ac && ac->n_lock_pool < TK__POOL_MAX) {
+        l->next = ac->lock_pool;
+        ac->lock_pool = l;
+        ac->n_lock_pool++;
+        TK__POISON(l, sizeof *l);
+    } else {
+        free(l);
+    }
+}
+
 static int64_t keepalive_period_us(const tk_lock *l)
 {
     int64_t p = (int64_t)l->lease_ms * 1000 / 3;
@@ -41,12 +55,18 @@ static void arm_lost(tk_async *ac, tk_lock *l)
 
 tk_lock *tk__lock_new(tk_async *ac, const tk_req *acq, uint64_t token, uint32_t lease_ms, int64_t deadline_us)
 {
-    tk_lock *l = calloc(1, sizeof *l);
-    if (!l)
+    tk_lock *l = ac->lock_pool;
+    if (l) {
+        TK__UNPOISON(l, sizeof *l);
+        ac->lock_pool = l->next;
+        ac->n_lock_pool--;
+        memset(l, 0, offsetof(tk_lock, kbuf));
+    } else if (!(l = calloc(1, sizeof *l))) {
         return NULL;
-    l->key = malloc(acq->key_len);
-    if (!l->key) {
-        free(l);
+    }
+    l->key = l->kbuf;
+    if (acq->key_len > sizeof l->kbuf && !(l->key = malloc(acq->key_len))) {
+        lock_recycle(ac, l);
         return NULL;
     }
     memcpy(l->key, acq->key, acq->key_len);
@@ -84,15 +104,18 @@ void tk__lock_unref(tk_lock *l)
 {
     if (--l->refs > 0)
         return;
-    if (l->ac) {
-        tk__heap_del(&l->ac->heap, &l->lost_timer);
-        tk__heap_del(&l->ac->heap, &l->ka_timer);
-        lock_unlink(l->ac, l);
+    tk_async *ac = l->ac;
+    if (ac) {
+        tk__heap_del(&ac->heap, &l->lost_timer);
+        tk__heap_del(&ac->heap, &l->ka_timer);
+        lock_unlink(ac, l);
     }
     if (l->on_lost_data_free)
         l->on_lost_data_free(l->on_lost_data);
-    free(l->key);
-    free(l);
+    if (l->key != l->kbuf)
+        free(l->key);
+    l->key = NULL;
+    lock_recycle(ac, l);
 }
 
 /* Leaves the held set (lost or released): timers stop, the set's reference goes. */
@@ -115,7 +138,7 @@ void tk__lock_lost(tk_async *ac, tk_lock *l, tk_lost_reason reason)
     l->reason = reason;
     tk__lock_ref(l); /* keep it while we work */
     if (!l->user_freed && l->on_lost) {
-        tk_event *ev = calloc(1, sizeof *ev);
+        tk_event *ev = tk__event_new(ac);
         if (ev) {
             ev->kind = TK__EV_LOST;
             ev->lock = l;
@@ -193,13 +216,10 @@ void tk__lock_timer(tk_async *ac, tk_lock *l, tk_timer *t, int64_t now)
     tk_req *r = tk__req_new(ac, TK_OP_EXTEND, TK__R_KEEPALIVE);
     if (!r)
         return;
-    r->key = malloc(l->key_len);
-    if (!r->key) {
-        free(r);
+    if (tk__req_set_key(r, l->key, l->key_len) != 0) {
+        tk__req_discard(ac, r);
         return;
     }
-    memcpy(r->key, l->key, l->key_len);
-    r->key_len = l->key_len;
     r->token = l->token;
     r->lease_ms = l->lease_ms;
     r->lock = l;
@@ -312,7 +332,7 @@ void tk_lock_free(tk_lock *lock)
     if (!lock)
         return;
     tk_async *ac = lock->ac;
-    if (ac && getpid() != ac->pid)
+    if (ac && tk__getpid() != ac->pid)
         return; /* after fork: the handle belongs to the parent's client */
     tk_client *c = owner_of(lock);
     tk__client_lock(c);
@@ -329,22 +349,20 @@ void tk_lock_drop(tk_lock *lock)
     if (!lock)
         return;
     tk_async *ac = lock->ac;
-    if (ac && getpid() != ac->pid)
+    if (ac && tk__getpid() != ac->pid)
         return;
     tk_client *c = owner_of(lock);
     tk__client_lock(c);
     if (ac && lock->held && !lock->releasing && tk__check_usable(ac, NULL) == TK_OK) {
         tk_req *r = tk__req_new(ac, TK_OP_RELEASE, TK__R_BACKGROUND);
-        if (r && (r->key = malloc(lock->key_len))) {
-            memcpy(r->key, lock->key, lock->key_len);
-            r->key_len = lock->key_len;
+        if (r && tk__req_set_key(r, lock->key, lock->key_len) == 0) {
             r->token = lock->token;
             r->lock = lock;
             tk__lock_ref(lock);
             lock->releasing = true;
             tk__req_submit(ac, r);
         } else {
-            free(r);
+            tk__req_discard(ac, r);
         }
     }
     lock->user_freed = true;

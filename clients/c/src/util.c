@@ -1,8 +1,11 @@
 /* Buffers, the timer heap, error values, argument checks and the lost-deadline arithmetic. */
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -11,6 +14,27 @@ int64_t tk__now_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* The process id, cached. glibc makes getpid() a system call each time; every public call checks
+ * it (a client must not be used after fork()), so it is read once and the child's fork handler
+ * clears the copy. */
+static atomic_int pid_cache;
+static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
+
+static void pid_forked(void) { atomic_store_explicit(&pid_cache, 0, memory_order_relaxed); }
+
+static void pid_register(void) { pthread_atfork(NULL, NULL, pid_forked); }
+
+pid_t tk__getpid(void)
+{
+    int p = atomic_load_explicit(&pid_cache, memory_order_relaxed);
+    if (p != 0)
+        return (pid_t)p;
+    pthread_once(&pid_once, pid_register);
+    p = (int)getpid();
+    atomic_store_explicit(&pid_cache, p, memory_order_relaxed);
+    return (pid_t)p;
 }
 
 /* ---- buffers ----------------------------------------------------------------------------- */
@@ -111,9 +135,51 @@ static void heap_down(tk_heap *h, size_t i)
     }
 }
 
+/* The lane of a timer kind, or -1 for the heap only. */
+static int lane_of(uint8_t kind)
+{
+    switch (kind) {
+    case TK__T_REQ_DEADLINE: return 0;
+    case TK__T_LOCK_LOST: return 1;
+    default: return -1;
+    }
+}
+
+static void lane_unlink(tk_heap *h, tk_timer *t)
+{
+    tk_lane *L = &h->lane[lane_of(t->kind)];
+    if (t->lprev)
+        t->lprev->lnext = t->lnext;
+    else
+        L->head = t->lnext;
+    if (t->lnext)
+        t->lnext->lprev = t->lprev;
+    else
+        L->tail = t->lprev;
+    t->lprev = t->lnext = NULL;
+    t->idx = SIZE_MAX;
+}
+
+static void heap_remove(tk_heap *h, tk_timer *t)
+{
+    size_t i = t->idx;
+    h->n--;
+    if (i != h->n) {
+        h->t[i] = h->t[h->n];
+        h->t[i]->idx = i;
+        heap_up(h, i);
+        heap_down(h, h->t[i]->idx);
+    }
+    t->idx = SIZE_MAX;
+}
+
 int tk__heap_set(tk_heap *h, tk_timer *t, int64_t at)
 {
-    if (tk__timer_armed(t)) {
+    if (t->idx == TK__IN_LANE) {
+        if (at == t->at)
+            return 0;
+        lane_unlink(h, t);
+    } else if (tk__timer_armed(t)) {
         int64_t old = t->at;
         t->at = at;
         if (at < old)
@@ -121,6 +187,22 @@ int tk__heap_set(tk_heap *h, tk_timer *t, int64_t at)
         else
             heap_down(h, t->idx);
         return 0;
+    }
+    int ln = lane_of(t->kind);
+    if (ln >= 0) {
+        tk_lane *L = &h->lane[ln];
+        if (!L->tail || L->tail->at <= at) {
+            t->at = at;
+            t->idx = TK__IN_LANE;
+            t->lnext = NULL;
+            t->lprev = L->tail;
+            if (L->tail)
+                L->tail->lnext = t;
+            else
+                L->head = t;
+            L->tail = t;
+            return 0;
+        }
     }
     if (h->n == h->cap) {
         size_t cap = h->cap ? h->cap * 2 : 64;
@@ -139,25 +221,35 @@ int tk__heap_set(tk_heap *h, tk_timer *t, int64_t at)
 
 void tk__heap_del(tk_heap *h, tk_timer *t)
 {
-    if (!tk__timer_armed(t))
-        return;
-    size_t i = t->idx;
-    h->n--;
-    if (i != h->n) {
-        h->t[i] = h->t[h->n];
-        h->t[i]->idx = i;
-        heap_up(h, i);
-        heap_down(h, h->t[i]->idx);
-    }
-    t->idx = SIZE_MAX;
+    if (t->idx == TK__IN_LANE)
+        lane_unlink(h, t);
+    else if (tk__timer_armed(t))
+        heap_remove(h, t);
 }
 
-tk_timer *tk__heap_top(const tk_heap *h) { return h->n ? h->t[0] : NULL; }
+tk_timer *tk__heap_top(const tk_heap *h)
+{
+    tk_timer *best = h->n ? h->t[0] : NULL;
+    for (int i = 0; i < TK__LANES; i++) {
+        tk_timer *c = h->lane[i].head;
+        if (c && (!best || c->at < best->at))
+            best = c;
+    }
+    return best;
+}
 
 void tk__heap_free(tk_heap *h)
 {
     for (size_t i = 0; i < h->n; i++)
         h->t[i]->idx = SIZE_MAX;
+    for (int i = 0; i < TK__LANES; i++) {
+        for (tk_timer *t = h->lane[i].head, *next; t; t = next) {
+            next = t->lnext;
+            t->lprev = t->lnext = NULL;
+            t->idx = SIZE_MAX;
+        }
+        h->lane[i].head = h->lane[i].tail = NULL;
+    }
     free(h->t);
     h->t = NULL;
     h->n = h->cap = 0;

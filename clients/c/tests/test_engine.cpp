@@ -5,6 +5,8 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 extern "C" {
 #include "internal.h"
@@ -52,6 +54,50 @@ TEST(Heap, PopsInOrderAfterRandomSetsAndDeletes)
     }
     EXPECT_GT(n, 100u);
     tk__heap_free(&h);
+}
+
+// Kinds with a sorted lane (request deadlines, lost signals) next to heap-only kinds: mostly
+// increasing deadlines (the lanes' case) mixed with earlier ones, moves and deletes; the timers
+// still come out in deadline order and end disarmed.
+TEST(Heap, LanesAndHeapPopInOrder)
+{
+    tk_heap h{};
+    std::vector<tk_timer> t(600);
+    std::mt19937 rng(11);
+    const uint8_t kinds[] = {TK__T_REQ_DEADLINE, TK__T_REQ_CLEANUP, TK__T_LOCK_LOST, TK__T_LOCK_KEEPALIVE};
+    int64_t clock = 0;
+    for (size_t i = 0; i < t.size(); i++) {
+        tk__timer_init(&t[i], kinds[i % 4]);
+        clock += rng() % 10;
+        int64_t at = rng() % 5 == 0 ? int64_t(rng() % 3000) : clock + 1000; // some out of order
+        ASSERT_EQ(tk__heap_set(&h, &t[i], at), 0);
+        EXPECT_TRUE(tk__timer_armed(&t[i]));
+        if (i % 7 == 3)
+            tk__heap_del(&h, &t[rng() % (i + 1)]);
+        if (i % 11 == 5)
+            tk__heap_set(&h, &t[rng() % (i + 1)], rng() % 4000); // move, or arm again
+    }
+    size_t armed = 0;
+    for (auto &x : t)
+        armed += tk__timer_armed(&x);
+    int64_t last = -1;
+    size_t n = 0;
+    while (tk_timer *top = tk__heap_top(&h)) {
+        EXPECT_GE(top->at, last);
+        last = top->at;
+        tk__heap_del(&h, top);
+        EXPECT_FALSE(tk__timer_armed(top));
+        n++;
+    }
+    EXPECT_EQ(n, armed);
+    for (auto &x : t)
+        EXPECT_FALSE(tk__timer_armed(&x));
+    // tk__heap_free disarms what is left, in the lanes too
+    for (size_t i = 0; i < 50; i++)
+        ASSERT_EQ(tk__heap_set(&h, &t[i], int64_t(i % 2 ? i : 100 - i)), 0);
+    tk__heap_free(&h);
+    for (size_t i = 0; i < 50; i++)
+        EXPECT_FALSE(tk__timer_armed(&t[i]));
 }
 
 TEST(Buf, AppendConsumeCompact)
@@ -210,4 +256,46 @@ TEST(Options, NullArgumentsNeverCrash)
     tk_client_close(nullptr);
     tk_client_free(nullptr);
     tk_async_free(nullptr);
+}
+
+static void noop_reply(tk_async *, const tk_reply *, void *) {}
+
+// The process id is read once per process: a context made before fork() refuses every call in
+// the child, one made in the child works there, and a grandchild refuses that one in turn.
+TEST(Fork, CachedProcessIdFollowsEveryFork)
+{
+    tk_async *ac = tk_async_new(nullptr, nullptr);
+    ASSERT_NE(ac, nullptr);
+    ASSERT_EQ(tk_async_ping(ac, noop_reply, nullptr), TK_OK);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int code = 0;
+        if (tk_async_ping(ac, noop_reply, nullptr) != TK_ERR_FORKED)
+            code |= 1;
+        tk_async *mine = tk_async_new(nullptr, nullptr);
+        if (!mine || tk_async_ping(mine, noop_reply, nullptr) != TK_OK)
+            code |= 2;
+        pid_t g = fork();
+        if (g == 0) {
+            int gc = 0;
+            if (tk_async_ping(mine, noop_reply, nullptr) != TK_ERR_FORKED)
+                gc |= 1;
+            if (tk_async_ping(ac, noop_reply, nullptr) != TK_ERR_FORKED)
+                gc |= 2;
+            _exit(gc);
+        }
+        int st = 0;
+        if (g < 0 || waitpid(g, &st, 0) != g || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            code |= 4;
+        if (tk_async_ping(mine, noop_reply, nullptr) != TK_OK) // still this process's
+            code |= 8;
+        _exit(code);
+    }
+    ASSERT_GT(pid, 0);
+    int st = 0;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    ASSERT_TRUE(WIFEXITED(st));
+    EXPECT_EQ(WEXITSTATUS(st), 0);
+    EXPECT_EQ(tk_async_ping(ac, noop_reply, nullptr), TK_OK) << "the parent's context is untouched";
+    tk_async_free(ac);
 }

@@ -274,20 +274,32 @@ void Server::kill_hard()
 void Server::pause()
 {
     ::kill(pid_, SIGSTOP);
-    // kill() returns before the process is stopped: wait until /proc says it is
-    std::string stat = "/proc/" + std::to_string(pid_) + "/stat";
+    // kill() returns before the process is stopped: wait until /proc says every thread is (a
+    // thread that has not stopped yet could still answer a request)
+    std::string task = "/proc/" + std::to_string(pid_) + "/task";
     wait_until(
         [&] {
-            std::string st;
-            try {
-                st = read_file(stat);
-            } catch (const std::exception &) {
+            DIR *d = opendir(task.c_str());
+            if (!d)
                 return true;
+            bool all = true;
+            while (struct dirent *e = readdir(d)) {
+                if (e->d_name[0] == '.')
+                    continue;
+                std::string st;
+                try {
+                    st = read_file(task + "/" + e->d_name + "/stat");
+                } catch (const std::exception &) {
+                    continue; // the thread exited
+                }
+                auto p = st.rfind(')');
+                if (p == std::string::npos || p + 2 >= st.size() || (st[p + 2] != 'T' && st[p + 2] != 't'))
+                    all = false;
             }
-            auto p = st.rfind(')');
-            return p != std::string::npos && p + 2 < st.size() && (st[p + 2] == 'T' || st[p + 2] == 't');
+            closedir(d);
+            return all;
         },
-        2000ms);
+        5000ms);
 }
 
 void Server::resume() { ::kill(pid_, SIGCONT); }

@@ -1,7 +1,7 @@
 // Integration tests against the real server binary ($TICKETING_BIN, or built by the tests),
 // started on a free loopback port; restarts, stops and freezes are real signals to it.
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import * as net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { after, before, describe, test } from 'node:test';
@@ -578,6 +578,10 @@ describe('frozen server (SIGSTOP)', () => {
       const a = client(srv, { requestTimeoutMs: 500, heartbeatIntervalMs: 200 });
       const lock = await a.acquire('frozen', { leaseMs: 30_000 });
       srv.proc.kill('SIGSTOP');
+      // kill() only queues the signal: wait until every thread of the server is stopped (state T
+      // in /proc), or a call sent at once may still be answered.
+      const task = `/proc/${srv.proc.pid}/task`;
+      await eventually(() => readdirSync(task).every((t) => /^\d+ \(.*\) T/.test(readFileSync(`${task}/${t}/stat`, 'utf8'))), 5000, 'the server to stop');
       const t = performance.now();
       const results = await Promise.allSettled([a.ping(), a.inspect('frozen'), a.release('other', 5n), a.acquire('frozen2', { waitTimeoutMs: 100 })]);
       const took = performance.now() - t;

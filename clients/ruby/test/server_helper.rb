@@ -99,8 +99,18 @@ class TicketingServer
     stop("KILL")
   end
 
+  # Process.kill only queues the signal: wait until every thread of the server is stopped (state
+  # T in /proc), or a request sent at once could still be answered.
   def pause
     Process.kill("STOP", @pid)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 5
+    loop do
+      stats = Dir.glob("/proc/#{@pid}/task/*/stat").map { |f| File.read(f) rescue "" }
+      break if stats.all? { |st| st[st.rindex(")").to_i + 2] =~ /[Tt]/ || st.empty? }
+      raise "server #{@pid} did not stop after SIGSTOP" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+      sleep 0.01
+    end
   end
 
   def resume

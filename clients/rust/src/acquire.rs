@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::{Instant, timeout_at};
 
 use crate::client::{
-    Answer, AnswerFuture, Bound, Client, Inner, Queued, Req, check_key_len, lease_ms, status_error, wait_ms,
+    Answer, AnswerFuture, Bound, Client, Inner, Key, Queued, Req, check_key_len, lease_ms, status_error, wait_ms,
 };
 use crate::error::{Error, key_text};
 use crate::lock::{Lock, LockShared};
@@ -24,7 +24,7 @@ use crate::wire::{self, Op, Status};
 #[must_use = "an acquire does nothing until it is awaited"]
 pub struct Acquire {
     client: Client,
-    key: Arc<[u8]>,
+    key: Key,
     lease: Duration,
     wait: Option<Duration>,
     keep_alive: bool,
@@ -50,10 +50,11 @@ impl fmt::Debug for Acquire {
 }
 
 impl Acquire {
+    #[inline]
     pub(crate) fn new(client: Client, key: &[u8], lease: Duration) -> Acquire {
         Acquire {
             client,
-            key: Arc::from(key),
+            key: Key::new(key),
             lease,
             wait: None,
             keep_alive: false,
@@ -67,6 +68,7 @@ impl Acquire {
     /// Waits at most `timeout` in the key's queue, then fails with [`Error::NotAcquired`].
     /// `Duration::ZERO` tries once. Sub-millisecond parts round up; from 2^32 − 1 ms on it means
     /// without limit. Default: without limit.
+    #[inline]
     pub fn wait(mut self, timeout: Duration) -> Self {
         self.wait = Some(timeout);
         self
@@ -168,6 +170,7 @@ impl Acquire {
     }
 
     /// Checks the arguments; the request and how long its answer is waited for.
+    #[inline(always)]
     fn request(&self) -> Result<(Req, Bound), Error> {
         check_key_len(&self.key)?;
         let lease = lease_ms(self.lease)?;
@@ -190,15 +193,18 @@ impl Acquire {
     }
 
     /// The acquire's first step, without waiting: checks the arguments and queues the request
-    /// when there is a connection (and no cancel signal), its answer to wake `waker`.
-    fn start(self, waker: &std::task::Waker) -> Result<Started, Error> {
+    /// when there is a connection (and no cancel signal), its answer to wake `waker`. Returns the
+    /// request's id and waiter ticket, or `None` when it queued nothing ([`execute`] does it all).
+    ///
+    /// [`execute`]: Acquire::execute
+    fn start(&self, waker: &std::task::Waker) -> Result<Option<(u64, usize)>, Error> {
         if self.cancel.is_some() {
-            return Ok(Started::Later(self));
+            return Ok(None);
         }
         let (req, bound) = self.request()?;
         match self.client.inner().try_send(req, None, Instant::now(), bound, Some(waker.clone()))? {
-            Queued::Sent(sent) => Ok(Started::Sent(Waiting { id: sent.id, ticket: sent.ticket, acquire: Some(self) })),
-            Queued::NoConnection(..) => Ok(Started::Later(self)),
+            Queued::Sent(sent) => Ok(Some((sent.id, sent.ticket))),
+            Queued::NoConnection(..) => Ok(None),
         }
     }
 
@@ -227,6 +233,7 @@ impl Acquire {
     }
 
     /// Maps the acquire's answer to the lock or the error.
+    #[inline]
     fn finish(self, answer: Result<Answer, Error>) -> Result<Lock, Error> {
         match answer {
             Err(e) => Err(e),
@@ -242,31 +249,6 @@ impl Acquire {
             Ok(Answer::Reply(r)) => {
                 Err(status_error(Op::ACQUIRE, &r, &self.key, 0, self.wait.unwrap_or(Duration::MAX)))
             }
-        }
-    }
-}
-
-/// What [`Acquire::start`] did.
-enum Started {
-    /// Queued: the answer is awaited.
-    Sent(Waiting),
-    /// Nothing yet: [`Acquire::execute`] does it all.
-    Later(Acquire),
-}
-
-/// An acquire queued by [`Acquire::start`], awaiting its answer: dropped before it (`acquire`
-/// still set), it withdraws the request like [`PendingAcquire`].
-struct Waiting {
-    acquire: Option<Acquire>,
-    id: u64,
-    /// Its waiter's ticket (see [`Inner::poll_answer`]).
-    ticket: usize,
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        if let Some(a) = &self.acquire {
-            abandon(a.client.inner(), self.id, self.ticket);
         }
     }
 }
@@ -342,17 +324,33 @@ impl Drop for PendingAcquire<'_> {
 /// and then only await their answer, which this does without an allocation of its own.
 #[must_use = "futures do nothing unless polled"]
 pub struct AcquireFuture {
+    // The acquire stays where it is from the start to the answer (each step only changes `step`):
+    // moving it between the steps' variants cost more than the rest of the step.
+    /// Until the answer is handed over, or the acquire moves into [`Step::Boxed`].
+    acquire: Option<Acquire>,
     step: Step,
 }
 
 enum Step {
     /// Not polled yet.
-    Start(Acquire),
-    /// Queued, awaiting the answer.
-    Waiting(Waiting),
+    Start,
+    /// Queued (request `id`, waiter `ticket`: see [`Inner::poll_answer`]), awaiting the answer:
+    /// dropped then, the future withdraws the request like [`PendingAcquire`].
+    Waiting {
+        id: u64,
+        ticket: usize,
+    },
     /// Anything else (waiting for a connection, a cancel signal).
     Boxed(Pin<Box<dyn Future<Output = Result<Lock, Error>> + Send>>),
     Done,
+}
+
+impl Drop for AcquireFuture {
+    fn drop(&mut self) {
+        if let (Step::Waiting { id, ticket }, Some(a)) = (&self.step, &self.acquire) {
+            abandon(a.client.inner(), *id, *ticket);
+        }
+    }
 }
 
 impl fmt::Debug for AcquireFuture {
@@ -367,33 +365,39 @@ impl Future for AcquireFuture {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         loop {
-            match &mut this.step {
-                Step::Start(_) => {
-                    let Step::Start(acquire) = std::mem::replace(&mut this.step, Step::Done) else { unreachable!() };
+            match this.step {
+                Step::Start => {
+                    let Some(acquire) = &this.acquire else { panic!("AcquireFuture polled after completion") };
                     match acquire.start(cx.waker()) {
-                        Err(e) => return Poll::Ready(Err(e)),
+                        Err(e) => {
+                            this.step = Step::Done;
+                            return Poll::Ready(Err(e));
+                        }
                         // Its answer wakes this task (and cannot be there yet but from another
                         // thread, which then wakes it too): no need to look now.
-                        Ok(Started::Sent(waiting)) => {
-                            this.step = Step::Waiting(waiting);
+                        Ok(Some((id, ticket))) => {
+                            this.step = Step::Waiting { id, ticket };
                             return Poll::Pending;
                         }
-                        Ok(Started::Later(acquire)) => this.step = Step::Boxed(Box::pin(acquire.execute())),
+                        Ok(None) => {
+                            let Some(acquire) = this.acquire.take() else { unreachable!() };
+                            this.step = Step::Boxed(Box::pin(acquire.execute()));
+                        }
                     }
                 }
-                Step::Waiting(w) => {
-                    let answer = match &w.acquire {
-                        Some(a) => ready!(a.client.inner().poll_answer(w.ticket, cx)),
+                Step::Waiting { ticket, .. } => {
+                    let answer = match &this.acquire {
+                        Some(a) => ready!(a.client.inner().poll_answer(ticket, cx)),
                         None => Err(Error::Closed),
                     };
-                    let acquire = w.acquire.take();
+                    // Answered: nothing to withdraw any more.
                     this.step = Step::Done;
-                    return Poll::Ready(match acquire {
+                    return Poll::Ready(match this.acquire.take() {
                         Some(a) => a.finish(answer),
                         None => Err(Error::Closed),
                     });
                 }
-                Step::Boxed(f) => {
+                Step::Boxed(ref mut f) => {
                     let out = ready!(f.as_mut().poll(cx));
                     this.step = Step::Done;
                     return Poll::Ready(out);
@@ -408,7 +412,8 @@ impl IntoFuture for Acquire {
     type Output = Result<Lock, Error>;
     type IntoFuture = AcquireFuture;
 
+    #[inline]
     fn into_future(self) -> AcquireFuture {
-        AcquireFuture { step: Step::Start(self) }
+        AcquireFuture { acquire: Some(self), step: Step::Start }
     }
 }

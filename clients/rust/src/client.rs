@@ -20,7 +20,7 @@ use crate::conn::{self, Dialer};
 use crate::error::{Error, key_text};
 use crate::lock::LockShared;
 use crate::options::ClientOptions;
-use crate::table::IdMap;
+use crate::table::IdTable;
 use crate::timers::Deadlines;
 use crate::wire::{self, BusyLimit, InspectData, InspectFlags, InvalidField, Op, Request, Status};
 
@@ -70,6 +70,54 @@ pub(crate) struct Reply {
     pub t_send: Instant,
 }
 
+/// A key, owned: up to [`Key::INLINE`] bytes in place, longer ones shared. Most keys are short:
+/// in place, an acquire allocates nothing for its key, and the key's copies (the lock's, its
+/// release's) cost a copy of 32 bytes rather than an update of a reference count each time one is
+/// made or dropped.
+#[derive(Clone)]
+pub(crate) enum Key {
+    Inline { len: u8, bytes: [u8; Key::INLINE] },
+    Shared(Arc<[u8]>),
+}
+
+impl Key {
+    /// The longest key kept in place.
+    pub const INLINE: usize = 30;
+
+    pub fn new(key: &[u8]) -> Key {
+        if key.len() <= Key::INLINE {
+            let mut bytes = [0u8; Key::INLINE];
+            bytes[..key.len()].copy_from_slice(key);
+            Key::Inline { len: key.len() as u8, bytes }
+        } else {
+            Key::Shared(Arc::from(key))
+        }
+    }
+}
+
+impl std::ops::Deref for Key {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Key::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Key::Shared(k) => k,
+        }
+    }
+}
+
+impl AsRef<[u8]> for Key {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", key_text(self))
+    }
+}
+
 /// A request's fields, kept so that it can be sent again with its id after a resume.
 #[derive(Clone, Debug)]
 pub(crate) struct Req {
@@ -77,7 +125,7 @@ pub(crate) struct Req {
     pub token: u64,
     pub lease_ms: u32,
     pub wait_ms: u32,
-    pub key: Arc<[u8]>,
+    pub key: Key,
     /// A [`Lock`](crate::Lock)'s own `RELEASE`: its `OK`, delivered to the caller, takes the lock
     /// out of the client's table and timers (with the state the answer is handled under, rather
     /// than locking it again).
@@ -85,7 +133,7 @@ pub(crate) struct Req {
 }
 
 impl Req {
-    pub fn new(op: Op, key: Arc<[u8]>) -> Req {
+    pub fn new(op: Op, key: Key) -> Req {
         Req { op, token: 0, lease_ms: 0, wait_ms: 0, key, forget: false }
     }
 
@@ -145,13 +193,13 @@ pub(crate) struct Held {
 }
 
 /// Whether the request `id` still awaits its answer by the deadline `at`.
-fn request_live(pending: &IdMap<Pending>, at: Instant, id: u64) -> bool {
-    pending.get(&id).is_some_and(|p| p.deadline == Some(at) && p.waiter.is_some())
+fn request_live(pending: &IdTable<Pending>, at: Instant, id: u64) -> bool {
+    pending.get(id).is_some_and(|p| p.deadline == Some(at) && p.waiter.is_some())
 }
 
 /// Whether the lock `token` is still held with the lost time `at`.
-fn lock_live(locks: &IdMap<Held>, at: Instant, token: u64) -> bool {
-    locks.get(&token).is_some_and(|h| h.timer_at == at)
+fn lock_live(locks: &IdTable<Held>, at: Instant, token: u64) -> bool {
+    locks.get(token).is_some_and(|h| h.timer_at == at)
 }
 
 /// The current connection's output: frames queued here reach the wire in order.
@@ -171,16 +219,17 @@ pub(crate) struct State {
     pub out: Option<Outbox>,
     /// Bumped at every connect and disconnect; a task that saw another epoch is stale.
     pub epoch: u64,
-    /// Requests awaiting their answers, by id. A hash map: ids are mostly answered in order,
-    /// which makes a B-tree shift its nodes on every removal (and a ring indexed by id, tried
-    /// too, moved whole entries around more than the map does); the few walks in id order
-    /// (resume, `ACK`) sort or scan.
-    pub pending: IdMap<Pending>,
+    /// Requests awaiting their answers, by id: ids are handed out in sequence and mostly answered
+    /// soon, so each has its own place in an array indexed by id (see [`IdTable`]), where a hash
+    /// map hashed, probed and moved entries on every insert and removal (and a B-tree shifted its
+    /// nodes); the few walks in id order (resume, `ACK`) sort or scan.
+    pub pending: IdTable<Pending>,
     /// Releases to send on the next connection to the same server (grants that raced a cancel
     /// while disconnected).
     pub deferred: Vec<Req>,
-    /// Locks held through this client, by token (for `EXPIRED`, restarts, refuse-held).
-    pub locks: IdMap<Held>,
+    /// Locks held through this client, by token (for `EXPIRED`, restarts, refuse-held). Tokens
+    /// grow too (with gaps where other sessions took some), hence an [`IdTable`] as well.
+    pub locks: IdTable<Held>,
     /// The lost times of the held locks, by token, for the client's one timer task
     /// ([`run_timers`]): a task and a timer per lock cost a spawn, an abort and two updates of
     /// tokio's timer wheel.
@@ -192,6 +241,10 @@ pub(crate) struct State {
     /// What the client's timer task ([`run_timers`]) sleeps until (`None`: until notified).
     pub timer_armed: Option<Instant>,
     registrations: u32,
+    /// The states of dropped locks that nothing else referred to, each held only here, for the
+    /// next grants ([`LockShared::renew`]): an allocation and a free per lock cost more than
+    /// keeping them (at most [`LOCK_POOL_MAX`]).
+    pub lock_pool: Vec<Arc<LockShared>>,
     pub answers_since_ack: u32,
     pub ack_outstanding: bool,
     pub closed: bool,
@@ -204,6 +257,9 @@ pub(crate) struct State {
     free_slots: Vec<usize>,
 }
 
+/// The most lock states kept for reuse (`State::lock_pool`).
+pub(crate) const LOCK_POOL_MAX: usize = 256;
+
 /// Send an `ACK` after this many answers (at least once per [`wire::ACK_EVERY`]).
 const ACK_AFTER: u32 = wire::ACK_EVERY / 2;
 
@@ -214,6 +270,7 @@ impl State {
     }
 
     /// A new waiter (a slot for its answer), woken through `waker` once set.
+    #[inline]
     pub fn waiter(&mut self, waker: Option<Waker>) -> Waiter {
         let ticket = match self.free_slots.pop() {
             Some(t) => t,
@@ -227,11 +284,13 @@ impl State {
     }
 
     /// Hands `answer` to the caller behind `w` and wakes it.
+    #[inline]
     pub fn deliver(&mut self, w: Waiter, answer: Result<Answer, Error>) {
         deliver(&mut self.slots, w, answer);
     }
 
     /// The answer in the slot `ticket`, if it came; the slot is freed.
+    #[inline]
     pub fn take_answer(&mut self, ticket: usize) -> Option<Result<Answer, Error>> {
         let answer = self.slots[ticket].answer.take()?;
         // Its waker went with the delivery (none is set once the answer is in).
@@ -249,6 +308,9 @@ impl State {
 
     /// [`queue`](State::queue), giving `req` back when there is no connection; `deadline` and
     /// `late` as in [`Pending`].
+    // Inlined: the request and its entry are then built where they go rather than moved through
+    // each call (a move per call cost more than the rest of the step).
+    #[inline(always)]
     fn enqueue(
         &mut self,
         req: Req,
@@ -274,6 +336,7 @@ impl State {
 
     /// Queues a caller's request, answered through a new waiter woken by `waker` (or an error once
     /// `bound` passes); returns its id and ticket, or gives `req` back when there is no connection.
+    #[inline(always)]
     pub fn queue_call(
         &mut self,
         inner: &Inner,
@@ -294,8 +357,12 @@ impl State {
             None => false,
             Some(at) => {
                 // In order up to a plain call's deadline: an acquire's long wait would otherwise
-                // hold every later call out of the queue.
-                let plain = now.checked_add(inner.opts.request_timeout);
+                // hold every later call out of the queue. (A call's own deadline, from its start,
+                // and a bound no longer than the request timeout are never later.)
+                let plain = match bound {
+                    Bound::After(d) if d > inner.opts.request_timeout => now.checked_add(inner.opts.request_timeout),
+                    _ => None,
+                };
                 let pending = &self.pending;
                 let late = self
                     .deadlines
@@ -316,8 +383,9 @@ impl State {
     }
 
     /// Removes the request `id` (answered, or given up by its caller).
+    #[inline]
     pub fn take_pending(&mut self, id: u64) -> Option<Pending> {
-        let p = self.pending.remove(&id)?;
+        let p = self.pending.remove(id)?;
         if let Some(at) = p.deadline {
             let pending = &self.pending;
             self.deadlines.remove(at, id, p.late, |at, id| request_live(pending, at, id));
@@ -332,7 +400,7 @@ impl State {
             if !request_live(&self.pending, at, id) {
                 continue;
             }
-            let Some(p) = self.pending.get_mut(&id) else { continue };
+            let Some(p) = self.pending.get_mut(id) else { continue };
             let Some(waiter) = p.waiter.take() else { continue };
             p.deadline = None;
             if p.req.op == Op::ACQUIRE {
@@ -344,7 +412,7 @@ impl State {
                 self.deliver(waiter, Err(Error::Timeout { what, timeout }));
             } else {
                 let op = p.req.op;
-                self.pending.remove(&id);
+                self.pending.remove(id);
                 self.deliver(waiter, Err(Error::Timeout { what: op_name(op).into(), timeout: request_timeout }));
             }
         }
@@ -358,11 +426,11 @@ impl State {
     fn due_locks(&mut self, now: Instant) -> Vec<Arc<LockShared>> {
         let mut due = Vec::new();
         while let Some((at, token)) = self.timers.pop_due(now) {
-            let Some(h) = self.locks.get(&token).filter(|h| h.timer_at == at) else { continue };
+            let Some(h) = self.locks.get(token).filter(|h| h.timer_at == at) else { continue };
             match h.lock.upgrade() {
                 Some(l) => due.push(l),
                 // Dropped without a release: the server lets the lease run out.
-                None => drop(self.locks.remove(&token)),
+                None => drop(self.locks.remove(token)),
             }
         }
         due
@@ -397,7 +465,7 @@ impl State {
     /// Withdraws the acquire `id` whose caller gave up: sends `CANCEL` now, or marks it for the
     /// next connection. Returns false when the acquire is no longer pending.
     pub fn abandon_acquire(&mut self, id: u64, now: Instant) -> bool {
-        let Some(p) = self.pending.get_mut(&id) else { return false };
+        let Some(p) = self.pending.get_mut(id) else { return false };
         p.waiter = None;
         self.cancel_acquire(id, now)
     }
@@ -405,14 +473,14 @@ impl State {
     /// Sends `CANCEL` for the acquire `id` now, or marks it for the next connection; its caller
     /// (if still waiting) gets the acquire's final answer. False when it is no longer pending.
     pub fn cancel_acquire(&mut self, id: u64, now: Instant) -> bool {
-        if !self.pending.contains_key(&id) {
+        if !self.pending.contains_key(id) {
             return false;
         }
         if self.out.is_some() {
             let mut cancel = Req::new(Op::CANCEL, empty_key());
             cancel.token = id;
             self.queue(cancel, None, now);
-        } else if let Some(p) = self.pending.get_mut(&id) {
+        } else if let Some(p) = self.pending.get_mut(id) {
             p.needs_cancel = true;
         }
         true
@@ -420,7 +488,7 @@ impl State {
 
     /// The `x` of an `ACK`: the lowest id still awaited that is not an `ACQUIRE`, else the next id.
     fn ack_point(&self) -> u64 {
-        self.pending.iter().filter(|(_, p)| p.req.op != Op::ACQUIRE).map(|(id, _)| *id).min().unwrap_or(self.next_id)
+        self.pending.iter().filter(|(_, p)| p.req.op != Op::ACQUIRE).map(|(id, _)| id).min().unwrap_or(self.next_id)
     }
 
     pub fn maybe_ack(&mut self, now: Instant) {
@@ -435,6 +503,7 @@ impl State {
 
     /// Registers a lock just granted: in the table of held locks, and in the deadline timers at
     /// `lost_at` (its lost time).
+    #[inline]
     pub fn register(&mut self, inner: &Inner, token: u64, lock: &Arc<LockShared>, lost_at: Instant) {
         self.registrations = self.registrations.wrapping_add(1);
         if self.registrations.is_multiple_of(1024) {
@@ -443,7 +512,7 @@ impl State {
             self.locks.retain(|token, h| {
                 let live = h.lock.strong_count() > 0;
                 if !live && h.late {
-                    timers.remove(h.timer_at, *token, true, |_, _| true);
+                    timers.remove(h.timer_at, token, true, |_, _| true);
                 }
                 live
             });
@@ -459,8 +528,9 @@ impl State {
     }
 
     /// Takes the lock `token` out of the table and the deadline timers (released, lost, abandoned).
+    #[inline]
     pub fn forget_lock(&mut self, token: u64) {
-        if let Some(h) = self.locks.remove(&token) {
+        if let Some(h) = self.locks.remove(token) {
             let locks = &self.locks;
             self.timers.remove(h.timer_at, token, h.late, |at, token| lock_live(locks, at, token));
         }
@@ -468,12 +538,12 @@ impl State {
 
     /// Moves the deadline timer of the lock `token` (still held) to `at`.
     pub fn move_timer(&mut self, inner: &Inner, token: u64, at: Instant) {
-        let Some(&Held { timer_at: old, late: old_late, .. }) = self.locks.get(&token) else { return };
+        let Some(&Held { timer_at: old, late: old_late, .. }) = self.locks.get(token) else { return };
         if old == at {
             return;
         }
         let late = self.add_timer(at, token);
-        if let Some(h) = self.locks.get_mut(&token) {
+        if let Some(h) = self.locks.get_mut(token) {
             (h.timer_at, h.late) = (at, late);
         }
         let locks = &self.locks;
@@ -483,7 +553,7 @@ impl State {
 
     /// Fails every waiter with `err` and forgets every request (a restart, a close).
     pub fn fail_all(&mut self, err: &Error) {
-        for (_, p) in std::mem::take(&mut self.pending) {
+        for (_, p) in self.pending.drain() {
             if let Some(w) = p.waiter {
                 self.deliver(w, Err(err.clone()));
             }
@@ -512,6 +582,7 @@ impl State {
     }
 }
 
+#[inline]
 fn deliver(slots: &mut [Slot], w: Waiter, answer: Result<Answer, Error>) {
     let slot = &mut slots[w.ticket];
     slot.answer = Some(answer);
@@ -520,8 +591,8 @@ fn deliver(slots: &mut [Slot], w: Waiter, answer: Result<Answer, Error>) {
     }
 }
 
-pub(crate) fn empty_key() -> Arc<[u8]> {
-    Arc::from(&[][..])
+pub(crate) fn empty_key() -> Key {
+    Key::Inline { len: 0, bytes: [0; Key::INLINE] }
 }
 
 /// Locks a mutex, recovering from poisoning (a panic elsewhere never makes the client panic).
@@ -622,6 +693,7 @@ impl Inner {
 
     /// Queues `req` if there is a connection, without waiting for one; `waker` (the calling
     /// task's, in this poll) is woken with the answer.
+    #[inline(always)]
     pub fn try_send(
         &self,
         req: Req,
@@ -706,6 +778,7 @@ impl Inner {
 
     /// The answer of the request queued with the waiter `ticket` (whose slot is then freed), or
     /// `Pending` (then `cx` is woken with it).
+    #[inline]
     pub fn poll_answer(&self, ticket: usize, cx: &mut Context<'_>) -> Poll<Result<Answer, Error>> {
         let mut st = self.lock_state();
         if let Some(a) = st.take_answer(ticket) {
@@ -824,9 +897,9 @@ pub(crate) fn status_error(op: Op, r: &Reply, key: &[u8], token: u64, wait: Dura
 }
 
 /// Checks a key: 1..=65535 bytes.
-pub(crate) fn check_key(key: &[u8]) -> Result<Arc<[u8]>, Error> {
+pub(crate) fn check_key(key: &[u8]) -> Result<Key, Error> {
     check_key_len(key)?;
-    Ok(Arc::from(key))
+    Ok(Key::new(key))
 }
 
 /// Checks a key's length: 1..=65535 bytes.
@@ -994,13 +1067,14 @@ impl Client {
             grace: Duration::ZERO,
             out: None,
             epoch: 0,
-            pending: IdMap::default(),
+            pending: IdTable::default(),
             deferred: Vec::new(),
-            locks: IdMap::default(),
+            locks: IdTable::default(),
             timers: Deadlines::default(),
             deadlines: Deadlines::default(),
             timer_armed: None,
             registrations: 0,
+            lock_pool: Vec::new(),
             answers_since_ack: 0,
             ack_outstanding: false,
             closed: false,

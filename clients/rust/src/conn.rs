@@ -406,7 +406,7 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
             Err(NotInstalled::Closed)
         } else if est.session_id != st.session_id || st.state_id.is_some_and(|s| s != w.state_id) {
             if st.state_id.is_some_and(|s| s != w.state_id) {
-                restarted = st.locks.drain().filter_map(|(_, h)| h.lock.upgrade()).collect();
+                restarted = st.locks.drain().into_iter().filter_map(|(_, h)| h.lock.upgrade()).collect();
                 st.timers.clear();
                 st.fail_all(&Error::ServerRestarted);
                 let mut session_id = [0u8; wire::SESSION_ID_LEN];
@@ -424,10 +424,10 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
             let mut buf = Vec::new();
             let now = Instant::now();
             if w.resumed() {
-                let mut ids: Vec<u64> = st.pending.keys().copied().collect();
+                let mut ids: Vec<u64> = st.pending.keys().collect();
                 ids.sort_unstable();
                 for id in ids {
-                    if let Some(p) = st.pending.get_mut(&id) {
+                    if let Some(p) = st.pending.get_mut(id) {
                         p.req_encode(id, &mut buf);
                         p.t_send = now;
                         p.retried = true;
@@ -438,7 +438,7 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
                     "reconnected to {} but the server did not resume the session (it had ended): the request's outcome is unknown",
                     est.endpoint
                 ));
-                for (_, p) in std::mem::take(&mut st.pending) {
+                for (_, p) in st.pending.drain() {
                     if let Some(w) = p.waiter {
                         st.deliver(w, Err(err.clone()));
                     }
@@ -456,7 +456,7 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
                 .filter(|(_, p)| p.needs_cancel)
                 .map(|(id, p)| {
                     p.needs_cancel = false;
-                    *id
+                    id
                 })
                 .collect();
             cancels.sort_unstable();
@@ -768,6 +768,8 @@ fn process(inner: &Arc<Inner>, buf: &[u8], epoch: u64, actions: &mut Actions) ->
     }
 }
 
+// Inlined into its one caller (the frames' fields then need not be moved through a call).
+#[inline(always)]
 fn handle(
     inner: &Arc<Inner>,
     st: &mut crate::client::State,
@@ -783,7 +785,7 @@ fn handle(
                 } else {
                     LostReason::Expired
                 };
-                if let Some(l) = st.locks.get(&res.token).and_then(|h| h.lock.upgrade())
+                if let Some(l) = st.locks.get(res.token).and_then(|h| h.lock.upgrade())
                     && *l.key == *res.data
                 {
                     actions.lost.push((l, reason));
@@ -808,7 +810,7 @@ fn handle(
     st.answers_since_ack = st.answers_since_ack.saturating_add(1);
     if res.status == Status::NOT_LEADER {
         // Kept, to be sent again with its id on the leader.
-        if !st.pending.contains_key(&res.id) {
+        if !st.pending.contains_key(res.id) {
             return None;
         }
         let leader = message(res.data);
@@ -832,7 +834,7 @@ fn handle(
         // updates of its reference count.
         match p.waiter.take() {
             Some(w) => {
-                let l = LockShared::new(p.req.key, res.token, res.lease_ms, deadline);
+                let l = LockShared::renew(st.lock_pool.pop(), p.req.key, res.token, res.lease_ms, deadline);
                 st.register(inner, res.token, &l, lost_at(deadline, res.lease_ms));
                 st.deliver(w, Ok(Answer::Granted(l)));
             }

@@ -3,14 +3,14 @@
 
 use std::fmt;
 use std::ops::Deref;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, sleep};
 
-use crate::client::{Client, Inner, Req, lease_ms, lock, status_error};
+use crate::client::{Client, Inner, Key, LOCK_POOL_MAX, Req, lease_ms, lock, status_error};
 use crate::error::{Error, LostReason, key_text};
 use crate::wire::{self, Op, Status};
 
@@ -61,7 +61,7 @@ impl LockState {
 /// [`Client`], the connection's tasks), and a clone per lock would be two more updates of a
 /// counter that every thread touches.
 pub(crate) struct LockShared {
-    pub key: Arc<[u8]>,
+    pub key: Key,
     pub token: u64,
     state: Mutex<LockState>,
 }
@@ -69,7 +69,7 @@ pub(crate) struct LockShared {
 impl LockShared {
     /// A lock just granted. The caller registers it (`State::register`) with
     /// `lost_at(deadline, lease_ms)`, which starts its deadline timer.
-    pub fn new(key: Arc<[u8]>, token: u64, lease_ms: u32, deadline: Instant) -> Arc<LockShared> {
+    pub fn new(key: Key, token: u64, lease_ms: u32, deadline: Instant) -> Arc<LockShared> {
         Arc::new(LockShared {
             key,
             token,
@@ -85,6 +85,37 @@ impl LockShared {
         })
     }
 
+    /// [`new`](LockShared::new), in the allocation of `spare` (a dropped lock's, from the client's
+    /// pool) when nothing else refers to it.
+    #[inline]
+    pub fn renew(
+        spare: Option<Arc<LockShared>>,
+        key: Key,
+        token: u64,
+        lease_ms: u32,
+        deadline: Instant,
+    ) -> Arc<LockShared> {
+        if let Some(mut spare) = spare
+            && let Some(shared) = Arc::get_mut(&mut spare)
+        {
+            shared.key = key;
+            shared.token = token;
+            let s = shared.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+            *s = LockState {
+                lease_ms,
+                deadline,
+                released: false,
+                releasing: false,
+                lost: None,
+                lost_tx: None,
+                keepalive: None,
+            };
+            return spare;
+        }
+        LockShared::new(key, token, lease_ms, deadline)
+    }
+
+    #[inline]
     fn state(&self) -> MutexGuard<'_, LockState> {
         lock(&self.state)
     }
@@ -432,6 +463,25 @@ impl Lock {
     /// Turns the lock into a guard that releases it when dropped.
     pub fn into_guard(self) -> LockGuard {
         LockGuard { lock: self, armed: true }
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        // The last reference to the lock's state (released or lost, so out of the client's table,
+        // and no keep-alive task): the client keeps the allocation for its next grant. The pool
+        // gets a clone, alone once this handle's goes with the field.
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            // What the lock's last handle lets go of goes now, as without the pool: the lost
+            // signal's sender (its watchers see it closed), the keep-alive task's handle.
+            let s = shared.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+            s.lost_tx = None;
+            s.keepalive = None;
+            let mut st = self.client.inner().lock_state();
+            if st.lock_pool.len() < LOCK_POOL_MAX {
+                st.lock_pool.push(self.shared.clone());
+            }
+        }
     }
 }
 

@@ -23,6 +23,7 @@ impl Deadlines {
     /// than the usual would hold every usual one after it out of the queue. `live_count` (how
     /// many entries the owner holds) and `live` bound the queue's dead entries: past twice the
     /// live ones (and a margin) the queue is compacted, so each add pays for one check.
+    #[inline]
     pub fn insert(
         &mut self,
         at: Instant,
@@ -47,6 +48,7 @@ impl Deadlines {
     /// returned), which the owner no longer holds; `live` says which entries it still holds. At
     /// the front of the queue (the usual case) it leaves at once; elsewhere it stays, dead, and
     /// the dead entries at the front leave instead (one look at the owner's table when none).
+    #[inline]
     pub fn remove(&mut self, at: Instant, key: u64, late: bool, live: impl Fn(Instant, u64) -> bool) {
         if late {
             self.late.remove(&(at, key));

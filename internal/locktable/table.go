@@ -634,11 +634,9 @@ func (t *Table) SetStorageFailing(now int64, failing bool) {
 	t.deferred = t.deferred[:0]
 }
 
-// StorageNeeds reports what the durable bounds must cover for everything
-// waiting now: the highest lease end among held locks and waiting grants
-// (stalled heads, deferred extends, given lease on now), whether anything is
-// stalled, and the last token handed out.
-func (t *Table) StorageNeeds(now int64) (lastToken uint64, leaseEnd int64, waiting bool) {
+// StorageNeeds is the highest lease end the durable horizon must cover for the grants waiting
+// for storage now (stalled heads, deferred extends), each given its lease from now.
+func (t *Table) StorageNeeds(now int64) (leaseEnd int64) {
 	for ei := t.shead; ei != nilIdx; ei = t.entries.at(ei).snext {
 		if wi := t.entries.at(ei).qhead; wi != nilIdx {
 			leaseEnd = max(leaseEnd, addSat(now, t.waiters.at(wi).lease))
@@ -647,11 +645,10 @@ func (t *Table) StorageNeeds(now int64) (lastToken uint64, leaseEnd int64, waiti
 	for _, d := range t.deferred {
 		leaseEnd = max(leaseEnd, addSat(now, d.lease))
 	}
-	return t.lastToken, leaseEnd, t.nstalled > 0 || len(t.deferred) > 0
+	return leaseEnd
 }
 
-// StorageWaiting reports whether anything waits for storage (StorageNeeds' waiting, without
-// the lease ends).
+// StorageWaiting reports whether anything waits for storage.
 func (t *Table) StorageWaiting() bool { return t.nstalled > 0 || len(t.deferred) > 0 }
 
 // Bounds returns the durable bounds in force and whether storage is failing.

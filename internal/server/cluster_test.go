@@ -27,21 +27,27 @@ type testCluster struct {
 	lns   []net.Listener
 }
 
-func freeAddr(t *testing.T) string {
+// freeAddrs returns n distinct free loopback addresses: every listener stays open until all are
+// chosen (one closed at once may be handed out again by the next Listen).
+func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	addrs := make([]string, n)
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		addrs[i] = ln.Addr().String()
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addrs
 }
 
 func startCluster(t *testing.T, n int, mutate func(*Config)) *testCluster {
 	t.Helper()
 	tc := &testCluster{t: t, peers: map[string]string{}}
-	for i := 0; i < n; i++ {
-		tc.peers[fmt.Sprintf("n%d", i+1)] = freeAddr(t)
+	for i, addr := range freeAddrs(t, n) {
+		tc.peers[fmt.Sprintf("n%d", i+1)] = addr
 		tc.dirs = append(tc.dirs, t.TempDir())
 	}
 	for i := 0; i < n; i++ {

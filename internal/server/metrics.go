@@ -370,18 +370,13 @@ func (m *metrics) TimedOut(key []byte, waited int64) {
 	m.top.timedOut(key, waited)
 }
 
-// counterAt returns the counter in slot p, resolving it from vec on first use (safe from any
-// goroutine: a vec returns the same child for the same labels). The fast path is one load.
-func counterAt(p *atomic.Pointer[prometheus.Counter], vec *prometheus.CounterVec, label1, label2 string) prometheus.Counter {
+// counterAt returns the counter in slot p, resolving it from vec (one label) on first use (safe
+// from any goroutine: a vec returns the same child for the same label). The fast path is one load.
+func counterAt(p *atomic.Pointer[prometheus.Counter], vec *prometheus.CounterVec, label string) prometheus.Counter {
 	if c := p.Load(); c != nil {
 		return *c
 	}
-	var c prometheus.Counter
-	if label2 == "" {
-		c = vec.WithLabelValues(label1)
-	} else {
-		c = vec.WithLabelValues(label1, label2)
-	}
+	c := vec.WithLabelValues(label)
 	p.Store(&c)
 	return c
 }
@@ -414,7 +409,7 @@ func (m *metrics) authFailure() {
 func (m *metrics) handshakeRefused(st wire.Status) {
 	if m.on {
 		s := statusSlot(st)
-		counterAt(&m.refusals[s], m.refusalsVec, statusSlotNames[s], "").Inc()
+		counterAt(&m.refusals[s], m.refusalsVec, statusSlotNames[s]).Inc()
 	}
 }
 

@@ -85,7 +85,7 @@ func (s *Server) persister() {
 		now := s.now()
 		last := s.table.LastToken()
 		limit, horizon, failing := s.table.Bounds()
-		_, need, _ := s.table.StorageNeeds(now)
+		need := s.table.StorageNeeds(now)
 		s.mu.Unlock()
 		tokenTarget := limit
 		if last+s.cfg.TokenBlock/2 >= limit {

@@ -136,8 +136,8 @@ func newClusterWith(t *testing.T, spec clusterSpec) *proc {
 // newNode allocates node i's addresses and data directory (not started, no environment).
 func (p *proc) newNode(i int) *node {
 	host := fmt.Sprintf("127.0.0.%d", 10+i)
-	return &node{id: fmt.Sprintf("n%d", i+1), host: host, addr: freePort(p.t, host), raftAddr: freePort(p.t, host),
-		admin: freePort(p.t, host), dir: p.t.TempDir()}
+	a := freePorts(p.t, host, 3)
+	return &node{id: fmt.Sprintf("n%d", i+1), host: host, addr: a[0], raftAddr: a[1], admin: a[2], dir: p.t.TempDir()}
 }
 
 func (p *proc) baseEnv(nd *node, peers string) []string {
@@ -167,14 +167,20 @@ func (p *proc) addJoiner(extraEnv ...string) *node {
 	return nd
 }
 
-func freePort(t *testing.T, host string) string {
+// freePorts returns n distinct free addresses on host: every listener stays open until all are
+// chosen (one closed at once may be handed out again by the next Listen).
+func freePorts(t *testing.T, host string, n int) []string {
 	t.Helper()
-	ln, err := net.Listen("tcp", host+":0")
-	if err != nil {
-		t.Fatal(err)
+	addrs := make([]string, n)
+	for i := range addrs {
+		ln, err := net.Listen("tcp", host+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		addrs[i] = ln.Addr().String()
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addrs
 }
 
 func (p *proc) startAll() {

@@ -235,9 +235,10 @@ func run(o *options) error {
 	if has(o.systems, "ticketing") && o.tkBin == "" {
 		o.tkBin = filepath.Join(o.out, "tmp", "ticketing")
 		abs, _ := filepath.Abs(o.tkBin)
-		logf("building the Ticketing server: go build -o %s ./cmd/ticketing (in %s)", abs, o.repo)
+		logf("building the Ticketing server: CGO_ENABLED=0 go build -o %s ./cmd/ticketing (in %s; static, as make build does)", abs, o.repo)
 		cmd := exec.Command("go", "build", "-o", abs, "./cmd/ticketing")
 		cmd.Dir = o.repo
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("building the Ticketing server: %w", err)

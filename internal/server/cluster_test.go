@@ -158,6 +158,23 @@ func TestClusterReplicatesAndRedirects(t *testing.T) {
 			t.Fatalf("follower %d has another state id", i)
 		}
 	}
+	// The cluster's series, as Prometheus parses them.
+	for i, n := range tc.nodes {
+		g := gathered(t, n.Server)
+		role := "follower"
+		if i == li {
+			role = "leader"
+		}
+		if g["ticketing_raft_state{state="+role+"}"].GetGauge().GetValue() != 1 ||
+			g["ticketing_raft_serving"].GetGauge().GetValue() != b2f(i == li) ||
+			g["ticketing_raft_members{suffrage=voter}"].GetGauge().GetValue() != 3 ||
+			g["ticketing_raft_applied_index"].GetGauge().GetValue() < 40 ||
+			g["ticketing_last_token"].GetGauge().GetValue() != float64(last) {
+			t.Errorf("node %d (%s) series: state %v serving %v voters %v applied %v last token %v", i, role,
+				g["ticketing_raft_state{state="+role+"}"], g["ticketing_raft_serving"], g["ticketing_raft_members{suffrage=voter}"],
+				g["ticketing_raft_applied_index"], g["ticketing_last_token"])
+		}
+	}
 }
 
 func TestClusterFailoverResumesSession(t *testing.T) {

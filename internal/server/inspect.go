@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/ticketing/ticketing/internal/locktable"
 	"github.com/ticketing/ticketing/internal/server/adminpage"
 )
@@ -279,63 +277,35 @@ func (s *Server) apiStats(w http.ResponseWriter, r *http.Request) {
 	st.Connections = len(s.conns)
 	st.LastToken = s.table.LastToken()
 	s.mu.Unlock()
+	st.Wait.Bounds, st.Wait.Counts = waitBuckets, make([]uint64, len(waitBuckets))
 	if m.on {
-		fams, _ := m.reg.Gather()
-		for _, f := range fams {
-			for _, x := range f.GetMetric() {
-				m.addStat(&st, f.GetName(), x)
-			}
-		}
-	}
-	if st.Wait.Bounds == nil {
-		st.Wait.Bounds, st.Wait.Counts = waitBuckets, make([]uint64, len(waitBuckets))
+		st.addEvents(m.events())
 	}
 	writeJSON(w, st)
 }
 
-// addStat adds one gathered series to the totals of st.
-func (m *metrics) addStat(st *Stats, name string, x *dto.Metric) {
-	label := func(n string) string {
-		for _, l := range x.GetLabel() {
-			if l.GetName() == n {
-				return l.GetValue()
-			}
+// addEvents adds the event counts to the totals of st.
+func (st *Stats) addEvents(c eventCounts) {
+	for o := range c.answers {
+		for _, n := range c.answers[o] {
+			st.Operations += float64(n)
 		}
-		return ""
 	}
-	v := x.GetCounter().GetValue()
-	switch name {
-	case "ticketing_operations_total":
-		st.Operations += v
-	case "ticketing_grants_total":
-		st.Grants += v
-		if label("kind") == "handoff" {
-			st.Handoffs += v
+	for i := range c.prefixes {
+		p := &c.prefixes[i]
+		st.Grants += float64(p.grants[0] + p.grants[1])
+		st.Handoffs += float64(p.grants[1])
+		st.Released += float64(p.ends[locktable.EndReleased])
+		st.Expired += float64(p.ends[locktable.EndExpired])
+		st.Revoked += float64(p.ends[locktable.EndRevoked])
+		st.Timeouts += float64(p.timeouts)
+		st.Queued += float64(p.queued)
+		var cum uint64
+		for b := range st.Wait.Counts {
+			cum += p.wait.counts[b]
+			st.Wait.Counts[b] += cum
 		}
-	case "ticketing_lock_ends_total":
-		switch label("reason") {
-		case "released":
-			st.Released += v
-		case "expired":
-			st.Expired += v
-		case "revoked":
-			st.Revoked += v
-		}
-	case "ticketing_wait_timeouts_total":
-		st.Timeouts += v
-	case "ticketing_queued_total":
-		st.Queued += v
-	case "ticketing_wait_seconds":
-		h := x.GetHistogram()
-		if st.Wait.Bounds == nil {
-			st.Wait.Bounds, st.Wait.Counts = waitBuckets, make([]uint64, len(waitBuckets))
-		}
-		for i, b := range h.GetBucket() {
-			if i < len(st.Wait.Counts) {
-				st.Wait.Counts[i] += b.GetCumulativeCount()
-			}
-		}
-		st.Wait.Count += h.GetSampleCount()
-		st.Wait.SumS += h.GetSampleSum()
+		st.Wait.Count += p.wait.n
+		st.Wait.SumS += p.wait.sum
 	}
 }

@@ -13,32 +13,29 @@ import (
 	"unicode/utf8"
 
 	"github.com/hashicorp/raft"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ticketing/ticketing/internal/locktable"
 	"github.com/ticketing/ticketing/internal/wire"
 )
 
 // Metrics: Prometheus exposition on the admin listener's GET /metrics (docs/operations.md,
-// "Metrics", lists every series).
+// "Metrics", lists every series; expo.go writes the text format).
 //
 // Two kinds of series:
 //   - counted as things happen (lock events by key prefix, answers by op and status, handshake
 //     outcomes): the lock table's Observer (the methods Granted, Ended, Queued, TimedOut below)
 //     and one-line hooks in the request path (answered, answerLocal, authFailure, ...). They
 //     run only after EnableMetrics (TICKETING_METRICS=on, the default);
-//   - read when scraped (connections, sessions, keys, waiters, the token store, Raft): the
-//     collector below takes Server.mu once per scrape. They are always there.
+//   - read when scraped (connections, sessions, keys, waiters, the token store, Raft, the Go
+//     runtime and the process): writeState takes Server.mu once per scrape. They are always
+//     there.
 //
 // The hot path is plain arithmetic: the lock events and the answers routed by settle are counted
 // in plain integers and fixed bucket arrays under Server.mu (which the observer hooks and settle
 // already hold); a key's prefix series is found once per event (a one-entry cache in front of a
-// small fixed hash index, prefixIndex). Nothing is a prometheus metric until a
-// scrape: eventCollector copies the counts under Server.mu and hands them out as constant
-// metrics of the same names, labels and buckets. The answers counted outside Server.mu
-// (answerLocal: PING and INVALID from the validate step) use atomic counters.
+// small fixed hash index, prefixIndex). A scrape copies the counts under Server.mu (events) and
+// writes them. The counts kept outside Server.mu (answerLocal: PING and INVALID from the
+// validate step; the handshake counters) are atomic.
 //
 // Key prefixes bound the label cardinality: a key's prefix is the key up to its first ':' or
 // '/' (the whole key when it has neither), at most maxPrefixLen bytes of valid UTF-8; the first
@@ -60,21 +57,18 @@ var (
 // metrics is a server's metrics and the contention sketch behind /api/top. The fields marked
 // (Server.mu) are used only with Server.mu held: the lock table calls its Observer under it.
 type metrics struct {
-	s   *Server
-	reg *prometheus.Registry
-	on  bool // EnableMetrics ran (before Serve): the event counters below are live
+	s  *Server
+	on bool // EnableMetrics ran (before Serve): the event counters below are live
 
 	// Answers by op and status: routed by settle (Server.mu), and written by the validate step
 	// outside it (atomic). A series exists once its count is non-zero.
 	answers [numOpSlots][numStatusSlots]uint64
 	local   [numOpSlots][numStatusSlots]atomic.Uint64
-	enabled time.Time // when EnableMetrics ran: the answer series' created time
 
-	authFailures  prometheus.Counter
-	refusalsVec   *prometheus.CounterVec
-	refusals      [numStatusSlots]atomic.Pointer[prometheus.Counter]
-	attaches      [2]prometheus.Counter // new, resumed
-	slowConsumers prometheus.Counter
+	authFailures  atomic.Uint64
+	refusals      [numStatusSlots]atomic.Uint64 // a series once non-zero
+	attaches      [2]atomic.Uint64              // new, resumed
+	slowConsumers atomic.Uint64
 
 	// Lock events by key prefix (Server.mu).
 	prefixes prefixIndex      // every prefix with its own series (not other)
@@ -89,7 +83,6 @@ type metrics struct {
 // prefixMetrics are the counts of one key prefix (Server.mu).
 type prefixMetrics struct {
 	name              string
-	created           time.Time
 	grants            [2]uint64 // immediate, handoff
 	ends              [4]uint64 // by locktable.EndReason (index 0 unused)
 	timeouts, queued  uint64
@@ -119,18 +112,6 @@ func (h *histo) observe(v int64, exposed float64) {
 	h.counts[i]++
 	h.n++
 	h.sum += exposed
-}
-
-// constHistogram is h as a prometheus metric with the exposed bounds (h: a copy taken under
-// Server.mu).
-func (h *histo) constHistogram(d *prometheus.Desc, bounds []float64, created time.Time, label string) prometheus.Metric {
-	cum := make(map[float64]uint64, len(bounds))
-	var c uint64
-	for i, b := range bounds {
-		c += h.counts[i]
-		cum[b] = c
-	}
-	return prometheus.MustNewConstHistogramWithCreatedTimestamp(d, h.n, h.sum, cum, created, label)
 }
 
 // nsBounds converts bucket bounds in seconds to ns. For every such bound b (a decimal with at
@@ -195,11 +176,10 @@ var statusSlotNames = func() (names [numStatusSlots]string) {
 	return
 }()
 
-// initMetrics creates the registry with the gauges read at scrape time; the event counters
-// start with EnableMetrics.
+// initMetrics creates the metrics: the series read at scrape time are there from the start;
+// the event counters start with EnableMetrics.
 func (s *Server) initMetrics() *metrics {
-	m := &metrics{s: s, reg: prometheus.NewRegistry()}
-	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), (*stateCollector)(m))
+	m := &metrics{s: s}
 	m.top.init(topKeysSize)
 	return m
 }
@@ -212,17 +192,6 @@ func (s *Server) EnableMetrics() {
 	if m.on {
 		return
 	}
-	m.refusalsVec = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ticketing_handshake_refusals_total",
-		Help: "Handshakes refused before authentication (CHALLENGE not OK), by status."}, []string{"status"})
-	m.authFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "ticketing_auth_failures_total",
-		Help: "Handshakes whose proof did not verify (wrong token)."})
-	attachVec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ticketing_session_attaches_total",
-		Help: "Completed handshakes, by whether they resumed a session."}, []string{"resumed"})
-	m.attaches = [2]prometheus.Counter{attachVec.WithLabelValues("false"), attachVec.WithLabelValues("true")}
-	m.slowConsumers = prometheus.NewCounter(prometheus.CounterOpts{Name: "ticketing_slow_consumers_total",
-		Help: "Connections closed because their unread output passed TICKETING_MAX_OUTPUT."})
-	m.reg.MustRegister(m.refusalsVec, m.authFailures, attachVec, m.slowConsumers, (*eventCollector)(m))
-	m.enabled = time.Now()
 	s.mu.Lock()
 	m.other = m.newPrefix(otherPrefix)
 	s.mu.Unlock()
@@ -232,7 +201,7 @@ func (s *Server) EnableMetrics() {
 
 // newPrefix creates the series of a prefix. Server.mu must be held.
 func (m *metrics) newPrefix(name string) *prefixMetrics {
-	p := &prefixMetrics{name: name, created: time.Now(),
+	p := &prefixMetrics{name: name,
 		wait: newHisto(waitBoundsNs), hold: newHisto(holdBoundsNs), depth: newHisto(depthBoundsIn)}
 	m.order = append(m.order, p)
 	return p
@@ -370,17 +339,6 @@ func (m *metrics) TimedOut(key []byte, waited int64) {
 	m.top.timedOut(key, waited)
 }
 
-// counterAt returns the counter in slot p, resolving it from vec (one label) on first use (safe
-// from any goroutine: a vec returns the same child for the same label). The fast path is one load.
-func counterAt(p *atomic.Pointer[prometheus.Counter], vec *prometheus.CounterVec, label string) prometheus.Counter {
-	if c := p.Load(); c != nil {
-		return *c
-	}
-	c := vec.WithLabelValues(label)
-	p.Store(&c)
-	return c
-}
-
 // Hooks called from the request path (one line each at the call site).
 
 // answered counts an answer or push the route step gives to a connection. Server.mu is held.
@@ -401,15 +359,14 @@ func (m *metrics) answerLocal(op wire.Op, st wire.Status) {
 // authFailure counts a handshake whose proof did not verify.
 func (m *metrics) authFailure() {
 	if m.on {
-		m.authFailures.Inc()
+		m.authFailures.Add(1)
 	}
 }
 
 // handshakeRefused counts a CHALLENGE that refused the connection.
 func (m *metrics) handshakeRefused(st wire.Status) {
 	if m.on {
-		s := statusSlot(st)
-		counterAt(&m.refusals[s], m.refusalsVec, statusSlotNames[s]).Inc()
+		m.refusals[statusSlot(st)].Add(1)
 	}
 }
 
@@ -419,65 +376,41 @@ func (m *metrics) sessionAttached(resumed bool) {
 		return
 	}
 	if resumed {
-		m.attaches[1].Inc()
+		m.attaches[1].Add(1)
 	} else {
-		m.attaches[0].Inc()
+		m.attaches[0].Add(1)
 	}
 }
 
 // slowConsumer counts a connection closed for not reading.
 func (m *metrics) slowConsumer() {
 	if m.on {
-		m.slowConsumers.Inc()
+		m.slowConsumers.Add(1)
 	}
 }
 
 // serveMetrics is GET /metrics.
 func (m *metrics) serveMetrics() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", expoContentType)
+		w.Write(m.scrape())
+	})
 }
 
-// stateCollector reads the series that describe the node's state when scraped.
-type stateCollector metrics
-
-var (
-	descConnections = prometheus.NewDesc("ticketing_connections", "Client connections past their handshake.", nil, nil)
-	descHandshakes  = prometheus.NewDesc("ticketing_handshakes_pending", "Connections still in their handshake.", nil, nil)
-	descSessions    = prometheus.NewDesc("ticketing_sessions", "Client sessions, attached or within their grace.", nil, nil)
-	descKeys        = prometheus.NewDesc("ticketing_keys", "Keys present: held, waited on, in lock-delay or waiting for storage.", nil, nil)
-	descHeld        = prometheus.NewDesc("ticketing_locks_held", "Locks held now.", nil, nil)
-	descWaiters     = prometheus.NewDesc("ticketing_waiters", "Acquires queued now, all keys together.", nil, nil)
-	descLastToken   = prometheus.NewDesc("ticketing_last_token", "The last fencing token handed out.", nil, nil)
-	descTokenLimit  = prometheus.NewDesc("ticketing_token_limit", "Single node: tokens up to this are durably reserved (the token store's high-water mark).", nil, nil)
-	descHorizon     = prometheus.NewDesc("ticketing_restart_horizon_seconds", "Single node: how far the durable restart horizon lies ahead of now (leases may end up to this far ahead without a write).", nil, nil)
-	descFailing     = prometheus.NewDesc("ticketing_storage_failing", "Single node: 1 while the data directory does not take writes (grants that need one wait).", nil, nil)
-	descStartWait   = prometheus.NewDesc("ticketing_startup_wait_seconds", "Single node: time left of the start-up wait (no grants before it ends).", nil, nil)
-	descPrefixes    = prometheus.NewDesc("ticketing_metric_prefixes", "Key prefixes with their own series (at most 32; the rest count as \"other\").", nil, nil)
-	descRaftState   = prometheus.NewDesc("ticketing_raft_state", "Cluster: 1 for this node's Raft state.", []string{"state"}, nil)
-	descRaftTerm    = prometheus.NewDesc("ticketing_raft_term", "Cluster: the current Raft term.", nil, nil)
-	descRaftCommit  = prometheus.NewDesc("ticketing_raft_commit_index", "Cluster: the highest log index known committed.", nil, nil)
-	descRaftApplied = prometheus.NewDesc("ticketing_raft_applied_index", "Cluster: the highest log index applied to the lock table.", nil, nil)
-	descRaftLast    = prometheus.NewDesc("ticketing_raft_last_log_index", "Cluster: the highest index in this node's log.", nil, nil)
-	descRaftCLag    = prometheus.NewDesc("ticketing_raft_commit_lag", "Cluster: log entries appended here but not known committed (last log index - commit index).", nil, nil)
-	descRaftALag    = prometheus.NewDesc("ticketing_raft_apply_lag", "Cluster: entries committed but not yet applied (commit index - applied index).", nil, nil)
-	descRaftContact = prometheus.NewDesc("ticketing_raft_last_contact_seconds", "Cluster: time since this node last heard from the leader (0 on the leader).", nil, nil)
-	descRaftServing = prometheus.NewDesc("ticketing_raft_serving", "Cluster: 1 while this node leads and serves clients.", nil, nil)
-	descRaftMembers = prometheus.NewDesc("ticketing_raft_members", "Cluster: servers in the Raft configuration, by suffrage.", []string{"suffrage"}, nil)
-)
-
-func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConnections, descHandshakes, descSessions, descKeys, descHeld, descWaiters,
-		descLastToken, descTokenLimit, descHorizon, descFailing, descStartWait, descPrefixes, descRaftState, descRaftTerm,
-		descRaftCommit, descRaftApplied, descRaftLast, descRaftCLag, descRaftALag, descRaftContact, descRaftServing, descRaftMembers} {
-		ch <- d
+// scrape is the whole exposition: the state, the events (with EnableMetrics), the runtime.
+func (m *metrics) scrape() []byte {
+	e := &expo{b: make([]byte, 0, 16<<10)}
+	m.writeState(e)
+	if m.on {
+		m.writeEvents(e, m.events())
 	}
+	e.writeRuntime()
+	return e.b
 }
 
-func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.s
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
+// writeState writes the series that describe the node's state when scraped.
+func (m *metrics) writeState(e *expo) {
+	s := m.s
 	s.pending.mu.Lock()
 	pending := s.pending.l.Len()
 	s.pending.mu.Unlock()
@@ -489,49 +422,60 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	now := s.table.Now()
 	conns := len(s.conns)
 	startLeft := s.startWait - s.now()
-	prefixes := c.nprefix
+	prefixes := m.nprefix
 	s.mu.Unlock()
-	gauge(descConnections, float64(conns))
-	gauge(descHandshakes, float64(pending))
-	gauge(descSessions, float64(sessions))
-	gauge(descKeys, float64(keys))
-	gauge(descHeld, float64(held))
-	gauge(descWaiters, float64(waiters))
-	gauge(descLastToken, float64(last))
-	gauge(descPrefixes, float64(prefixes))
+	gauge := func(name, help string, v float64) {
+		e.family(name, "gauge", help)
+		e.float(name, v)
+	}
+	gauge("ticketing_connections", "Client connections past their handshake.", float64(conns))
+	gauge("ticketing_handshakes_pending", "Connections still in their handshake.", float64(pending))
+	gauge("ticketing_sessions", "Client sessions, attached or within their grace.", float64(sessions))
+	gauge("ticketing_keys", "Keys present: held, waited on, in lock-delay or waiting for storage.", float64(keys))
+	gauge("ticketing_locks_held", "Locks held now.", float64(held))
+	gauge("ticketing_waiters", "Acquires queued now, all keys together.", float64(waiters))
+	e.family("ticketing_last_token", "gauge", "The last fencing token handed out.")
+	e.uint("ticketing_last_token", last)
+	gauge("ticketing_metric_prefixes", "Key prefixes with their own series (at most 32; the rest count as \"other\").", float64(prefixes))
 	if s.cluster == nil {
-		gauge(descTokenLimit, float64(limit))
+		e.family("ticketing_token_limit", "gauge", "Single node: tokens up to this are durably reserved (the token store's high-water mark).")
+		e.uint("ticketing_token_limit", limit)
 		if horizon != locktable.NoHorizon {
-			gauge(descHorizon, seconds(horizon-now))
+			gauge("ticketing_restart_horizon_seconds", "Single node: how far the durable restart horizon lies ahead of now (leases may end up to this far ahead without a write).", seconds(horizon-now))
 		}
-		gauge(descFailing, b2f(failing))
-		gauge(descStartWait, math.Max(seconds(startLeft), 0))
+		gauge("ticketing_storage_failing", "Single node: 1 while the data directory does not take writes (grants that need one wait).", b2f(failing))
+		gauge("ticketing_startup_wait_seconds", "Single node: time left of the start-up wait (no grants before it ends).", math.Max(seconds(startLeft), 0))
 		return
 	}
 	r := s.cluster.raft
 	state := r.State()
+	e.family("ticketing_raft_state", "gauge", "Cluster: 1 for this node's Raft state.")
 	for _, st := range []raft.RaftState{raft.Follower, raft.Candidate, raft.Leader, raft.Shutdown} {
-		gauge(descRaftState, b2f(st == state), strings.ToLower(st.String()))
+		e.float("ticketing_raft_state", b2f(st == state), "state", strings.ToLower(st.String()))
 	}
 	stats := r.Stats()
 	num := func(k string) uint64 { v, _ := strconv.ParseUint(stats[k], 10, 64); return v }
 	commit, lastIdx, applied := num("commit_index"), num("last_log_index"), r.AppliedIndex()
-	gauge(descRaftTerm, float64(num("term")))
-	gauge(descRaftCommit, float64(commit))
-	gauge(descRaftApplied, float64(applied))
-	gauge(descRaftLast, float64(lastIdx))
-	gauge(descRaftCLag, float64(lastIdx-min(commit, lastIdx)))
-	gauge(descRaftALag, float64(commit-min(applied, commit)))
+	index := func(name, help string, v uint64) {
+		e.family(name, "gauge", help)
+		e.uint(name, v)
+	}
+	index("ticketing_raft_term", "Cluster: the current Raft term.", num("term"))
+	index("ticketing_raft_commit_index", "Cluster: the highest log index known committed.", commit)
+	index("ticketing_raft_applied_index", "Cluster: the highest log index applied to the lock table.", applied)
+	index("ticketing_raft_last_log_index", "Cluster: the highest index in this node's log.", lastIdx)
+	index("ticketing_raft_commit_lag", "Cluster: log entries appended here but not known committed (last log index - commit index).", lastIdx-min(commit, lastIdx))
+	index("ticketing_raft_apply_lag", "Cluster: entries committed but not yet applied (commit index - applied index).", commit-min(applied, commit))
 	contact := 0.0
 	if state != raft.Leader {
 		if lc := r.LastContact(); !lc.IsZero() {
 			contact = time.Since(lc).Seconds()
 		}
 	}
-	gauge(descRaftContact, contact)
-	gauge(descRaftServing, b2f(s.cluster.ready()))
+	gauge("ticketing_raft_last_contact_seconds", "Cluster: time since this node last heard from the leader (0 on the leader).", contact)
+	gauge("ticketing_raft_serving", "Cluster: 1 while this node leads and serves clients.", b2f(s.cluster.ready()))
 	if f := r.GetConfiguration(); f.Error() == nil {
-		var voters, nonvoters int
+		var voters, nonvoters uint64
 		for _, m := range f.Configuration().Servers {
 			if m.Suffrage == raft.Voter {
 				voters++
@@ -539,8 +483,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 				nonvoters++
 			}
 		}
-		gauge(descRaftMembers, float64(voters), "voter")
-		gauge(descRaftMembers, float64(nonvoters), "nonvoter")
+		e.family("ticketing_raft_members", "gauge", "Cluster: servers in the Raft configuration, by suffrage.")
+		e.uint("ticketing_raft_members", nonvoters, "suffrage", "nonvoter")
+		e.uint("ticketing_raft_members", voters, "suffrage", "voter")
 	}
 }
 
@@ -551,73 +496,99 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// eventCollector hands out the event counts (answers, lock events by prefix) at scrape time: it
-// copies them under Server.mu and sends constant metrics, with the names, labels, help and
-// buckets the series have always had. Every series of a prefix exists from the prefix's first
-// event on; an answer series from its first answer.
-type eventCollector metrics
-
-var (
-	descOps = prometheus.NewDesc("ticketing_operations_total",
-		"Answers sent to clients, by op (pushes: expired, goaway) and status.", []string{"op", "status"}, nil)
-	descGrants = prometheus.NewDesc("ticketing_grants_total",
-		"Locks granted, by key prefix and kind: immediate, or handoff (the acquire had queued).", []string{"prefix", "kind"}, nil)
-	descEnds = prometheus.NewDesc("ticketing_lock_ends_total",
-		"Holds ended, by key prefix and reason: released, expired (lease ran out), revoked (granted to a session that was gone).", []string{"prefix", "reason"}, nil)
-	descTimeouts = prometheus.NewDesc("ticketing_wait_timeouts_total",
-		"Queued acquires whose wait timeout passed, by key prefix.", []string{"prefix"}, nil)
-	descQueued = prometheus.NewDesc("ticketing_queued_total",
-		"Acquires that joined a queue (the key was taken), by key prefix.", []string{"prefix"}, nil)
-	descWait = prometheus.NewDesc("ticketing_wait_seconds",
-		"Time queued acquires waited before their grant, by key prefix.", []string{"prefix"}, nil)
-	descHold = prometheus.NewDesc("ticketing_hold_seconds",
-		"Time locks were held, by key prefix (observed when the hold ends).", []string{"prefix"}, nil)
-	descDepth = prometheus.NewDesc("ticketing_queue_depth",
-		"Queue length a queued acquire found itself at (itself included), by key prefix.", []string{"prefix"}, nil)
-)
-
-// endReasonNames are the reason label values of ticketing_lock_ends_total, by EndReason.
-var endReasonNames = [4]string{"", "released", "expired", "revoked"}
-
-func (c *eventCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descOps, descGrants, descEnds, descTimeouts, descQueued, descWait, descHold, descDepth} {
-		ch <- d
-	}
+// eventCounts is a copy of the event counts taken at one scrape.
+type eventCounts struct {
+	answers  [numOpSlots][numStatusSlots]uint64 // both kinds added up
+	prefixes []prefixMetrics                    // in the order first seen; other first
 }
 
-func (c *eventCollector) Collect(ch chan<- prometheus.Metric) {
-	m := (*metrics)(c)
+// events copies the event counts (the lock events under Server.mu).
+func (m *metrics) events() eventCounts {
+	var c eventCounts
 	m.s.mu.Lock()
-	answers := m.answers
-	ps := make([]prefixMetrics, len(m.order))
+	c.answers = m.answers
+	c.prefixes = make([]prefixMetrics, len(m.order))
 	for i, p := range m.order {
-		ps[i] = *p
-		for _, h := range []*histo{&ps[i].wait, &ps[i].hold, &ps[i].depth} {
+		c.prefixes[i] = *p
+		for _, h := range []*histo{&c.prefixes[i].wait, &c.prefixes[i].hold, &c.prefixes[i].depth} {
 			h.counts = slices.Clone(h.counts)
 		}
 	}
 	m.s.mu.Unlock()
-	counter := func(d *prometheus.Desc, v uint64, created time.Time, labels ...string) {
-		ch <- prometheus.MustNewConstMetricWithCreatedTimestamp(d, prometheus.CounterValue, float64(v), created, labels...)
+	for o := range c.answers {
+		for s := range c.answers[o] {
+			c.answers[o][s] += m.local[o][s].Load()
+		}
 	}
-	for o := range answers {
-		for s := range answers[o] {
-			if n := answers[o][s] + m.local[o][s].Load(); n > 0 {
-				counter(descOps, n, m.enabled, opSlotNames[o], statusSlotNames[s])
+	return c
+}
+
+// endReasonNames are the reason label values of ticketing_lock_ends_total, by EndReason.
+var endReasonNames = [4]string{"", "released", "expired", "revoked"}
+
+// writeEvents writes the event counters: every series of a prefix from the prefix's first
+// event on; an answer or refusal series from its first count.
+func (m *metrics) writeEvents(e *expo, c eventCounts) {
+	if c.answers != ([numOpSlots][numStatusSlots]uint64{}) {
+		e.family("ticketing_operations_total", "counter", "Answers sent to clients, by op (pushes: expired, goaway) and status.")
+	}
+	for o := range c.answers {
+		for s, n := range c.answers[o] {
+			if n > 0 {
+				e.uint("ticketing_operations_total", n, "op", opSlotNames[o], "status", statusSlotNames[s])
 			}
 		}
 	}
+	ps := c.prefixes
+	e.family("ticketing_grants_total", "counter", "Locks granted, by key prefix and kind: immediate, or handoff (the acquire had queued).")
 	for i := range ps {
-		p := &ps[i]
-		counter(descGrants, p.grants[0], p.created, p.name, "immediate")
-		counter(descGrants, p.grants[1], p.created, p.name, "handoff")
-		for how := locktable.EndReleased; how <= locktable.EndRevoked; how++ {
-			counter(descEnds, p.ends[how], p.created, p.name, endReasonNames[how])
-		}
-		counter(descTimeouts, p.timeouts, p.created, p.name)
-		counter(descQueued, p.queued, p.created, p.name)
-		ch <- p.wait.constHistogram(descWait, waitBuckets, p.created, p.name)
-		ch <- p.hold.constHistogram(descHold, holdBuckets, p.created, p.name)
-		ch <- p.depth.constHistogram(descDepth, depthBuckets, p.created, p.name)
+		e.uint("ticketing_grants_total", ps[i].grants[0], "kind", "immediate", "prefix", ps[i].name)
+		e.uint("ticketing_grants_total", ps[i].grants[1], "kind", "handoff", "prefix", ps[i].name)
 	}
+	e.family("ticketing_lock_ends_total", "counter", "Holds ended, by key prefix and reason: released, expired (lease ran out), revoked (granted to a session that was gone).")
+	for i := range ps {
+		for how := locktable.EndReleased; how <= locktable.EndRevoked; how++ {
+			e.uint("ticketing_lock_ends_total", ps[i].ends[how], "prefix", ps[i].name, "reason", endReasonNames[how])
+		}
+	}
+	e.family("ticketing_wait_timeouts_total", "counter", "Queued acquires whose wait timeout passed, by key prefix.")
+	for i := range ps {
+		e.uint("ticketing_wait_timeouts_total", ps[i].timeouts, "prefix", ps[i].name)
+	}
+	e.family("ticketing_queued_total", "counter", "Acquires that joined a queue (the key was taken), by key prefix.")
+	for i := range ps {
+		e.uint("ticketing_queued_total", ps[i].queued, "prefix", ps[i].name)
+	}
+	e.family("ticketing_wait_seconds", "histogram", "Time queued acquires waited before their grant, by key prefix.")
+	for i := range ps {
+		h := &ps[i].wait
+		e.histogram("ticketing_wait_seconds", waitBuckets, h.counts, h.n, h.sum, "prefix", ps[i].name)
+	}
+	e.family("ticketing_hold_seconds", "histogram", "Time locks were held, by key prefix (observed when the hold ends).")
+	for i := range ps {
+		h := &ps[i].hold
+		e.histogram("ticketing_hold_seconds", holdBuckets, h.counts, h.n, h.sum, "prefix", ps[i].name)
+	}
+	e.family("ticketing_queue_depth", "histogram", "Queue length a queued acquire found itself at (itself included), by key prefix.")
+	for i := range ps {
+		h := &ps[i].depth
+		e.histogram("ticketing_queue_depth", depthBuckets, h.counts, h.n, h.sum, "prefix", ps[i].name)
+	}
+	e.family("ticketing_auth_failures_total", "counter", "Handshakes whose proof did not verify (wrong token).")
+	e.uint("ticketing_auth_failures_total", m.authFailures.Load())
+	first := true
+	for s := range m.refusals {
+		if n := m.refusals[s].Load(); n > 0 {
+			if first {
+				e.family("ticketing_handshake_refusals_total", "counter", "Handshakes refused before authentication (CHALLENGE not OK), by status.")
+				first = false
+			}
+			e.uint("ticketing_handshake_refusals_total", n, "status", statusSlotNames[s])
+		}
+	}
+	e.family("ticketing_session_attaches_total", "counter", "Completed handshakes, by whether they resumed a session.")
+	e.uint("ticketing_session_attaches_total", m.attaches[0].Load(), "resumed", "false")
+	e.uint("ticketing_session_attaches_total", m.attaches[1].Load(), "resumed", "true")
+	e.family("ticketing_slow_consumers_total", "counter", "Connections closed because their unread output passed TICKETING_MAX_OUTPUT.")
+	e.uint("ticketing_slow_consumers_total", m.slowConsumers.Load())
 }

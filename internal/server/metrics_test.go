@@ -1,16 +1,22 @@
 package server
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"math"
 	"net"
 	"net/http"
+	"runtime"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/ticketing/ticketing/internal/wire"
 )
@@ -62,12 +68,14 @@ func getJSON(t *testing.T, url string, v any) {
 	}
 }
 
-// gathered is the registry's state: "name{l1=v1,l2=v2}" -> metric (labels in name order).
+// gathered is what /metrics says, read with Prometheus' own text parser (so the format is
+// checked too): "name{l1=v1,l2=v2}" -> metric (labels in name order).
 func gathered(t *testing.T, s *Server) map[string]*dto.Metric {
 	t.Helper()
-	fams, err := s.metrics.reg.Gather()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(s.metrics.scrape()))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("/metrics does not parse: %v", err)
 	}
 	out := map[string]*dto.Metric{}
 	for _, f := range fams {
@@ -76,6 +84,7 @@ func gathered(t *testing.T, s *Server) map[string]*dto.Metric {
 			for _, l := range m.GetLabel() {
 				ls = append(ls, l.GetName()+"="+l.GetValue())
 			}
+			sort.Strings(ls)
 			name := f.GetName()
 			if len(ls) > 0 {
 				name += "{" + strings.Join(ls, ",") + "}"
@@ -313,6 +322,49 @@ func TestMetricsPrefixCardinality(t *testing.T) {
 	}
 	if v := g["ticketing_grants_total{kind=immediate,prefix=other}"].GetCounter().GetValue(); v != 8+3 {
 		t.Fatalf("other: %v grants, want 11", v)
+	}
+}
+
+// TestMetricsExposition: label values that need escaping survive Prometheus' parser; the Go
+// runtime's and the process's series are there with sane values; the content type is the text
+// format's.
+func TestMetricsExposition(t *testing.T) {
+	ts, admin := startOpsServer(t, nil)
+	a := connect(t, ts.addr, "")
+	weird := "q\"uo\\te\nline"
+	tok := a.expectAnswerTo(acquire(1, weird+":1", 30000, 0), wire.StatusOK).Token
+	a.expectAnswerTo(release(2, weird+":1", tok), wire.StatusOK)
+	g := gathered(t, ts.Server)
+	// (The first grant may queue behind the durable restart horizon: immediate or handoff.)
+	if v := g["ticketing_grants_total{kind=immediate,prefix="+weird+"}"].GetCounter().GetValue() +
+		g["ticketing_grants_total{kind=handoff,prefix="+weird+"}"].GetCounter().GetValue(); v != 1 {
+		t.Errorf("grants of the escaped prefix: %v, want 1", v)
+	}
+	if v := g["process_resident_memory_bytes"].GetGauge().GetValue(); v < 1<<20 || v > 1<<34 {
+		t.Errorf("process_resident_memory_bytes = %v", v)
+	}
+	if v := g["process_open_fds"].GetGauge().GetValue(); v < 3 {
+		t.Errorf("process_open_fds = %v", v)
+	}
+	if v := g["process_start_time_seconds"].GetGauge().GetValue(); math.Abs(v-float64(time.Now().Unix())) > 3600 {
+		t.Errorf("process_start_time_seconds = %v, now %d", v, time.Now().Unix())
+	}
+	if v := g["go_goroutines"].GetGauge().GetValue(); v < 2 {
+		t.Errorf("go_goroutines = %v", v)
+	}
+	if v := g["go_memstats_alloc_bytes_total"].GetCounter().GetValue(); v <= 0 {
+		t.Errorf("go_memstats_alloc_bytes_total = %v", v)
+	}
+	if _, ok := g["go_info{version="+runtime.Version()+"}"]; !ok {
+		t.Errorf("go_info missing")
+	}
+	resp, err := http.Get(admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/plain; version=0.0.4; charset=utf-8" {
+		t.Errorf("content type %q", ct)
 	}
 }
 

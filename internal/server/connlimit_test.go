@@ -49,3 +49,28 @@ func TestConnectionSlotTakenAtChallengeAndGivenBack(t *testing.T) {
 		t.Fatalf("%d connections served, limit 1", n)
 	}
 }
+
+// At the connection limit, a client resuming its session over a new connection (its old one
+// half-open: still counted) is let in and takes the session over, which gives the old slot
+// back; a new session is still refused.
+func TestResumeAtConnectionLimit(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.MaxConnections = 2; c.SessionGrace = 5 * time.Second })
+	a := connect(t, ts.addr, "")
+	tok := a.expectAnswerTo(acquire(1, "k", 60000, 0), wire.StatusOK).Token
+	connect(t, ts.addr, "") // the second slot
+	if st := dialRaw(t, ts.addr).handshake(""); st != wire.StatusBusy {
+		t.Fatalf("a new session at the limit: %v", st)
+	}
+	b := a.reconnect(t, ts.addr, "") // a's connection is still open: half-open as far as a knows
+	if !b.resumed() {
+		t.Fatalf("resume at the limit: challenge %+v welcome %+v", b.challenge, b.welcome)
+	}
+	a.expectClosed(2 * time.Second)
+	waitFor(t, 5*time.Second, "the old slot given back", func() bool { return ts.attached.Load() == 2 })
+	if r := b.roundTrip(release(2, "k", tok)); r.Status != wire.StatusOK {
+		t.Fatalf("release of the resumed lock: %v", r.Status)
+	}
+	if st := dialRaw(t, ts.addr).handshake(""); st != wire.StatusBusy {
+		t.Fatalf("a new session at the limit after the takeover: %v", st)
+	}
+}

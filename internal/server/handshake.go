@@ -37,7 +37,7 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 		ch.Status, ch.Detail, ch.Data = wire.StatusInvalid, wire.FieldFlags, []byte(wire.MsgFlags)
 	case hello.SessionID == [wire.SessionIDSize]byte{}:
 		ch.Status, ch.Detail, ch.Data = wire.StatusInvalid, wire.FieldSession, []byte(wire.MsgSessionZero)
-	case s.attached.Load() >= int64(s.cfg.MaxConnections):
+	case s.attached.Load() >= int64(s.cfg.MaxConnections) && !s.attachedElsewhere(hello.SessionID):
 		ch.Status, ch.Detail, ch.Data = wire.StatusBusy, wire.LimitConnections, []byte(wire.MsgConnections)
 	case s.isStopping():
 		ch.Status, ch.Data = wire.StatusShuttingDown, []byte(wire.MsgShuttingDown)
@@ -49,9 +49,15 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 	// that pass the check together never serve more than MaxConnections. It is the
 	// connection's from the attach on (detach gives it back) and is given back on every path
 	// that does not attach.
+	// A HELLO naming a session that is attached to another connection is let past a full
+	// limit: it is the session's client coming back over a connection it believes dead (often
+	// still half-open here), and refusing it would lose the session's locks when its grace
+	// ends. Its takeover closes the old connection, which gives that slot back. Session ids
+	// are unguessable capabilities, and each such handshake is still bounded by
+	// MaxHandshakes and HandshakeTimeout, so this does not open the limit to strangers.
 	slot := false
 	if ch.Status == wire.StatusOK {
-		if slot = s.takeSlot(); !slot {
+		if slot = s.takeSlot() || s.takeSlotOver(hello.SessionID); !slot {
 			ch.Status, ch.Detail, ch.Data = wire.StatusBusy, wire.LimitConnections, []byte(wire.MsgConnections)
 		}
 	}
@@ -308,6 +314,24 @@ func (s *Server) takeSlot() bool {
 			return true
 		}
 	}
+}
+
+// takeSlotOver takes a slot beyond MaxConnections for a handshake resuming a session that is
+// attached to another connection (see handshake).
+func (s *Server) takeSlotOver(sid [wire.SessionIDSize]byte) bool {
+	if !s.attachedElsewhere(sid) {
+		return false
+	}
+	s.attached.Add(1)
+	return true
+}
+
+// attachedElsewhere reports whether session sid is attached to a connection now.
+func (s *Server) attachedElsewhere(sid [wire.SessionIDSize]byte) bool {
+	s.mu.Lock()
+	_, conn, _, ok := s.table.Session(sid)
+	s.mu.Unlock()
+	return ok && conn != 0
 }
 
 func (s *Server) isStopping() bool {

@@ -207,7 +207,7 @@ func (t *Table) run(now int64, i int32, r *wire.Request) {
 			st = wire.StatusOK
 		}
 		rec := s.put(r.ID)
-		rec.op, rec.status, rec.token, rec.keyHash, rec.epoch = r.Op, st, r.Token, keyHash(r.Key), s.acks
+		rec.op, rec.status, rec.token, rec.keyHash, rec.epoch = r.Op, st, r.Token, keyHash(r.Key), uint32(s.acks)
 		t.reply(i, r.Op, st, r.ID)
 	case wire.OpExtend:
 		if t.sess.stopping {
@@ -243,7 +243,7 @@ func (t *Table) run(now int64, i int32, r *wire.Request) {
 			withdrawn = 1
 		}
 		s = &t.sess.slots[i]
-		s.store(record{id: r.ID, op: r.Op, token: target, detail: withdrawn, epoch: s.acks})
+		s.store(record{id: r.ID, op: r.Op, token: target, detail: withdrawn, epoch: uint32(s.acks)})
 		t.answer(i, wire.Response{Op: r.Op, ID: r.ID, Detail: uint32(withdrawn)})
 	case wire.OpInspect:
 		t.inspect(now, i, r)
@@ -321,7 +321,7 @@ func (t *Table) finishAcquire(i int32, id uint64, key []byte, leaseMs uint32, st
 
 func (t *Table) finishAcquireHashed(i int32, id uint64, kh, leaseMs uint32, st wire.Status, detail uint32, msg []byte) {
 	s := &t.sess.slots[i]
-	s.store(record{id: id, op: wire.OpAcquire, status: st, detail: uint8(detail), keyHash: kh, lease: leaseMs, epoch: s.acks})
+	s.store(record{id: id, op: wire.OpAcquire, status: st, detail: uint8(detail), keyHash: kh, lease: leaseMs, epoch: uint32(s.acks)})
 	t.answer(i, wire.Response{Op: wire.OpAcquire, Status: st, ID: id, Detail: detail, Data: msg})
 }
 

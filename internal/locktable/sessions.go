@@ -56,10 +56,13 @@ type session struct {
 
 // record is a stored outcome (PROTOCOL.md, "Retries and stored outcomes"): what a retry of
 // request id is answered, and what it must match.
+//
+// 32 bytes: a busy session keeps up to two ACK intervals of them (TICKETING_MAX_OUTCOMES at most),
+// which makes them most of what a busy session costs.
 type record struct {
 	id      uint64
 	token   uint64 // RELEASE: the token; CANCEL: the target request id; ACQUIRE: 0
-	epoch   uint64 // acks of the session when stored
+	epoch   uint32 // acks of the session when stored, modulo 2^32 (ack compares it for equality)
 	keyHash uint32 // ACQUIRE, RELEASE: hash of the key
 	lease   uint32 // ACQUIRE: lease_ms
 	op      wire.Op
@@ -330,13 +333,15 @@ func (s *session) find(id uint64) *record {
 	return nil
 }
 
-// ack applies ACK(x): outcomes below x stored before the previous ACK are dropped.
+// ack applies ACK(x): outcomes below x stored before the previous ACK are dropped. A record's
+// epoch is at most the current count, so "stored since the previous ACK" is equality (modulo
+// 2^32: a record would have to outlive 2^32 ACKs, about 4*10^12 answers, to be mistaken).
 func (s *session) ack(x uint64) {
-	cur := s.acks
+	cur := uint32(s.acks)
 	kept := 0
 	i := 0
 	for ; i < len(s.records) && s.records[i].id < x; i++ {
-		if s.records[i].epoch >= cur {
+		if s.records[i].epoch == cur {
 			s.records[kept] = s.records[i]
 			kept++
 		}

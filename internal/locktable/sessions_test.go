@@ -2,6 +2,7 @@ package locktable
 
 import (
 	"testing"
+	"unsafe"
 
 	"github.com/ticketing/ticketing/internal/wire"
 )
@@ -62,5 +63,13 @@ func TestUndeliveredForOlderConnectionIgnored(t *testing.T) {
 		if !late && info.Held {
 			t.Fatal("an undelivered grant of an ended session was not revoked")
 		}
+	}
+}
+
+// A stored outcome is 32 bytes: busy sessions keep thousands of them, so a field added to
+// record costs every such session (docs/operations.md, capacity).
+func TestRecordSize(t *testing.T) {
+	if n := unsafe.Sizeof(record{}); n != 32 {
+		t.Fatalf("record is %d bytes, want 32", n)
 	}
 }

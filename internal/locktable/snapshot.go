@@ -110,7 +110,7 @@ func (t *Table) Snapshot() []byte {
 		for _, r := range s.records {
 			w.u64(r.id)
 			w.u64(r.token)
-			w.u64(r.epoch)
+			w.u64(uint64(r.epoch)) // an 8-byte field of the format
 			w.u32(r.keyHash)
 			w.u32(r.lease)
 			w.u8(uint8(r.op))
@@ -312,7 +312,7 @@ func Restore(cfg Config, snap []byte) (*Table, error) {
 		nrec := r.count(35)
 		s.records = make([]record, nrec)
 		for j := range s.records {
-			s.records[j] = record{id: r.u64(), token: r.u64(), epoch: r.u64(), keyHash: r.u32(), lease: r.u32(),
+			s.records[j] = record{id: r.u64(), token: r.u64(), epoch: uint32(r.u64()), keyHash: r.u32(), lease: r.u32(),
 				op: wire.Op(r.u8()), status: wire.Status(r.u8()), detail: r.u8()}
 		}
 		if uint64(s.owner)&slotMask != uint64(i) {

@@ -86,6 +86,9 @@ func TestReviewGrantDroppedFromOutputBufferIsRevoked(t *testing.T) {
 	ts := startServer(t, func(c *Config) {
 		c.WriteTimeout = 1500 * time.Millisecond
 		c.SessionGrace = 200 * time.Millisecond
+		// Above what the flood below makes the server queue: the write stays blocked until its
+		// timeout instead of ending early when the slow consumer passes the output limit.
+		c.MaxOutput = 256 << 20
 	})
 	h := connect(t, ts.addr, "")
 	g := h.roundTrip(acquire(1, "k", 60000, 0))
@@ -99,12 +102,13 @@ func TestReviewGrantDroppedFromOutputBufferIsRevoked(t *testing.T) {
 	good.send(acquire(1, "k", 60000, wire.WaitForever))
 	waitFor(t, 5*time.Second, "queued", func() bool { return ts.waiters() == 2 })
 
-	// The slow client floods INSPECTs and reads nothing: the server's writes to it block.
-	if tc, ok := slow.nc.(*net.TCPConn); ok {
-		tc.SetReadBuffer(4 << 10)
-	}
+	// The slow client floods INSPECTs and reads nothing: the server's writes to it block once the
+	// answers fill both sockets' buffers (a few MB each on loopback: 1,000,000 answers are far
+	// more). The client's receive buffer is left alone: shrunk after connecting, it stalled the
+	// client's own writes at random (the server then had nothing to answer, and the test
+	// failed waiting for a blocked write).
 	var frames []byte
-	for i := 0; i < 200000; i++ {
+	for i := 0; i < 1000000; i++ {
 		frames = wire.AppendRequest(frames, &wire.Request{Op: wire.OpInspect, ID: uint64(i + 2), Key: []byte("k")})
 	}
 	go func() {

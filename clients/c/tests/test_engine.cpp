@@ -30,6 +30,22 @@ TEST(Deadline, MarginIsFiveMsOrATenthOfTheLease)
     EXPECT_EQ(tk__lost_margin_us(1), 100);
 }
 
+// pop_all_in_order takes every armed timer off h, checking they come out in deadline order and
+// end disarmed; it returns how many there were.
+static size_t pop_all_in_order(tk_heap *h)
+{
+    int64_t last = -1;
+    size_t n = 0;
+    while (tk_timer *top = tk__heap_top(h)) {
+        EXPECT_GE(top->at, last);
+        last = top->at;
+        tk__heap_del(h, top);
+        EXPECT_FALSE(tk__timer_armed(top));
+        n++;
+    }
+    return n;
+}
+
 TEST(Heap, PopsInOrderAfterRandomSetsAndDeletes)
 {
     tk_heap h{};
@@ -43,15 +59,7 @@ TEST(Heap, PopsInOrderAfterRandomSetsAndDeletes)
         tk__heap_set(&h, &t[rng() % t.size()], rng() % 1000); // move
         tk__heap_del(&h, &t[rng() % t.size()]);              // delete (maybe twice)
     }
-    int64_t last = -1;
-    size_t n = 0;
-    while (tk_timer *top = tk__heap_top(&h)) {
-        EXPECT_GE(top->at, last);
-        last = top->at;
-        tk__heap_del(&h, top);
-        EXPECT_FALSE(tk__timer_armed(top));
-        n++;
-    }
+    size_t n = pop_all_in_order(&h);
     EXPECT_GT(n, 100u);
     tk__heap_free(&h);
 }
@@ -80,15 +88,7 @@ TEST(Heap, LanesAndHeapPopInOrder)
     size_t armed = 0;
     for (auto &x : t)
         armed += tk__timer_armed(&x);
-    int64_t last = -1;
-    size_t n = 0;
-    while (tk_timer *top = tk__heap_top(&h)) {
-        EXPECT_GE(top->at, last);
-        last = top->at;
-        tk__heap_del(&h, top);
-        EXPECT_FALSE(tk__timer_armed(top));
-        n++;
-    }
+    size_t n = pop_all_in_order(&h);
     EXPECT_EQ(n, armed);
     for (auto &x : t)
         EXPECT_FALSE(tk__timer_armed(&x));

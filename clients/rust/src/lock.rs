@@ -42,6 +42,11 @@ pub(crate) struct LockState {
 }
 
 impl LockState {
+    /// The state of a lock just granted: held, nobody watching, no keep-alive.
+    fn granted(lease_ms: u32, deadline: Instant) -> LockState {
+        LockState { lease_ms, deadline, released: false, releasing: false, lost: None, lost_tx: None, keepalive: None }
+    }
+
     fn stop_tasks(&mut self) {
         if let Some(t) = self.keepalive.take() {
             t.abort();
@@ -70,19 +75,7 @@ impl LockShared {
     /// A lock just granted. The caller registers it (`State::register`) with
     /// `lost_at(deadline, lease_ms)`, which starts its deadline timer.
     pub fn new(key: Key, token: u64, lease_ms: u32, deadline: Instant) -> Arc<LockShared> {
-        Arc::new(LockShared {
-            key,
-            token,
-            state: Mutex::new(LockState {
-                lease_ms,
-                deadline,
-                released: false,
-                releasing: false,
-                lost: None,
-                lost_tx: None,
-                keepalive: None,
-            }),
-        })
+        Arc::new(LockShared { key, token, state: Mutex::new(LockState::granted(lease_ms, deadline)) })
     }
 
     /// [`new`](LockShared::new), in the allocation of `spare` (a dropped lock's, from the client's
@@ -101,15 +94,7 @@ impl LockShared {
             shared.key = key;
             shared.token = token;
             let s = shared.state.get_mut().unwrap_or_else(PoisonError::into_inner);
-            *s = LockState {
-                lease_ms,
-                deadline,
-                released: false,
-                releasing: false,
-                lost: None,
-                lost_tx: None,
-                keepalive: None,
-            };
+            *s = LockState::granted(lease_ms, deadline);
             return spare;
         }
         LockShared::new(key, token, lease_ms, deadline)

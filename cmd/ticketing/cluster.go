@@ -1,19 +1,18 @@
 package main
 
 import (
-	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/ticketing/ticketing/internal/adminhttp"
 	"github.com/ticketing/ticketing/internal/server"
 )
 
@@ -45,7 +44,7 @@ func runClusterCmd(args []string) int {
 		fs.Usage()
 		return 2
 	}
-	hc := &http.Client{Timeout: *timeout}
+	hc := &adminhttp.Client{Timeout: *timeout}
 	scheme := "http"
 	if *ca != "" {
 		pem, err := os.ReadFile(*ca)
@@ -55,7 +54,7 @@ func runClusterCmd(args []string) int {
 		}
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(pem)
-		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+		hc.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 		scheme = "https"
 	}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
@@ -63,13 +62,13 @@ func runClusterCmd(args []string) int {
 	var body any
 	switch {
 	case cmd == "status" && len(rest) == 0:
-		method, path = http.MethodGet, "/cluster/status"
+		method, path = "GET", "/cluster/status"
 	case cmd == "add" && len(rest) == 2:
-		method, path, body = http.MethodPost, "/cluster/add", map[string]string{"id": rest[0], "raft_addr": rest[1]}
+		method, path, body = "POST", "/cluster/add", map[string]string{"id": rest[0], "raft_addr": rest[1]}
 	case cmd == "remove" && len(rest) == 1:
-		method, path, body = http.MethodPost, "/cluster/remove", map[string]string{"id": rest[0]}
+		method, path, body = "POST", "/cluster/remove", map[string]string{"id": rest[0]}
 	case cmd == "transfer-leader" && len(rest) <= 1:
-		method, path = http.MethodPost, "/cluster/transfer"
+		method, path = "POST", "/cluster/transfer"
 		if len(rest) == 1 {
 			body = map[string]string{"id": rest[0]}
 		}
@@ -99,33 +98,30 @@ var (
 	errUnreachable = errors.New("unreachable")
 )
 
-func adminRequest(hc *http.Client, method, url string, body any) (*server.ClusterStatus, error) {
-	var rd io.Reader
+func adminRequest(hc *adminhttp.Client, method, url string, body any) (*server.ClusterStatus, error) {
+	var b []byte
 	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
+		b, _ = json.Marshal(body)
 	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
-		return nil, err
-	}
+	header := map[string]string{}
 	if t := os.Getenv("TICKETING_ADMIN_TOKEN"); t != "" {
-		req.Header.Set("Authorization", "Bearer "+t)
+		header["Authorization"] = "Bearer " + t
 	}
-	resp, err := hc.Do(req)
+	if b != nil {
+		header["Content-Type"] = "application/json"
+	}
+	resp, err := hc.Do(context.Background(), method, url, header, b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errUnreachable, err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	switch {
-	case resp.StatusCode == http.StatusConflict:
+	case resp.StatusCode == 409:
 		return nil, fmt.Errorf("%w (%s): the leader is %s", errNotLeader, url, resp.Header.Get("X-Ticketing-Leader"))
-	case resp.StatusCode != http.StatusOK:
-		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
+	case resp.StatusCode != 200:
+		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(resp.Body)))
 	}
 	var st server.ClusterStatus
-	if err := json.Unmarshal(b, &st); err != nil {
+	if err := json.Unmarshal(resp.Body, &st); err != nil {
 		return nil, fmt.Errorf("bad answer from %s: %v", url, err)
 	}
 	return &st, nil

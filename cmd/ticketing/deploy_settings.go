@@ -1,9 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
-	"net/http"
 
+	"github.com/ticketing/ticketing/internal/adminhttp"
 	"github.com/ticketing/ticketing/internal/server"
 )
 
@@ -37,7 +38,7 @@ func startOps(srv *server.Server, o *serverSettings) {
 	if !o.metricsOff {
 		srv.EnableMetrics()
 	}
-	srv.AdminMux().HandleFunc("POST /api/deploy", serveDeploy)
+	srv.AdminMux().Handle("POST /api/deploy", serveDeploy)
 }
 
 // settingsTable is the server's settings table (serve.go, list) by flag name, on a scratch
@@ -58,18 +59,22 @@ func settingsTable() (map[string]setting, []string) {
 // serveDeploy is POST /api/deploy: the launch-command generator for the admin page. The body
 // is a deployRequest in JSON; the answer a deployPlan (400 with the reason when the answers do
 // not make a configuration the server accepts).
-func serveDeploy(w http.ResponseWriter, r *http.Request) {
+func serveDeploy(w *adminhttp.Response, r *adminhttp.Request) {
 	var req deployRequest
-	if err := decodeJSON(http.MaxBytesReader(w, r.Body, 64<<10), &req); err != nil {
-		http.Error(w, "bad JSON: "+err.Error(), http.StatusBadRequest)
+	if len(r.Body) > 64<<10 {
+		w.Error(413, "body over 65536 bytes")
+		return
+	}
+	if err := decodeJSON(bytes.NewReader(r.Body), &req); err != nil {
+		w.Error(400, "bad JSON: "+err.Error())
 		return
 	}
 	plan, err := generateDeploy(req)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		w.Error(400, err.Error())
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
+	w.Set("Content-Type", "application/json")
+	w.Set("Cache-Control", "no-store")
 	encodeJSON(w, plan)
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -21,6 +20,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ticketing/ticketing/internal/adminhttp"
 	"github.com/ticketing/ticketing/internal/server"
 )
 
@@ -48,7 +48,7 @@ func runOpsCommand(cmd string, args []string) int {
 type adminTarget struct {
 	base   string // http://host:port or https://host:port
 	token  string // bearer credential ("" on loopback)
-	client *http.Client
+	client *adminhttp.Client
 }
 
 // adminFlags adds the flags that locate the admin listener and returns a function that builds
@@ -64,7 +64,7 @@ func adminFlagsTimeout(fs *flag.FlagSet, timeout *time.Duration) func() (*adminT
 	ca := fs.String("admin-ca", os.Getenv("TICKETING_ADMIN_CA"), "PEM CA bundle to verify the admin listener's certificate: use HTTPS (env TICKETING_ADMIN_CA)")
 	tokenFile := fs.String("admin-token-file", os.Getenv("TICKETING_ADMIN_TOKEN_FILE"), "file with the admin bearer credential (or env TICKETING_ADMIN_TOKEN); needed off loopback")
 	return func() (*adminTarget, error) {
-		t := &adminTarget{base: "http://" + *addr, token: os.Getenv("TICKETING_ADMIN_TOKEN"), client: &http.Client{Timeout: *timeout}}
+		t := &adminTarget{base: "http://" + *addr, token: os.Getenv("TICKETING_ADMIN_TOKEN"), client: &adminhttp.Client{Timeout: *timeout}}
 		if *tokenFile != "" {
 			b, err := os.ReadFile(*tokenFile)
 			if err != nil {
@@ -82,7 +82,7 @@ func adminFlagsTimeout(fs *flag.FlagSet, timeout *time.Duration) func() (*adminT
 				return nil, fmt.Errorf("%s: no certificate found", *ca)
 			}
 			t.base = "https://" + *addr
-			t.client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+			t.client.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 		}
 		return t, nil
 	}
@@ -112,29 +112,21 @@ func defaultAdminAddr() string {
 
 // get fetches path and decodes its JSON into v (v nil: only the status matters).
 func (t *adminTarget) get(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, "GET", t.base+path, nil)
-	if err != nil {
-		return err
-	}
+	var header map[string]string
 	if t.token != "" {
-		req.Header.Set("Authorization", "Bearer "+t.token)
+		header = map[string]string{"Authorization": "Bearer " + t.token}
 	}
-	resp, err := t.client.Do(req)
+	resp, err := t.client.Do(ctx, "GET", t.base+path, header, nil)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("%s: %s: %s", path, resp.Status, strings.TrimSpace(string(resp.Body)))
 	}
 	if v == nil {
 		return nil
 	}
-	return json.Unmarshal(body, v)
+	return json.Unmarshal(resp.Body, v)
 }
 
 // fetchKeyInfo asks the admin listener about key: holder (with token) and waiters. For

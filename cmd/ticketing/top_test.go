@@ -3,13 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
-	"net/http"
 	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ticketing/ticketing/internal/adminhttp"
 )
 
 // TestTopAndHealthcheck: `ticketing top` shows the contended key with its waiters, live
@@ -29,7 +30,7 @@ func TestTopAndHealthcheck(t *testing.T) {
 	holder.acquire(t, "warm", 0)
 	holder.acquire(t, "hot:1", 0)
 	var waiters []*lockConn
-	target := &adminTarget{base: "http://" + n.admin, client: &http.Client{Timeout: 5 * time.Second}}
+	target := &adminTarget{base: "http://" + n.admin, client: &adminhttp.Client{Timeout: 5 * time.Second}}
 	for i := 0; i < 2; i++ {
 		c, _, err := dialLock(n.addr, "")
 		if err != nil {

@@ -1,21 +1,22 @@
 package server
 
 import (
-	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/ticketing/ticketing/internal/adminhttp"
 )
 
-// The admin listener: a separate HTTP port for operators, on loopback by default. Off loopback
+// The admin listener: a separate HTTP/1.1 port (internal/adminhttp) for operators, on loopback by default. Off loopback
 // it requires TLS and its own admin credential (a bearer token, never the client token), so
 // neither the credential nor what the pages show crosses a network in clear.
 //
@@ -31,24 +32,24 @@ import (
 // Further handlers (metrics, inspection, the page) register on AdminMux.
 
 // AdminMux is the admin listener's handler; other files add routes to it before Serve.
-func (s *Server) AdminMux() *http.ServeMux { return s.adminMux }
+func (s *Server) AdminMux() *adminhttp.Mux { return s.adminMux }
 
 func (s *Server) initAdmin() {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	mux := &adminhttp.Mux{}
+	mux.Handle("GET /healthz", func(w *adminhttp.Response, r *adminhttp.Request) {
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("GET /readyz", func(w *adminhttp.Response, r *adminhttp.Request) {
 		if ok, why := s.ready(); !ok {
-			http.Error(w, why, http.StatusServiceUnavailable)
+			w.Error(503, why)
 			return
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.HandleFunc("GET /cluster/status", s.clusterStatus)
-	mux.HandleFunc("POST /cluster/add", s.clusterChange)
-	mux.HandleFunc("POST /cluster/remove", s.clusterChange)
-	mux.HandleFunc("POST /cluster/transfer", s.clusterChange)
+	mux.Handle("GET /cluster/status", s.clusterStatus)
+	mux.Handle("POST /cluster/add", s.clusterChange)
+	mux.Handle("POST /cluster/remove", s.clusterChange)
+	mux.Handle("POST /cluster/transfer", s.clusterChange)
 	s.metrics = s.initOps(mux) // inspect.go: /metrics, /api/*, the admin page
 	s.adminMux = mux
 }
@@ -85,44 +86,38 @@ func (s *Server) ready() (bool, string) {
 }
 
 // adminAuth wraps the mux: off loopback, every request needs the admin bearer token.
-func (s *Server) adminAuth(h http.Handler, needToken bool) http.Handler {
+func (s *Server) adminAuth(h adminhttp.Handler, needToken bool) adminhttp.Handler {
 	want := []byte("Bearer " + s.cfg.AdminToken)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return func(w *adminhttp.Response, r *adminhttp.Request) {
 		if needToken && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="ticketing admin"`)
-			http.Error(w, "admin credential required", http.StatusUnauthorized)
+			w.Set("WWW-Authenticate", `Bearer realm="ticketing admin"`)
+			w.Error(401, "admin credential required")
 			return
 		}
-		h.ServeHTTP(w, r)
-	})
+		h(w, r)
+	}
 }
 
 // ServeAdmin runs the admin listener on ln until Shutdown.
 func (s *Server) ServeAdmin(ln net.Listener) error {
 	needToken := !isLoopback(ln.Addr())
-	srv := &http.Server{Handler: s.adminAuth(s.adminMux, needToken), ReadHeaderTimeout: 5 * time.Second}
+	srv := &adminhttp.Server{Handler: s.adminAuth(s.adminMux.Serve, needToken), HeaderTimeout: 5 * time.Second}
 	if needToken {
 		if s.cfg.AdminToken == "" || s.cfg.AdminTLS == nil {
 			return errors.New("TICKETING_ADMIN_ADDR off loopback needs TICKETING_ADMIN_TOKEN and TLS (TICKETING_ADMIN_TLS_CERT/KEY)")
 		}
-		srv.TLSConfig = s.cfg.AdminTLS
+		ln = tls.NewListener(ln, s.cfg.AdminTLS)
 	}
+	stopped := make(chan struct{})
+	defer close(stopped)
 	go func() {
-		<-s.done
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
+		select {
+		case <-s.done:
+			srv.Close(time.Second)
+		case <-stopped:
+		}
 	}()
-	var err error
-	if srv.TLSConfig != nil {
-		err = srv.ServeTLS(ln, "", "")
-	} else {
-		err = srv.Serve(ln)
-	}
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
+	return srv.Serve(ln)
 }
 
 func isLoopback(a net.Addr) bool {
@@ -155,7 +150,7 @@ type ClusterMember struct {
 	Voter    bool   `json:"voter"`
 }
 
-func (s *Server) clusterStatus(w http.ResponseWriter, r *http.Request) {
+func (s *Server) clusterStatus(w *adminhttp.Response, r *adminhttp.Request) {
 	st := ClusterStatus{Role: "single", Serving: true}
 	s.mu.Lock()
 	id := s.StateIDLocked()
@@ -183,7 +178,7 @@ func (s *Server) clusterStatus(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(st)
 }
 
@@ -195,33 +190,37 @@ func (s *Server) StateIDLocked() [16]byte {
 	return s.stateID
 }
 
-func (s *Server) clusterChange(w http.ResponseWriter, r *http.Request) {
+func (s *Server) clusterChange(w *adminhttp.Response, r *adminhttp.Request) {
 	c := s.cluster
 	if c == nil {
-		http.Error(w, "not a cluster node", http.StatusBadRequest)
+		w.Error(400, "not a cluster node")
 		return
 	}
 	var req struct {
 		ID       string `json:"id"`
 		RaftAddr string `json:"raft_addr"`
 	}
-	if r.ContentLength != 0 {
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
-			http.Error(w, "bad JSON: "+err.Error(), http.StatusBadRequest)
+	if len(r.Body) > 4096 {
+		w.Error(413, "body over 4096 bytes")
+		return
+	}
+	if len(r.Body) != 0 {
+		if err := json.Unmarshal(r.Body, &req); err != nil {
+			w.Error(400, "bad JSON: "+err.Error())
 			return
 		}
 	}
 	var f raft.Future
-	switch r.URL.Path {
+	switch r.Path {
 	case "/cluster/add":
 		if req.ID == "" || req.RaftAddr == "" {
-			http.Error(w, `want {"id": ..., "raft_addr": "host:port"}`, http.StatusBadRequest)
+			w.Error(400, `want {"id": ..., "raft_addr": "host:port"}`)
 			return
 		}
 		f = c.raft.AddVoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddr), 0, 10*time.Second)
 	case "/cluster/remove":
 		if req.ID == "" {
-			http.Error(w, `want {"id": ...}`, http.StatusBadRequest)
+			w.Error(400, `want {"id": ...}`)
 			return
 		}
 		f = c.raft.RemoveServer(raft.ServerID(req.ID), 0, 10*time.Second)
@@ -231,7 +230,7 @@ func (s *Server) clusterChange(w http.ResponseWriter, r *http.Request) {
 		} else {
 			cfg := c.raft.GetConfiguration()
 			if err := cfg.Error(); err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
+				w.Error(500, err.Error())
 				return
 			}
 			var addr raft.ServerAddress
@@ -241,19 +240,19 @@ func (s *Server) clusterChange(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 			if addr == "" {
-				http.Error(w, "no member "+req.ID, http.StatusNotFound)
+				w.Error(404, "no member "+req.ID)
 				return
 			}
 			f = c.raft.LeadershipTransferToServer(raft.ServerID(req.ID), addr)
 		}
 	}
 	if err := f.Error(); err != nil {
-		code := http.StatusInternalServerError
+		code := 500
 		if errors.Is(err, raft.ErrNotLeader) {
-			code = http.StatusConflict
-			w.Header().Set("X-Ticketing-Leader", c.leaderAdminHint())
+			code = 409
+			w.Set("X-Ticketing-Leader", c.leaderAdminHint())
 		}
-		http.Error(w, err.Error(), code)
+		w.Error(code, err.Error())
 		return
 	}
 	s.clusterStatus(w, r)

@@ -3,12 +3,12 @@ package server
 import (
 	"encoding/hex"
 	"encoding/json"
-	"net/http"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ticketing/ticketing/internal/adminhttp"
 	"github.com/ticketing/ticketing/internal/locktable"
 	"github.com/ticketing/ticketing/internal/server/adminpage"
 )
@@ -110,15 +110,16 @@ const (
 )
 
 // initOps creates the metrics and registers the inspection routes and the page on mux.
-func (s *Server) initOps(mux *http.ServeMux) *metrics {
+func (s *Server) initOps(mux *adminhttp.Mux) *metrics {
 	m := s.initMetrics()
-	mux.Handle("GET /metrics", m.serveMetrics())
-	mux.HandleFunc("GET /api/key", s.apiKey)
-	mux.HandleFunc("GET /api/locks", s.apiLocks)
-	mux.HandleFunc("GET /api/top", s.apiTop)
-	mux.HandleFunc("GET /api/stats", s.apiStats)
-	mux.Handle("GET /{$}", adminpage.Handler())
-	mux.Handle("GET /ui/", http.StripPrefix("/ui", adminpage.Handler()))
+	mux.Handle("GET /metrics", m.serveMetrics)
+	mux.Handle("GET /api/key", s.apiKey)
+	mux.Handle("GET /api/locks", s.apiLocks)
+	mux.Handle("GET /api/top", s.apiTop)
+	mux.Handle("GET /api/stats", s.apiStats)
+	page := adminpage.Handler("/ui/")
+	mux.Handle("GET /", page)
+	mux.Handle("GET /ui/*", page)
 	return m
 }
 
@@ -131,17 +132,17 @@ func (s *Server) inspectNow() int64 {
 	return max(s.now(), s.table.Now())
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
+func writeJSON(w *adminhttp.Response, v any) {
+	w.Set("Content-Type", "application/json")
+	w.Set("Cache-Control", "no-store")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
 }
 
 // intParam reads a positive integer query parameter, bounded by max.
-func intParam(r *http.Request, name string, def, max int) int {
-	v, err := strconv.Atoi(r.URL.Query().Get(name))
+func intParam(r *adminhttp.Request, name string, def, max int) int {
+	v, err := strconv.Atoi(r.Query.Get(name))
 	if err != nil || v < 1 {
 		return def
 	}
@@ -198,10 +199,10 @@ func (s *Server) keyInfo(key []byte, info locktable.Info, now int64, nWaiters in
 	return k
 }
 
-func (s *Server) apiKey(w http.ResponseWriter, r *http.Request) {
-	key := r.URL.Query().Get("key")
+func (s *Server) apiKey(w *adminhttp.Response, r *adminhttp.Request) {
+	key := r.Query.Get("key")
 	if key == "" {
-		http.Error(w, "want ?key=KEY", http.StatusBadRequest)
+		w.Error(400, "want ?key=KEY")
 		return
 	}
 	n := intParam(r, "waiters", 100, maxWaitersShown)
@@ -216,7 +217,7 @@ func (s *Server) apiKey(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, k)
 }
 
-func (s *Server) apiLocks(w http.ResponseWriter, r *http.Request) {
+func (s *Server) apiLocks(w *adminhttp.Response, r *adminhttp.Request) {
 	limit := intParam(r, "limit", 100, maxLocksShown)
 	var l LockList
 	s.mu.Lock()
@@ -248,7 +249,7 @@ func (s *Server) apiLocks(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, l)
 }
 
-func (s *Server) apiTop(w http.ResponseWriter, r *http.Request) {
+func (s *Server) apiTop(w *adminhttp.Response, r *adminhttp.Request) {
 	n := intParam(r, "n", 20, topKeysSize)
 	m := s.metrics
 	s.mu.Lock()
@@ -265,7 +266,7 @@ func (s *Server) apiTop(w http.ResponseWriter, r *http.Request) {
 	}{m.on, top})
 }
 
-func (s *Server) apiStats(w http.ResponseWriter, r *http.Request) {
+func (s *Server) apiStats(w *adminhttp.Response, r *adminhttp.Request) {
 	m := s.metrics
 	st := Stats{TimeMs: time.Now().UnixMilli(), Metrics: m.on, Role: "single"}
 	if c := s.cluster; c != nil {

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 	"math/bits"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/ticketing/ticketing/internal/adminhttp"
 	"github.com/ticketing/ticketing/internal/locktable"
 	"github.com/ticketing/ticketing/internal/wire"
 )
@@ -390,11 +390,9 @@ func (m *metrics) slowConsumer() {
 }
 
 // serveMetrics is GET /metrics.
-func (m *metrics) serveMetrics() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", expoContentType)
-		w.Write(m.scrape())
-	})
+func (m *metrics) serveMetrics(w *adminhttp.Response, r *adminhttp.Request) {
+	w.Set("Content-Type", expoContentType)
+	w.Write(m.scrape())
 }
 
 // scrape is the whole exposition: the state, the events (with EnableMetrics), the runtime.

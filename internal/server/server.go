@@ -27,13 +27,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/ticketing/ticketing/internal/adminhttp"
 	"github.com/ticketing/ticketing/internal/clock"
 	"github.com/ticketing/ticketing/internal/locktable"
 	"github.com/ticketing/ticketing/internal/store"
@@ -63,7 +63,7 @@ type Server struct {
 	doomed   []*conn // connections to detach before Server.mu is released; see doom
 
 	reqs      []wire.Request // decode scratch of the cluster's apply
-	adminMux  *http.ServeMux
+	adminMux  *adminhttp.Mux
 	obs       locktable.Observer // metrics (nil: none); kept across table restores
 	metrics   *metrics           // metrics.go: Prometheus series, the contention sketch; set by initAdmin
 	startWait int64              // single node: the table time before which nothing is granted

@@ -6,18 +6,36 @@ package adminpage
 
 import (
 	"embed"
-	"io/fs"
-	"net/http"
+	"path"
+	"strings"
+
+	"github.com/ticketing/ticketing/internal/adminhttp"
 )
 
 //go:embed static
 var files embed.FS
 
-// Handler serves the page's files: "/" is index.html.
-func Handler() http.Handler {
-	sub, err := fs.Sub(files, "static")
-	if err != nil {
-		panic(err) // the embedded tree is fixed at build time
+var types = map[string]string{
+	".html": "text/html; charset=utf-8",
+	".css":  "text/css; charset=utf-8",
+	".js":   "text/javascript; charset=utf-8",
+}
+
+// Handler serves the page's files below prefix ("/ui/"); "/" is index.html.
+func Handler(prefix string) adminhttp.Handler {
+	return func(w *adminhttp.Response, r *adminhttp.Request) {
+		name := "index.html"
+		if r.Path != "/" {
+			name = strings.TrimPrefix(r.Path, prefix)
+		}
+		b, err := files.ReadFile("static/" + path.Clean("/" + name)[1:])
+		if err != nil || name == "" {
+			w.Error(404, "404 page not found")
+			return
+		}
+		if t, ok := types[path.Ext(name)]; ok {
+			w.Set("Content-Type", t)
+		}
+		w.Write(b)
 	}
-	return http.FileServer(http.FS(sub))
 }

@@ -124,6 +124,7 @@ func (o *serverSettings) list() []setting {
 		stringSetting("raft-tls-key", "cluster: PEM key for --raft-tls-cert", &o.raftKey),
 		stringSetting("raft-tls-ca", "cluster: PEM CA that signs every node's certificate", &o.raftCA),
 		stringSetting("admin-addr", "admin listener (health, readiness, cluster membership, metrics): host:port, empty for the client port + 1, or off", &c.AdminAddr),
+		intSetting("admin-max-connections", "open connections to the admin listener (one beyond it gets 503 and is closed)", &c.AdminMaxConnections),
 		stringSetting("admin-token-file", "file holding the admin bearer credential (or TICKETING_ADMIN_TOKEN); required off loopback", &o.adminTokenFile),
 		stringSetting("admin-tls-cert", "PEM certificate for the admin listener (required off loopback)", &o.adminCert),
 		stringSetting("admin-tls-key", "PEM key for --admin-tls-cert", &o.adminKey),

@@ -338,3 +338,48 @@ func TestClientAndServer(t *testing.T) {
 		t.Fatalf("POST over TLS: %v %+v", err, r)
 	}
 }
+
+// TestServerConnectionLimit: beyond MaxConns a connection is answered 503 and closed; a slot
+// freed is usable again.
+func TestServerConnectionLimit(t *testing.T) {
+	addr := start(t, &Server{Handler: testMux().Serve, MaxConns: 2})
+	open := func() (net.Conn, *http.Response) {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "GET /hello?name=x HTTP/1.1\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return c, resp
+	}
+	a, ra := open()
+	b, rb := open()
+	if ra.StatusCode != 200 || rb.StatusCode != 200 {
+		t.Fatalf("under the limit: %d %d", ra.StatusCode, rb.StatusCode)
+	}
+	c, rc := open()
+	if rc.StatusCode != 503 || !rc.Close {
+		t.Errorf("beyond the limit: %d (close %v), want 503 and the connection closed", rc.StatusCode, rc.Close)
+	}
+	c.Close()
+	a.Close()
+	var rd *http.Response
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var d net.Conn
+		d, rd = open() // the server sees a's end once its reader wakes
+		d.Close()
+		if rd.StatusCode == 200 {
+			break
+		}
+	}
+	if rd.StatusCode != 200 {
+		t.Errorf("after a connection ended: %d, want 200", rd.StatusCode)
+	}
+	b.Close()
+}

@@ -50,16 +50,17 @@ func (c *Client) Do(ctx context.Context, method, rawURL string, header map[strin
 		host = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
 	}
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", host)
+	tcp, err := d.DialContext(ctx, "tcp", host)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) }) // unblock on cancel
+	defer tcp.Close()
+	stop := context.AfterFunc(ctx, func() { tcp.SetDeadline(time.Unix(1, 0)) }) // unblock on cancel
 	defer stop()
 	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
+		tcp.SetDeadline(dl)
 	}
+	conn := tcp
 	if u.Scheme == "https" {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 		if c.TLS != nil {

@@ -155,6 +155,9 @@ type Server struct {
 	WriteTimeout   time.Duration // to send one answer (default 10 s)
 	MaxHeaderBytes int           // request line and header fields (default 16 KiB; 431 beyond)
 	MaxBodyBytes   int           // request body (default 1 MiB; 413 beyond)
+	// MaxConns bounds the open connections (0: no bound). One beyond it is answered 503 and
+	// closed, so that a flood of admin connections cannot take the process's descriptors.
+	MaxConns int
 
 	mu     sync.Mutex
 	ln     net.Listener
@@ -201,9 +204,16 @@ func (s *Server) Serve(ln net.Listener) error {
 			c.Close()
 			return nil
 		}
-		s.conns[c] = false
+		full := s.MaxConns > 0 && len(s.conns) >= s.MaxConns
+		if !full {
+			s.conns[c] = false
+		}
 		s.wg.Add(1)
 		s.mu.Unlock()
+		if full {
+			go s.refuse(c)
+			continue
+		}
 		go s.serveConn(c)
 	}
 }
@@ -289,6 +299,16 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 	}
+}
+
+// refuse answers a connection beyond MaxConns with 503 and closes it.
+func (s *Server) refuse(c net.Conn) {
+	defer s.wg.Done()
+	defer c.Close()
+	w := &Response{}
+	w.Error(503, fmt.Sprintf("too many admin connections (at most %d)", s.MaxConns))
+	c.SetWriteDeadline(time.Now().Add(time.Second))
+	writeResponse(bufio.NewWriter(c), w, false, false)
 }
 
 // handle runs the handler; a panic in it answers 500 instead of ending the process.

@@ -101,7 +101,8 @@ func (s *Server) adminAuth(h adminhttp.Handler, needToken bool) adminhttp.Handle
 // ServeAdmin runs the admin listener on ln until Shutdown.
 func (s *Server) ServeAdmin(ln net.Listener) error {
 	needToken := !isLoopback(ln.Addr())
-	srv := &adminhttp.Server{Handler: s.adminAuth(s.adminMux.Serve, needToken), HeaderTimeout: 5 * time.Second}
+	srv := &adminhttp.Server{Handler: s.adminAuth(s.adminMux.Serve, needToken), HeaderTimeout: 5 * time.Second,
+		MaxConns: s.cfg.AdminMaxConnections}
 	if needToken {
 		if s.cfg.AdminToken == "" || s.cfg.AdminTLS == nil {
 			return errors.New("TICKETING_ADMIN_ADDR off loopback needs TICKETING_ADMIN_TOKEN and TLS (TICKETING_ADMIN_TLS_CERT/KEY)")

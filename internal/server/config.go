@@ -60,6 +60,9 @@ type Config struct {
 	AdminAddr  string
 	AdminToken string      // bearer credential, required off loopback
 	AdminTLS   *tls.Config // required off loopback
+	// AdminMaxConnections bounds the admin listener's open connections (one beyond it gets 503
+	// and is closed); default 64.
+	AdminMaxConnections int
 }
 
 // AdminListenAddr resolves AdminAddr ("" derives it from Addr); "" when off.
@@ -109,6 +112,8 @@ func Default() Config {
 		ShutdownTimeout:  10 * time.Second,
 		TokenBlock:       1 << 20,
 		RaftMaxPending:   4 << 20,
+
+		AdminMaxConnections: 64,
 	}
 }
 
@@ -141,6 +146,7 @@ func (c *Config) Validate() error {
 		{"TICKETING_MAX_SESSIONS", c.MaxSessions}, {"TICKETING_MAX_WAITERS_PER_KEY", c.MaxWaitersPerKey},
 		{"TICKETING_MAX_WAITERS", c.MaxWaiters}, {"TICKETING_MAX_LOCKS", c.MaxLocks},
 		{"TICKETING_MAX_INFLIGHT", c.MaxInflight}, {"TICKETING_MAX_OUTCOMES", c.MaxOutcomes},
+		{"TICKETING_ADMIN_MAX_CONNECTIONS", c.AdminMaxConnections},
 	}
 	for _, p := range positive {
 		if p.v < 1 {

@@ -16,9 +16,11 @@ import (
 	"github.com/ticketing/ticketing/internal/adminhttp"
 )
 
-// The admin listener: a separate HTTP/1.1 port (internal/adminhttp) for operators, on loopback by default. Off loopback
-// it requires TLS and its own admin credential (a bearer token, never the client token), so
-// neither the credential nor what the pages show crosses a network in clear.
+// The admin listener: a separate HTTP/1.1 port (internal/adminhttp) for operators, on loopback
+// by default. Off loopback it requires TLS and its own admin credential (a bearer token, never
+// the client token), so neither the credential nor what the pages show crosses a network in
+// clear. At most Config.AdminMaxConnections connections are open at once, so that a flood of
+// them cannot take the descriptors the client port needs.
 //
 //	GET  /healthz            200 while the node runs
 //	GET  /readyz             200 when it can serve clients now (single node: past its start-up

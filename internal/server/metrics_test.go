@@ -423,18 +423,33 @@ func TestInspectKeyHolderAndWaiters(t *testing.T) {
 	}
 }
 
-// TestAdminPageServed: the page and its assets come from the binary.
+// TestAdminPageServed: the page and its assets come from the binary, with their types; nothing
+// else does.
 func TestAdminPageServed(t *testing.T) {
 	_, admin := startOpsServer(t, nil)
-	for path, want := range map[string]string{"/": "<title>Ticketing admin</title>", "/ui/app.js": "pollStats", "/ui/style.css": "--accent"} {
-		resp, err := http.Get(admin + path)
+	for _, c := range []struct{ path, want, ctype string }{
+		{"/", "<title>Ticketing admin</title>", "text/html"},
+		{"/ui/app.js", "pollStats", "text/javascript"},
+		{"/ui/style.css", "--accent", "text/css"},
+	} {
+		resp, err := http.Get(admin + c.path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(b), want) {
-			t.Errorf("GET %s: %d, lacks %q", path, resp.StatusCode, want)
+		if resp.StatusCode != 200 || !strings.Contains(string(b), c.want) || !strings.HasPrefix(resp.Header.Get("Content-Type"), c.ctype) {
+			t.Errorf("GET %s: %d %q, lacks %q", c.path, resp.StatusCode, resp.Header.Get("Content-Type"), c.want)
+		}
+	}
+	for _, path := range []string{"/ui/", "/ui/nope.js", "/ui/../embed.go", "/ui/%2e%2e/embed.go", "/index.html", "/nope"} {
+		resp, err := http.Get(admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 404 {
+			t.Errorf("GET %s: %d, want 404", path, resp.StatusCode)
 		}
 	}
 }

@@ -59,6 +59,7 @@ test-fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzHandshake$$' -fuzztime $(FUZZN) -timeout $(FUZZTIMEOUT) ./internal/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZN) -timeout $(FUZZTIMEOUT) ./internal/locktable
 	$(GO) test -run '^$$' -fuzz '^FuzzServerHandshake$$' -fuzztime $(FUZZN_SERVER) -timeout $(FUZZTIMEOUT) ./internal/server
+	$(GO) test -run '^$$' -fuzz '^FuzzServer$$' -fuzztime $(FUZZN_SERVER) -timeout $(FUZZTIMEOUT) ./internal/adminhttp
 
 test-clients: $(addprefix test-,$(CLIENTS))
 

@@ -314,8 +314,15 @@ func (s *Server) startCluster() error {
 		return err
 	}
 	if local := s.store.State(); !has && local.TokenLimit > s.cfg.MinToken {
-		s.log.Warn("cluster: this data directory served a single node; its tokens must stay below every token the cluster issues: set TICKETING_MIN_TOKEN to at least this on every node of the new cluster",
-			"tokens_up_to", local.TokenLimit)
+		// The directory served a single node: clients may hold its fencing tokens, and a cluster
+		// that starts its own tokens lower would hand out smaller ones after them. The first
+		// leader seeds the cluster's tokens from its own TICKETING_MIN_TOKEN (and its own
+		// directory), whichever node that is, so the floor has to be given to every node; a
+		// warning in one node's log was too easy to miss.
+		if cc.Join {
+			return fmt.Errorf("data directory %s served a single node (tokens up to %d): a joining node cannot carry its tokens into the cluster; join with an empty data directory, after making sure the cluster's tokens are above %d", s.cfg.DataDir, local.TokenLimit, local.TokenLimit)
+		}
+		return fmt.Errorf("data directory %s served a single node (tokens up to %d): to make it part of a new cluster, start every node of that cluster with TICKETING_MIN_TOKEN=%d (or higher) so that no token goes backwards", s.cfg.DataDir, local.TokenLimit, local.TokenLimit)
 	}
 	if cc.Recover {
 		if !has {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -10,11 +11,13 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/ticketing/ticketing/internal/store"
 	"github.com/ticketing/ticketing/internal/wire"
 )
 
@@ -306,5 +309,65 @@ func TestClusterRaftTLS(t *testing.T) {
 	nc.Close()
 	if after := tc.nodes[li].cluster.raft.LastIndex(); after != before || !tc.nodes[li].cluster.ready() {
 		t.Fatalf("plaintext to the TLS raft port disturbed the leader (log %d -> %d)", before, after)
+	}
+}
+
+// Converting a single node into a cluster: its data directory refuses to start a cluster (or
+// join one) unless the token floor is given, naming the value; with it on every node, the
+// cluster's first token is above every token the single node handed out, whichever node leads.
+func TestClusterFromSingleNodeNeedsTokenFloor(t *testing.T) {
+	single := startServer(t, nil)
+	c := connect(t, single.addr, "")
+	r := c.roundTrip(acquire(1, "k", 60000, 0))
+	if r.Status != wire.StatusOK {
+		t.Fatal(r.Status)
+	}
+	old := r.Token
+	dir := single.cfg.DataDir
+	single.stop(t)
+	limit := func() uint64 {
+		t.Helper()
+		st, state, err := store.Open(dir, store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+		return state.TokenLimit
+	}()
+	if limit < old {
+		t.Fatalf("recorded limit %d below the token handed out %d", limit, old)
+	}
+
+	tc := &testCluster{t: t, peers: map[string]string{}}
+	for i, addr := range freeAddrs(t, 3) {
+		tc.peers[fmt.Sprintf("n%d", i+1)] = addr
+		tc.dirs = append(tc.dirs, t.TempDir())
+	}
+	tc.dirs[2] = dir // the converted node is not the one most likely to lead first
+	for _, join := range []bool{false, true} {
+		cfg := tc.config(2, nil)
+		cfg.Cluster.Join = join
+		if s, err := New(cfg, quietLogger()); err == nil {
+			s.Shutdown(context.Background())
+			t.Fatalf("join=%v: a cluster node started on a single node's data directory without TICKETING_MIN_TOKEN", join)
+		} else if !strings.Contains(err.Error(), fmt.Sprintf("TICKETING_MIN_TOKEN=%d", limit)) && !strings.Contains(err.Error(), "cannot carry its tokens") {
+			t.Fatalf("join=%v: %v", join, err)
+		}
+	}
+	// A new cluster with a floor grants nothing for the maximum lease (leases of the old state
+	// may still run): keep it short here.
+	floor := func(c *Config) { c.MinToken, c.MaxLease = limit, 3*time.Second }
+	for i := 0; i < 3; i++ {
+		tc.nodes = append(tc.nodes, tc.start(i, floor))
+	}
+	li := tc.leader()
+	lc := connect(t, tc.nodes[li].addr, "")
+	var got wire.Response
+	waitFor(t, 15*time.Second, "a grant from the new cluster", func() bool {
+		got = lc.roundTrip(acquire(uint64(time.Now().UnixNano()), "k2", 2500, 0))
+		return got.Status == wire.StatusOK
+	})
+	if got.Token <= limit {
+		t.Fatalf("the cluster's first token %d is not above the single node's %d (limit %d)", got.Token, old, limit)
 	}
 }

@@ -52,6 +52,7 @@ type options struct {
 	workers   int
 	held      int
 	heldTime  time.Duration
+	idleConns int
 	tkBin     string
 	tkEnv     []string
 	nullBin   string
@@ -87,7 +88,7 @@ func main() {
 	var o options
 	var systems, workloads, conns, fairConns string
 	flag.StringVar(&systems, "systems", "ticketing,redis,etcd,null", "systems to run, comma-separated")
-	flag.StringVar(&workloads, "workloads", "a,fair,b,c,d,cluster,failover,clients,metrics", "workloads to run: a, fair, b, c, d, cluster, failover, clients, metrics")
+	flag.StringVar(&workloads, "workloads", "a,fair,b,c,d,e,cluster,failover,clients,metrics", "workloads to run: a, fair, b, c, d, e, cluster, failover, clients, metrics")
 	flag.StringVar(&conns, "conns", "16,64", "connections for workload (a), comma-separated")
 	flag.StringVar(&fairConns, "fair-conns", "16,64", "connections for the redis-benchmark comparison")
 	flag.IntVar(&o.depth, "depth", 32, "pipeline depth (requests in flight per connection) for (a)")
@@ -98,6 +99,7 @@ func main() {
 	flag.IntVar(&o.repeat, "repeat", 1, "runs of each (a) point (interleaved across systems); the median is reported")
 	flag.IntVar(&o.workers, "workers", 32, "workers on the one key in (c)")
 	flag.IntVar(&o.held, "held", 100000, "idle locks held in (d)")
+	flag.IntVar(&o.idleConns, "idle-conns", 5000, "idle client connections opened in (e)")
 	flag.DurationVar(&o.heldTime, "held-timeout", 60*time.Second, "bound on taking the idle locks of (d), per system")
 	flag.StringVar(&o.tkBin, "ticketing-bin", "", "Ticketing server binary (default: build ../cmd/ticketing into OUT/tmp)")
 	flag.StringVar(&o.nullBin, "null-bin", "", "null server binary (default: build ./cmd/nullserver into OUT/tmp)")
@@ -280,7 +282,7 @@ func run(o *options) error {
 	if o.workloads["clients"] && has(o.systems, "ticketing") {
 		b.buildClients() // before any measurement: builds take the CPU
 	}
-	if o.workloads["a"] || o.workloads["fair"] || o.workloads["b"] || o.workloads["c"] || o.workloads["d"] {
+	if o.workloads["a"] || o.workloads["fair"] || o.workloads["b"] || o.workloads["c"] || o.workloads["d"] || o.workloads["e"] {
 		for _, s := range o.systems {
 			if err := b.start(s); err != nil {
 				return err
@@ -317,6 +319,12 @@ func run(o *options) error {
 	if o.workloads["d"] {
 		b.meta.LoadAvgAt["d"] = loadAvg()
 		if err := b.workloadD(); err != nil {
+			return err
+		}
+	}
+	if o.workloads["e"] {
+		b.meta.LoadAvgAt["e"] = loadAvg()
+		if err := b.workloadE(); err != nil {
 			return err
 		}
 	}

@@ -50,6 +50,7 @@ type Record struct {
 	RSSBeforeKB  int64   `json:"server_rss_before_kb,omitempty"`
 	IdleRSSKB    int64   `json:"server_rss_at_start_kb,omitempty"`
 	BytesPerLock float64 `json:"rss_bytes_per_lock,omitempty"`
+	BytesPerConn float64 `json:"rss_bytes_per_conn,omitempty"` // (e)
 
 	RedisBenchmarkOpsPerSec float64   `json:"redis_benchmark_ops_per_sec,omitempty"` // fairness (median)
 	RedisBenchmarkRuns      []float64 `json:"redis_benchmark_runs_ops_per_sec,omitempty"`
@@ -272,6 +273,16 @@ func (b *bench) markdown() string {
 			}
 		}
 		w("\nPeak RSS during (a) is the `server RSS max` column of (a).\n\n")
+	}
+	if o.workloads["e"] {
+		w("### (e) Memory: %d idle client connections%s\n\n", o.idleConns, b.loadNote("e"))
+		w("| system | connections | RSS before KiB | RSS with them KiB | bytes/connection |\n|---|---:|---:|---:|---:|\n")
+		for _, sys := range o.systems {
+			if r := b.find(sys, "e_idle_conns", 0); r != nil {
+				w("| %s | %d | %d | %d | %.0f |\n", sys, r.Connections, r.RSSBeforeKB, r.ServerRSSKB, r.BytesPerConn)
+			}
+		}
+		w("\nTicketing: each connection completed its handshake (a session each); Redis: each sent `PING`.\n\n")
 	}
 	w("%s", b.markdownMore())
 	w("%s", b.targets())

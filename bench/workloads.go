@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -652,4 +653,74 @@ func (b *bench) workloadD() error {
 		b.records = append(b.records, r)
 	}
 	return nil
+}
+
+// --- (e) -------------------------------------------------------------------------------------
+
+// workloadE opens o.idleConns client connections that each do the least a client does
+// (Ticketing: the handshake, a session each; Redis: PING) and stay idle; then reads the
+// server's RSS. A lock service's clients are mostly idle: this is what each one costs.
+func (b *bench) workloadE() error {
+	o := b.o
+	for _, sys := range o.systems {
+		if sys != "ticketing" && sys != "redis" {
+			continue
+		}
+		if err := b.fresh(sys); err != nil {
+			return err
+		}
+		srv := b.server(sys)
+		before, _ := procStatusKB(srv.pid())
+		conns, err := openIdle(sys, srv.addr, o.idleConns)
+		if err != nil {
+			for _, c := range conns {
+				c.Close()
+			}
+			return fmt.Errorf("(e) %s: %w (after %d connections)", sys, err, len(conns))
+		}
+		time.Sleep(time.Second) // idle: let the server settle
+		rss, _ := procStatusKB(srv.pid())
+		for _, c := range conns {
+			c.Close()
+		}
+		r := &Record{System: sys, Workload: "e_idle_conns", Connections: len(conns), ServerRSSKB: rss, RSSBeforeKB: before}
+		r.BytesPerConn = round1(float64(rss-before) * 1024 / float64(len(conns)))
+		logf("(e)       %-9s %d idle connections: RSS %d KiB (before %d; %.0f bytes/connection)", sys, len(conns), rss, before, r.BytesPerConn)
+		b.records = append(b.records, r)
+	}
+	return nil
+}
+
+// openIdle opens n connections to sys at addr, each past its first exchange, with no buffer kept
+// on this side (n may be many thousands).
+func openIdle(sys, addr string, n int) ([]net.Conn, error) {
+	conns := make([]net.Conn, 0, n)
+	pong := make([]byte, len("+PONG\r\n"))
+	for len(conns) < n {
+		var nc net.Conn
+		var err error
+		switch sys {
+		case "ticketing":
+			nc, _, err = dialTicketing(addr)
+		case "redis":
+			if nc, err = net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
+				nc.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err = nc.Write([]byte("PING\r\n")); err == nil {
+					_, err = io.ReadFull(nc, pong)
+				}
+				if err == nil && string(pong) != "+PONG\r\n" {
+					err = fmt.Errorf("PING answered %q", pong)
+				}
+				nc.SetDeadline(time.Time{})
+				if err != nil {
+					nc.Close()
+				}
+			}
+		}
+		if err != nil {
+			return conns, err
+		}
+		conns = append(conns, nc)
+	}
+	return conns, nil
 }

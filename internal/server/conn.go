@@ -29,10 +29,15 @@ type conn struct {
 	sid   [wire.SessionIDSize]byte
 	hs    *pendingWelcome // the handshake's state until WELCOME (Server.mu)
 
-	rbuf   []byte         // read buffer, owned by the reader goroutine
-	reqs   []wire.Request // the batch being built, owned by the reader
-	resp   []byte         // answers of the batch being applied; see commit
-	grants []grantMark    // the grants in resp (Server.mu held)
+	rbuf   []byte                // read buffer, owned by the reader goroutine; nil between frames (see read)
+	rarr   *[readBufSize]byte    // the pooled array rbuf is, if it is one
+	roff   int                   // readFD: where in rbuf to read
+	rn     int                   // readFD: bytes read
+	rerr   error                 // readFD: the read's error
+	rfn    func(fd uintptr) bool // c.readFD, made once
+	reqs   []wire.Request        // the batch being built, owned by the reader
+	resp   []byte                // answers of the batch being applied; see commit
+	grants []grantMark           // the grants in resp (Server.mu held)
 
 	// Guarded by Server.mu.
 	marked   bool // in Server.touched
@@ -73,26 +78,89 @@ type grantMark struct {
 
 func newConn(s *Server, nc net.Conn, tcp *net.TCPConn) *conn {
 	c := &conn{
-		s:    s,
-		nc:   nc,
-		tcp:  tcp,
-		rbuf: make([]byte, readBufSize),
-		out:  make([]byte, 0, 1024),
-		resp: make([]byte, 0, 1024),
+		s:   s,
+		nc:  nc,
+		tcp: tcp,
 	}
 	if _, isTCP := nc.(*net.TCPConn); isTCP {
 		c.raw, _ = tcp.SyscallConn()
 		c.wfn = c.writeFD
+		c.rfn = c.readFD
 	}
 	return c
+}
+
+// readBufs lends read buffers to the connections that are reading. A plain TCP connection waits
+// for its next request holding none (read): a lock service's clients are mostly idle, and a
+// buffer each was 4 KiB of the about 10 KiB an idle connection costs.
+var readBufs = sync.Pool{New: func() any { return new([readBufSize]byte) }}
+
+// takeRbuf makes rbuf a pooled buffer.
+func (c *conn) takeRbuf() {
+	c.rarr = readBufs.Get().(*[readBufSize]byte)
+	c.rbuf = c.rarr[:]
+}
+
+// dropRbuf lets go of rbuf (back to the pool if it came from there). Nothing may refer to it
+// any more: serve drops its key views before it returns.
+func (c *conn) dropRbuf() {
+	if c.rarr != nil {
+		readBufs.Put(c.rarr)
+	}
+	c.rarr, c.rbuf = nil, nil
+}
+
+// read reads into rbuf after its first n bytes. A TCP connection waits for readability without a
+// buffer and takes one only when bytes are there (readFD); a TLS one reads through its
+// tls.Conn, which needs the buffer while it waits.
+func (c *conn) read(n int) (int, error) {
+	if c.raw == nil {
+		if c.rbuf == nil {
+			c.takeRbuf()
+		}
+		return c.nc.Read(c.rbuf[n:])
+	}
+	c.roff, c.rn, c.rerr = n, 0, nil
+	if err := c.raw.Read(c.rfn); err != nil {
+		return 0, err // closed, or past the read deadline
+	}
+	return c.rn, c.rerr
+}
+
+// readFD is read's callback: it reads what the socket has (false: nothing yet, wait until it
+// is readable, holding no buffer when no partial frame is kept).
+func (c *conn) readFD(fd uintptr) bool {
+	if c.rbuf == nil {
+		c.takeRbuf()
+	}
+	for {
+		m, err := syscall.Read(int(fd), c.rbuf[c.roff:])
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			if c.roff == 0 {
+				c.dropRbuf()
+			}
+			return false
+		case err != nil:
+			c.rerr = err
+		case m == 0:
+			c.rerr = io.EOF
+		default:
+			c.rn = m
+		}
+		return true
+	}
 }
 
 // readLoop reads until the connection fails, is doomed, or sends a frame it cannot trust.
 func (c *conn) readLoop() {
 	s := c.s
 	n := 0 // bytes of rbuf in use
+	defer c.dropRbuf()
 	for {
-		m, err := c.nc.Read(c.rbuf[n:])
+		m, err := c.read(n)
 		n += m
 		if n > 0 && m > 0 {
 			off, fatal := c.serve(c.rbuf[:n])
@@ -108,9 +176,10 @@ func (c *conn) readLoop() {
 			if size, err := wire.FrameLen(c.rbuf[:n]); err == nil && size > len(c.rbuf) {
 				nb := make([]byte, size)
 				copy(nb, c.rbuf[:n])
+				c.dropRbuf()
 				c.rbuf = nb
-			} else if n == 0 && len(c.rbuf) > readBufSize {
-				c.rbuf = make([]byte, readBufSize) // give a one-off large frame's memory back
+			} else if n == 0 && (c.raw != nil || len(c.rbuf) > readBufSize) {
+				c.dropRbuf() // between frames: back to the pool (a one-off large frame's memory is let go)
 			}
 		}
 		if err != nil {

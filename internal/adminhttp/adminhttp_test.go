@@ -383,3 +383,31 @@ func TestServerConnectionLimit(t *testing.T) {
 	}
 	b.Close()
 }
+
+// TestServerTLSHandshakeTimeout: over TLS, a client that connects and never completes its
+// handshake is dropped after HeaderTimeout, not kept for IdleTimeout.
+func TestServerTLSHandshakeTimeout(t *testing.T) {
+	ts := httptest.NewTLSServer(http.NotFoundHandler()) // only for its certificate
+	defer ts.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Handler: testMux().Serve, HeaderTimeout: 200 * time.Millisecond, IdleTimeout: time.Minute}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(tls.NewListener(ln, ts.TLS)) }()
+	defer func() { s.Close(time.Second); <-done }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(c); err != nil {
+		t.Fatalf("the stalled handshake was not dropped: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("dropped after %v, want about HeaderTimeout (200ms)", d)
+	}
+}

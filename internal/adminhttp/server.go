@@ -16,6 +16,7 @@ package adminhttp
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -261,6 +262,15 @@ func (s *Server) serveConn(c net.Conn) {
 		s.mu.Unlock()
 		c.Close()
 	}()
+	if tc, ok := c.(*tls.Conn); ok {
+		// The TLS handshake has the time of a request's header, not of an idle connection:
+		// a client that stalls it would otherwise hold a connection slot for IdleTimeout.
+		c.SetDeadline(time.Now().Add(orDefault(s.HeaderTimeout, 5*time.Second)))
+		if err := tc.Handshake(); err != nil {
+			return
+		}
+		c.SetDeadline(time.Time{})
+	}
 	br := bufio.NewReaderSize(c, 4096)
 	bw := bufio.NewWriterSize(c, 4096)
 	for {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -17,15 +18,33 @@ import (
 	"time"
 )
 
-// start serves mux on a loopback port; the server closes when the test ends.
+// start serves s on a loopback port; the server closes when the test ends.
 func start(t *testing.T, s *Server) string {
+	t.Helper()
+	return serveOn(t, s, nil)
+}
+
+// startTLS is start over TLS (httptest's certificate, for ServerName "example.com"); it also
+// returns the roots that trust it.
+func startTLS(t *testing.T, s *Server) (string, *x509.CertPool) {
+	t.Helper()
+	ts := httptest.NewTLSServer(http.NotFoundHandler()) // only for its certificate
+	t.Cleanup(ts.Close)
+	return serveOn(t, s, ts.TLS), ts.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+}
+
+func serveOn(t *testing.T, s *Server, cfg *tls.Config) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	served := ln
+	if cfg != nil {
+		served = tls.NewListener(ln, cfg)
+	}
 	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
+	go func() { done <- s.Serve(served) }()
 	t.Cleanup(func() {
 		s.Close(time.Second)
 		if err := <-done; err != nil {
@@ -322,18 +341,9 @@ func TestClientAgainstNetHTTPServer(t *testing.T) {
 
 // TestClientAndServer: the two halves together, over TLS, as the CLI reaches the admin listener.
 func TestClientAndServer(t *testing.T) {
-	ts := httptest.NewTLSServer(http.NotFoundHandler()) // only for its certificate
-	defer ts.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &Server{Handler: testMux().Serve}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(tls.NewListener(ln, ts.TLS)) }()
-	defer func() { s.Close(time.Second); <-done }()
-	c := &Client{Timeout: 2 * time.Second, TLS: &tls.Config{RootCAs: ts.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs, ServerName: "example.com"}}
-	r, err := c.Do(context.Background(), "POST", "https://"+ln.Addr().String()+"/echo", nil, bytes.Repeat([]byte("z"), 3000))
+	addr, roots := startTLS(t, &Server{Handler: testMux().Serve})
+	c := &Client{Timeout: 2 * time.Second, TLS: &tls.Config{RootCAs: roots, ServerName: "example.com"}}
+	r, err := c.Do(context.Background(), "POST", "https://"+addr+"/echo", nil, bytes.Repeat([]byte("z"), 3000))
 	if err != nil || r.StatusCode != 200 || len(r.Body) != 3000 {
 		t.Fatalf("POST over TLS: %v %+v", err, r)
 	}
@@ -387,17 +397,8 @@ func TestServerConnectionLimit(t *testing.T) {
 // TestServerTLSHandshakeTimeout: over TLS, a client that connects and never completes its
 // handshake is dropped after HeaderTimeout, not kept for IdleTimeout.
 func TestServerTLSHandshakeTimeout(t *testing.T) {
-	ts := httptest.NewTLSServer(http.NotFoundHandler()) // only for its certificate
-	defer ts.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &Server{Handler: testMux().Serve, HeaderTimeout: 200 * time.Millisecond, IdleTimeout: time.Minute}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(tls.NewListener(ln, ts.TLS)) }()
-	defer func() { s.Close(time.Second); <-done }()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	addr, _ := startTLS(t, &Server{Handler: testMux().Serve, HeaderTimeout: 200 * time.Millisecond, IdleTimeout: time.Minute})
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,11 +35,10 @@ func FuzzServer(f *testing.F) {
 	go s.Serve(ln)
 	defer s.Close(time.Second)
 	f.Fuzz(func(t *testing.T, in []byte) {
-		if bytes.Contains(in, []byte("HEAD")) {
-			// Its answer has no body, which a reader cannot tell without the request; HEAD is
-			// covered by TestServerWithNetHTTPClient.
-			t.Skip()
-		}
+		// An answer to HEAD has no body, which a reader cannot tell without the request: the
+		// method becomes another unknown one (answered 404 or 405, with a body), so every input
+		// still runs. HEAD itself is covered by TestServerWithNetHTTPClient.
+		in = bytes.ReplaceAll(in, []byte("HEAD"), []byte("HEAX"))
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)

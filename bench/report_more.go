@@ -206,8 +206,9 @@ func (b *bench) compareBaseline() string {
 	var s strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&s, format, args...) }
 	w("### Against the previous run (baseline: %s, commit %s, %s, %s)\n\n", o.baseline, prev.Meta.Commit, prev.Meta.Started, prev.Meta.CPUModel)
-	if prev.Meta.CPUModel != b.meta.CPUModel {
-		w("The baseline ran on another CPU (%s; this run: %s): compare the same-run ratios (the \"normalized\" column), not absolute figures.\n\n", prev.Meta.CPUModel, b.meta.CPUModel)
+	sameCPU := prev.Meta.CPUModel == b.meta.CPUModel
+	if !sameCPU {
+		w("**The baseline ran on another CPU** (%s; this run: %s): no column below is a verdict. Even the normalized ratios do not carry across machines (Ticketing spends more of its time computing than the null server, which is nearly all system calls, so the ratio of the two moves with the CPU); measure the baseline again on this machine (`baseline/remeasure.sh`) and compare with a run made beside it.\n\n", prev.Meta.CPUModel, b.meta.CPUModel)
 	}
 	w("| figure | previous | now | now vs previous | reference | Ticketing / reference, previous | same, now | normalized | verdict (>= 0.9x) |\n|---|---:|---:|---:|---|---:|---:|---:|---|\n")
 	type fig struct {
@@ -274,18 +275,21 @@ func (b *bench) compareBaseline() string {
 			relPrev := perf(before, f.get(rp), f.lowerIsBetter)
 			relNow := perf(now, f.get(rn), f.lowerIsBetter)
 			norm := relNow / relPrev
-			w("| %s | "+f.unit+" | "+f.unit+" | %.2fx | %s | %.2fx | %.2fx | %.2fx | %s |\n", f.name, before, now, raw, ref, relPrev, relNow, norm, verdict(norm))
+			w("| %s | "+f.unit+" | "+f.unit+" | %.2fx | %s | %.2fx | %.2fx | %.2fx | %s |\n", f.name, before, now, raw, ref, relPrev, relNow, norm, verdict(norm, sameCPU))
 			printed = true
 		}
 		if !printed {
-			w("| %s | "+f.unit+" | "+f.unit+" | %.2fx | — | | | | %s |\n", f.name, before, now, raw, verdict(raw))
+			w("| %s | "+f.unit+" | "+f.unit+" | %.2fx | — | | | | %s |\n", f.name, before, now, raw, verdict(raw, sameCPU))
 		}
 	}
 	w("\n\"now vs previous\" and \"normalized\" are performance ratios: >= 1.00x is as good or better (for latencies and memory, previous / now). \"Ticketing / reference\" is Ticketing's advantage over the reference system within one run (ops/s: Ticketing / reference; latencies and memory: reference / Ticketing); \"normalized\" divides this run's advantage by the previous run's, so drift of the machine between the runs cancels out.\n\n")
 	return s.String()
 }
 
-func verdict(x float64) string {
+func verdict(x float64, sameCPU bool) string {
+	if !sameCPU {
+		return "none (other CPU)"
+	}
 	if x >= 0.9 {
 		return "ok"
 	}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCompareBaseline: the verdicts are the normalized ratios (Ticketing's advantage over the
+// reference in this run / the same in the baseline) when both runs share a CPU, and none at all
+// when they do not.
+func TestCompareBaseline(t *testing.T) {
+	rec := func(sys string, ops float64) *Record {
+		return &Record{System: sys, Workload: "a_pipelined", Connections: 16, Pipeline: 32, Keys: 10000, OpsPerSec: ops}
+	}
+	prev := runFile{Meta: &Meta{CPUModel: "cpu A", Commit: "old"}, Records: []*Record{rec("ticketing", 800), rec("null", 1000)}}
+	raw, err := json.Marshal(prev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "previous.json")
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(cpu string, tk, null float64) string {
+		b := &bench{o: &options{baseline: path, systems: []string{"ticketing", "null"}, conns: []int{16}},
+			meta: &Meta{CPUModel: cpu}, records: []*Record{rec("ticketing", tk), rec("null", null)}}
+		return b.compareBaseline()
+	}
+	row := func(report string) string {
+		for _, l := range strings.Split(report, "\n") {
+			if strings.HasPrefix(l, "| (a) 16 conns, ops/s |") {
+				return l
+			}
+		}
+		t.Fatalf("no (a) row in:\n%s", report)
+		return ""
+	}
+	// 0.73x the null server now against 0.80x then: 0.91x normalized, although the absolute
+	// figure halved with the machine.
+	if r := row(run("cpu A", 365, 500)); !strings.Contains(r, "| 0.91x | ok |") {
+		t.Errorf("same CPU, 0.91x normalized: %s", r)
+	}
+	if r := row(run("cpu A", 340, 500)); !strings.Contains(r, "| 0.85x | BELOW 0.9x |") {
+		t.Errorf("same CPU, 0.85x normalized: %s", r)
+	}
+	rep := run("cpu B", 360, 500)
+	if r := row(rep); !strings.HasSuffix(r, "| none (other CPU) |") {
+		t.Errorf("other CPU must give no verdict: %s", r)
+	}
+	if !strings.Contains(rep, "baseline/remeasure.sh") {
+		t.Errorf("other CPU: the report does not say how to measure the baseline again:\n%s", rep)
+	}
+}

@@ -108,7 +108,7 @@ func (t *Table) check() error {
 			prev = w
 			n++
 		}
-		if prev != e.qtail || n != e.nwait {
+		if prev != e.qtail || n != int(e.nwait) {
 			return fmt.Errorf("queue of %q: tail/count mismatch (%d vs %d)", e.key, n, e.nwait)
 		}
 	}

@@ -14,16 +14,21 @@ const minBuckets = 64
 // entry is the state of one key. Entries live in Table.entries and are
 // recycled through a free list; an entry keeps its key buffer when recycled so
 // that a new key of similar length is copied without allocating.
+//
+// Fields are ordered so that the struct has no padding holes (TestEntrySize): every idle lock
+// pays for each byte of it.
 type entry struct {
 	key   []byte
 	hash  uint64
 	hnext int32 // next entry in the same bucket, or next free entry
 	live  bool
 
-	held        bool
-	inDelay     bool
-	stalled     bool // waits for a durable token or horizon; in Table's stalled list
-	revocable   bool // held, granted while its owner was detached (see Table.Revoke)
+	held      bool
+	inDelay   bool
+	stalled   bool // waits for a durable token or horizon; in Table's stalled list
+	revocable bool // held, granted while its owner was detached (see Table.Revoke)
+	nwait     int32
+
 	holder      Owner
 	holderReq   uint64
 	holderLease int64 // the lease the holder's acquire asked for (retries are compared with it)
@@ -33,8 +38,7 @@ type entry struct {
 	delayUntil  int64
 	tseq        uint64 // seq of the live lease (held) or delay (inDelay) timer; 0 if none
 
-	qhead, qtail int32 // FIFO of waiters (indices into Table.waiters)
-	nwait        int
+	qhead, qtail int32 // FIFO of waiters (indices into Table.waiters); nwait of them
 
 	orec           int32 // held: the holder's owner record, or nilIdx once the owner was dropped
 	ohprev, ohnext int32 // held: the owner's list of held entries

@@ -33,7 +33,7 @@ func (t *Table) Waiters(key []byte, dst []WaiterInfo, max int) ([]WaiterInfo, in
 		dst = append(dst, WaiterInfo{Owner: w.owner, ReqID: w.reqID, Since: w.since, Lease: w.lease, WaitUntil: wu, Try: w.try})
 		wi = w.qnext
 	}
-	return dst, e.nwait
+	return dst, int(e.nwait)
 }
 
 // EachKey calls fn with every present key (held, waited on, in lock-delay or stalled) and

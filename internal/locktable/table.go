@@ -209,7 +209,7 @@ func (t *Table) Acquire(now int64, owner Owner, reqID uint64, key []byte, lease,
 	if wait == 0 {
 		return Result{Status: TimedOut}
 	}
-	if t.cfg.MaxWaitersPerKey > 0 && t.entries.at(ei).nwait >= t.cfg.MaxWaitersPerKey {
+	if t.cfg.MaxWaitersPerKey > 0 && int(t.entries.at(ei).nwait) >= t.cfg.MaxWaitersPerKey {
 		return Result{Status: Busy, Limit: LimitWaitersPerKey}
 	}
 	if t.cfg.MaxWaitersTotal > 0 && t.nwait >= t.cfg.MaxWaitersTotal {
@@ -778,7 +778,7 @@ func (t *Table) Inspect(key []byte) (info Info, ok bool) {
 		return Info{}, false
 	}
 	e := t.entries.at(ei)
-	info.Waiters = e.nwait
+	info.Waiters = int(e.nwait)
 	info.Stalled = e.stalled
 	if e.held {
 		info.Held = true

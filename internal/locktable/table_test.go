@@ -5,6 +5,7 @@ import (
 	"math"
 	"reflect"
 	"testing"
+	"unsafe"
 )
 
 // ev is an Event with its key copied, comparable with ==.
@@ -565,4 +566,12 @@ func TestAvailableFrom(t *testing.T) {
 	x.absent("j")
 	x.acq(101, 4, 4, "m", 10, 0, OK)
 	x.stats(2, 2, 0)
+}
+
+// An entry is 144 bytes: every idle lock pays for it (bench (d), bytes per idle lock), so a field
+// added to entry, or a field order that leaves padding, costs every lock held.
+func TestEntrySize(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n != 144 {
+		t.Fatalf("entry is %d bytes, want 144", n)
+	}
 }

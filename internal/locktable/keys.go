@@ -15,8 +15,8 @@ const minBuckets = 64
 // recycled through a free list; an entry keeps its key buffer when recycled so
 // that a new key of similar length is copied without allocating.
 //
-// Fields are ordered so that the struct has no padding holes (TestEntrySize): every idle lock
-// pays for each byte of it.
+// Fields are ordered to leave little padding (TestEntrySize): every idle lock pays for each
+// byte of it. nwait is 32-bit: 2^31 waiters on one key would take hundreds of gigabytes.
 type entry struct {
 	key   []byte
 	hash  uint64

@@ -188,3 +188,35 @@ func BenchmarkAcquireRelease100kHeld(b *testing.B) {
 		tb.Release(int64(i), k, r.Token)
 	}
 }
+
+// TestHoldingManyLocksLeavesLittleGarbage: taking 100,000 locks allocates little beyond what the
+// table then holds. What a growing table leaves to the collector stays resident for a while (it
+// is bench (d)'s "bytes per idle lock"): the entries and the lease timers grow in chunks, never
+// by copying into a larger array. Before the timers' lanes were chunked, 1.9 bytes were
+// allocated per byte kept.
+func TestHoldingManyLocksLeavesLittleGarbage(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const n = 100000
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("held-%06d", i))
+	}
+	var m0, m1, m2 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	tb := New(Config{})
+	for i, k := range keys {
+		if r := tb.Acquire(int64(i), Owner(1+i%4), uint64(i+1), k, 600e9, 0); r.Status != OK {
+			t.Fatalf("acquire: %+v", r)
+		}
+	}
+	runtime.ReadMemStats(&m1)
+	runtime.GC()
+	runtime.ReadMemStats(&m2)
+	runtime.KeepAlive(tb)
+	allocated, kept := float64(m1.TotalAlloc-m0.TotalAlloc), float64(m2.HeapAlloc)-float64(m0.HeapAlloc)
+	t.Logf("%.0f bytes allocated and %.0f kept per lock", allocated/n, kept/n)
+	if allocated > 1.4*kept {
+		t.Fatalf("taking %d locks allocated %.0f bytes per lock, %.2fx the %.0f it keeps", n, allocated/n, allocated/kept, kept/n)
+	}
+}

@@ -36,11 +36,11 @@ func (t *Table) check() error {
 	}
 	for k := range t.tm.lanes {
 		l := &t.tm.lanes[k]
-		for i := l.head; i < len(l.items); i++ {
-			if i > l.head && timerLess(&l.items[i], &l.items[i-1]) {
+		for i := range l.len() {
+			if i > 0 && timerLess(l.at(i), l.at(i-1)) {
 				return fmt.Errorf("lane %d order broken at %d", k, i)
 			}
-			if err := count(&l.items[i]); err != nil {
+			if err := count(l.at(i)); err != nil {
 				return err
 			}
 		}

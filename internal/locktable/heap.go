@@ -50,13 +50,85 @@ type timers struct {
 	src   int8  // where the timer last returned by top is: a lane, or -1 for the heap
 }
 
-// lane is a sorted FIFO: items[head:] in (at, seq) order.
+// laneChunk is the number of timers per chunk of a lane (a power of two).
+const (
+	laneBits  = 8
+	laneChunk = 1 << laneBits
+	laneMask  = laneChunk - 1
+)
+
+// lane is a sorted FIFO: n items in (at, seq) order from offset head of chunks[0]. The items live
+// in fixed-size chunks, so a push never copies or reallocates what is queued: a growing slice
+// leaves each of its old arrays to the collector (a lane of 100,000 leases allocated about four
+// times its final size on the way, still resident when the last lock was taken). Chunks the
+// lane no longer needs are kept for its next pushes, as a slice keeps its capacity: a lane that
+// grows back to a length it had allocates nothing.
 type lane struct {
-	items []timer
-	head  int
+	chunks []*[laneChunk]timer
+	free   []*[laneChunk]timer
+	head   int
+	n      int
 }
 
-func (l *lane) len() int { return len(l.items) - l.head }
+func (l *lane) len() int { return l.n }
+
+// at returns item i (0 <= i < n), the front being 0.
+func (l *lane) at(i int) *timer {
+	i += l.head
+	return &l.chunks[i>>laneBits][i&laneMask]
+}
+
+func (l *lane) front() *timer { return &l.chunks[0][l.head] }
+
+func (l *lane) back() *timer { return l.at(l.n - 1) }
+
+// push appends it at the back.
+func (l *lane) push(it timer) {
+	i := l.head + l.n
+	if i>>laneBits == len(l.chunks) {
+		var c *[laneChunk]timer
+		if k := len(l.free) - 1; k >= 0 {
+			c, l.free[k] = l.free[k], nil
+			l.free = l.free[:k]
+		} else {
+			c = new([laneChunk]timer)
+		}
+		l.chunks = append(l.chunks, c)
+	}
+	l.chunks[i>>laneBits][i&laneMask] = it
+	l.n++
+}
+
+// popFront removes the front item.
+func (l *lane) popFront() {
+	l.head++
+	l.n--
+	switch {
+	case l.head == laneChunk:
+		first := l.chunks[0]
+		last := copy(l.chunks, l.chunks[1:])
+		l.chunks[last] = nil
+		l.chunks = l.chunks[:last]
+		l.head = 0
+		l.free = append(l.free, first)
+	case l.n == 0:
+		l.head = 0 // the one chunk is filled again from its start
+	}
+}
+
+// truncate keeps the first m items; the chunks past them go to the free list.
+func (l *lane) truncate(m int) {
+	l.n = m
+	if m == 0 {
+		l.head = 0
+	}
+	keep := max((l.head+m+laneMask)>>laneBits, min(1, len(l.chunks)))
+	for i := keep; i < len(l.chunks); i++ {
+		l.free = append(l.free, l.chunks[i])
+		l.chunks[i] = nil
+	}
+	l.chunks = l.chunks[:keep]
+}
 
 func timerLess(a, b *timer) bool {
 	if a.at != b.at {
@@ -89,19 +161,11 @@ func (t *Table) insertTimer(it timer) {
 	tm.floor = min(tm.floor, it.at)
 	for k := range tm.lanes {
 		l := &tm.lanes[k]
-		n := len(l.items)
-		if n > l.head && timerLess(&it, &l.items[n-1]) {
+		if l.n > 0 && timerLess(&it, l.back()) {
 			continue
 		}
 		tm.used = max(tm.used, k+1)
-		if n == cap(l.items) && l.head >= n/2 {
-			// Full, with at least half of it dropped items in front: move the rest down instead
-			// of growing (at least cap/2 appends until the next move: amortized O(1)).
-			m := copy(l.items, l.items[l.head:])
-			clear(l.items[m:n])
-			l.items, l.head = l.items[:m], 0
-		}
-		l.items = append(l.items, it)
+		l.push(it)
 		return
 	}
 	tm.heap = append(tm.heap, it)
@@ -137,13 +201,9 @@ func (t *Table) dropStaleFronts() {
 	tm := &t.tm
 	for k := range tm.used {
 		l := &tm.lanes[k]
-		for l.head < len(l.items) && !t.live(&l.items[l.head]) {
-			l.items[l.head] = timer{}
-			l.head++
+		for l.n > 0 && !t.live(l.front()) {
+			l.popFront()
 			tm.stale--
-		}
-		if l.head == len(l.items) {
-			l.items, l.head = l.items[:0], 0
 		}
 	}
 }
@@ -153,14 +213,14 @@ func (t *Table) compact() {
 	tm := &t.tm
 	for k := range tm.used {
 		l := &tm.lanes[k]
-		kept := l.items[:0]
-		for i := l.head; i < len(l.items); i++ {
-			if t.live(&l.items[i]) {
-				kept = append(kept, l.items[i])
+		kept := 0
+		for i := range l.n {
+			if it := l.at(i); t.live(it) {
+				*l.at(kept) = *it
+				kept++
 			}
 		}
-		clear(l.items[len(kept):])
-		l.items, l.head = kept, 0
+		l.truncate(kept)
 	}
 	h := tm.heap[:0]
 	for i := range tm.heap {
@@ -187,11 +247,11 @@ func (t *Table) top() *timer {
 	}
 	for k := range tm.used {
 		l := &tm.lanes[k]
-		if l.head == len(l.items) {
+		if l.n == 0 {
 			continue
 		}
-		if best == nil || timerLess(&l.items[l.head], best) {
-			best, tm.src = &l.items[l.head], int8(k)
+		if f := l.front(); best == nil || timerLess(f, best) {
+			best, tm.src = f, int8(k)
 		}
 	}
 	for len(tm.heap) > 0 {
@@ -224,12 +284,7 @@ func (t *Table) popTop() {
 		t.popHeap()
 		return
 	}
-	l := &tm.lanes[tm.src]
-	l.items[l.head] = timer{}
-	l.head++
-	if l.head == len(l.items) {
-		l.items, l.head = l.items[:0], 0
-	}
+	tm.lanes[tm.src].popFront()
 }
 
 // popHeap removes the top of the heap.

@@ -354,19 +354,23 @@ func (o *serverSettings) reload(srv *server.Server, log *slog.Logger) {
 	}
 }
 
-func newLogger(level, format string) (*slog.Logger, error) {
+// newLogger returns the server's logger, writing to out through a logWriter (never blocking
+// its callers), and that writer.
+func newLogger(level, format string, out io.Writer) (*slog.Logger, *logWriter, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("TICKETING_LOG_LEVEL: %w", err)
+		return nil, nil, fmt.Errorf("TICKETING_LOG_LEVEL: %w", err)
+	}
+	if format != "text" && format != "json" {
+		return nil, nil, fmt.Errorf("TICKETING_LOG_FORMAT %q: want text or json", format)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	lw := newLogWriter(out)
+	var h slog.Handler = slog.NewTextHandler(lw, opts)
+	if format == "json" {
+		h = slog.NewJSONHandler(lw, opts)
 	}
-	return nil, fmt.Errorf("TICKETING_LOG_FORMAT %q: want text or json", format)
+	return slog.New(h), lw, nil
 }
 
 func runServer(args []string) int {
@@ -378,11 +382,13 @@ func runServer(args []string) int {
 		fmt.Fprintln(os.Stderr, "ticketing server:", err)
 		return 2
 	}
-	log, err := newLogger(o.logLevel, o.logFormat)
+	log, lw, err := newLogger(o.logLevel, o.logFormat, os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ticketing server:", err)
 		return 2
 	}
+	defer lw.flush(time.Second) // the last lines, before main exits (bounded: stderr may be stalled)
+	o.cfg.LogFlush = lw.flush
 	srv, err := server.New(o.cfg, log)
 	if err != nil {
 		log.Error("cannot start", "err", err)

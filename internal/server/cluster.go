@@ -691,7 +691,16 @@ func (c *cluster) applyFailed(index uint64, err error) {
 	c.leader.Store(false) // stop serving at once; watchLeadership sends the clients away
 	c.s.log.Error("cluster: a committed log entry cannot be applied; stopping this node (exit 70) so that it does not diverge from the other replicas: run a version that can apply it (upgrade this node) and restart it",
 		"index", index, "err", err)
+	c.s.flushLog()
 	exitProcess(70)
+}
+
+// flushLog gives the log writer up to a second to write what is queued (Config.LogFlush), before
+// the process exits.
+func (s *Server) flushLog() {
+	if f := s.cfg.LogFlush; f != nil {
+		f(time.Second)
+	}
 }
 
 // Apply is ApplyBatch for one entry.

@@ -63,6 +63,11 @@ type Config struct {
 	// AdminMaxConnections bounds the admin listener's open connections (one beyond it gets 503
 	// and is closed); default 64.
 	AdminMaxConnections int
+
+	// LogFlush, if set, is called with a bound before the server ends the process itself (exit
+	// 70: a stalled log store while leading, an entry it cannot apply), so that the line saying
+	// why is written: the server's log writer never blocks, it queues.
+	LogFlush func(time.Duration) bool
 }
 
 // AdminListenAddr resolves AdminAddr ("" derives it from Addr); "" when off.

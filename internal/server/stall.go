@@ -70,6 +70,7 @@ func (c *cluster) watchDisk(logs *timedLogStore) {
 		}
 		c.s.log.Error("cluster: the log store has stalled while leading; stopping the process so the cluster can elect another leader",
 			"stalled_for", d.Round(time.Millisecond))
+		c.s.flushLog()
 		os.Exit(70)
 	}
 }

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// stalledOut blocks every Write until released, like a pipe nobody reads.
+type stalledOut struct {
+	release chan struct{}
+	mu      sync.Mutex
+	buf     bytes.Buffer
+}
+
+func (s *stalledOut) Write(p []byte) (int, error) {
+	<-s.release
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *stalledOut) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+// TestLogWriterNeverBlocks: with the output stalled, logging returns at once (lines past the
+// queue are dropped and counted); once the output moves, every queued line comes out in order,
+// then a notice of the drops, and flush returns; later lines are written as usual.
+func TestLogWriterNeverBlocks(t *testing.T) {
+	out := &stalledOut{release: make(chan struct{})}
+	_, lw, err := newLogger("info", "text", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := logQueue + 500
+	done := make(chan struct{})
+	go func() {
+		for i := range n {
+			fmt.Fprintf(lw, "line %d\n", i)
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("writing log lines blocked on a stalled output")
+	}
+	if lw.flush(50 * time.Millisecond) {
+		t.Fatal("flush reported the lines written while the output is stalled")
+	}
+	close(out.release)
+	if !lw.flush(5 * time.Second) {
+		t.Fatal("flush did not finish after the output moved")
+	}
+	fmt.Fprintf(lw, "after\n")
+	if !lw.flush(5 * time.Second) {
+		t.Fatal("flush did not finish")
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	// One line may have been taken by the writer goroutine (and blocked in Write) before the
+	// queue filled, so the queue held logQueue more: logQueue+1 lines written, the rest dropped.
+	if lines[0] != "line 0" {
+		t.Fatalf("first line %q", lines[0])
+	}
+	var kept int
+	for kept < len(lines) && lines[kept] == fmt.Sprintf("line %d", kept) {
+		kept++
+	}
+	if kept < logQueue || kept >= n {
+		t.Fatalf("%d lines kept in order, want at least the queue's %d and fewer than all %d", kept, logQueue, n)
+	}
+	want := []string{fmt.Sprintf("ticketing: %d log lines dropped: the log output was blocked", n-kept), "after"}
+	if got := lines[kept:]; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("after the kept lines: %q, want %q", got, want)
+	}
+}

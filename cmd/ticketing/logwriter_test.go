@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -12,21 +10,12 @@ import (
 // stalledOut blocks every Write until released, like a pipe nobody reads.
 type stalledOut struct {
 	release chan struct{}
-	mu      sync.Mutex
-	buf     bytes.Buffer
+	syncBuffer
 }
 
 func (s *stalledOut) Write(p []byte) (int, error) {
 	<-s.release
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *stalledOut) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
+	return s.syncBuffer.Write(p)
 }
 
 // TestLogWriterNeverBlocks: with the output stalled, logging returns at once (lines past the

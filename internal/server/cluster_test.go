@@ -8,10 +8,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -46,17 +48,35 @@ func freeAddrs(t *testing.T, n int) []string {
 	return addrs
 }
 
+// startCluster starts n nodes on free raft ports. A port is free when chosen, not when a node
+// binds it: another test process can take it in between, so a start that finds its raft port
+// taken stops the nodes it started and tries again on new ports.
 func startCluster(t *testing.T, n int, mutate func(*Config)) *testCluster {
 	t.Helper()
-	tc := &testCluster{t: t, peers: map[string]string{}}
-	for i, addr := range freeAddrs(t, n) {
-		tc.peers[fmt.Sprintf("n%d", i+1)] = addr
-		tc.dirs = append(tc.dirs, t.TempDir())
+	for attempt := 1; ; attempt++ {
+		tc := &testCluster{t: t, peers: map[string]string{}}
+		for i, addr := range freeAddrs(t, n) {
+			tc.peers[fmt.Sprintf("n%d", i+1)] = addr
+			tc.dirs = append(tc.dirs, t.TempDir())
+		}
+		var err error
+		for i := 0; i < n && err == nil; i++ {
+			var ts *testServer
+			if ts, err = tryStartServerCfg(t, tc.config(i, mutate)); err == nil {
+				tc.nodes = append(tc.nodes, ts)
+			}
+		}
+		if err == nil {
+			return tc
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 5 {
+			t.Fatal(err)
+		}
+		t.Logf("attempt %d: %v; again on other ports", attempt, err)
+		for _, ts := range tc.nodes {
+			ts.stop(t)
+		}
 	}
-	for i := 0; i < n; i++ {
-		tc.nodes = append(tc.nodes, tc.start(i, mutate))
-	}
-	return tc
 }
 
 func (tc *testCluster) config(i int, mutate func(*Config)) Config {

@@ -43,18 +43,28 @@ func startServer(t *testing.T, mutate func(*Config)) *testServer {
 
 func startServerCfg(t *testing.T, cfg Config) *testServer {
 	t.Helper()
-	s, err := New(cfg, quietLogger())
+	ts, err := tryStartServerCfg(t, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ts
+}
+
+// tryStartServerCfg is startServerCfg returning its error (a cluster test retries a start whose
+// raft port was taken meanwhile: see startCluster).
+func tryStartServerCfg(t *testing.T, cfg Config) (*testServer, error) {
+	s, err := New(cfg, quietLogger())
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	ts := &testServer{Server: s, addr: ln.Addr().String(), cfg: cfg, errc: make(chan error, 1)}
 	go func() { ts.errc <- s.Serve(ln) }()
 	t.Cleanup(func() { ts.stop(t) })
-	return ts
+	return ts, nil
 }
 
 func (ts *testServer) stop(t *testing.T) {

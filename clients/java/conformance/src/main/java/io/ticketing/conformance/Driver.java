@@ -57,7 +57,8 @@ public final class Driver {
     });
     private final Map<String, TicketingClient> clients = new ConcurrentHashMap<>();
     private final Map<String, Lock> locks = new ConcurrentHashMap<>();
-    private final Map<Long, CompletableFuture<?>> pending = new ConcurrentHashMap<>();
+    /** Commands that "cancel" may withdraw, by command id. */
+    private final Map<Long, Runnable> pending = new ConcurrentHashMap<>();
 
     private Driver(PrintStream out) {
         this.out = out;
@@ -233,9 +234,9 @@ public final class Driver {
                 return Map.of("acquired", true, "token", Long.toUnsignedString(l.get().token()));
             }
             case "cancel": {
-                CompletableFuture<?> f = pending.get(((Number) c.get("target")).longValue());
-                if (f != null) {
-                    f.cancel(true);
+                Runnable cancel = pending.get(((Number) c.get("target")).longValue());
+                if (cancel != null) {
+                    cancel.run();
                 }
                 return Map.of();
             }
@@ -338,13 +339,46 @@ public final class Driver {
                 .waitTimeout(wait == null ? AcquireOptions.WAIT_FOREVER : Duration.ofMillis(((Number) wait).longValue()))
                 .keepAlive(Boolean.TRUE.equals(c.get("keepalive")))
                 .refuseHeld(Boolean.TRUE.equals(c.get("refuse_held")));
-        Lock l = await(id, client(c).acquireAsync(key(c), o.build()));
+        // The blocking call, cancelled by interrupting this thread: an interrupted acquire returns
+        // once the server has withdrawn the wait (README "Cancellation"), which is what the scenarios
+        // check right after the answer. A cancelled future would return before that.
+        Interruptible call = new Interruptible(Thread.currentThread());
+        pending.put(id, call::interrupt);
+        Lock l;
+        try {
+            l = client(c).acquire(key(c), o.build());
+        } finally {
+            pending.remove(id);
+            call.finish();
+        }
         track(str(c, "lock"), l);
         return Map.of("token", Long.toUnsignedString(l.token()), "lease_ms", l.lease().toMillis());
     }
 
+    /** A command thread that may be interrupted only while it runs the command. */
+    private static final class Interruptible {
+        private final Thread thread;
+        private boolean finished;
+
+        Interruptible(Thread thread) {
+            this.thread = thread;
+        }
+
+        synchronized void interrupt() {
+            if (!finished) {
+                thread.interrupt();
+            }
+        }
+
+        /** Ends the window and clears an interrupt that arrived in it, so the pool thread is clean. */
+        synchronized void finish() {
+            finished = true;
+            Thread.interrupted();
+        }
+    }
+
     private <T> T await(long id, CompletableFuture<T> f) throws Exception {
-        pending.put(id, f);
+        pending.put(id, () -> f.cancel(true));
         try {
             return f.get();
         } finally {

@@ -79,16 +79,19 @@ func (t *Table) check() error {
 				return fmt.Errorf("try-once waiter on %q, which is not stalled", e.key)
 			}
 		}
+		if e.held && e.inDelay {
+			return fmt.Errorf("entry %q held and in lock-delay (they share the deadline field)", e.key)
+		}
 		if e.held || e.inDelay {
 			it := bySeq[e.tseq]
 			if e.tseq == 0 || it == nil {
 				return fmt.Errorf("entry %q has no timer", e.key)
 			}
 			want := tLease
-			at := e.deadline
 			if e.inDelay {
-				want, at = tDelay, e.delayUntil
+				want = tDelay
 			}
+			at := e.deadline
 			if it.kind != want || it.at != at || it.idx != int32(i) {
 				return fmt.Errorf("entry %q timer mismatch %+v", e.key, it)
 			}

@@ -15,34 +15,37 @@ const minBuckets = 64
 // recycled through a free list; an entry keeps its key buffer when recycled so
 // that a new key of similar length is copied without allocating.
 //
-// Fields are ordered to leave little padding (TestEntrySize): every idle lock pays for each
-// byte of it. nwait is 32-bit: 2^31 waiters on one key would take hundreds of gigabytes.
+// Fields are ordered to leave no padding (TestEntrySize: 128 bytes): every idle lock pays for
+// each byte of it. nwait is 32-bit: 2^31 waiters on one key would take hundreds of gigabytes.
+// hash keeps the low 32 bits of the key's hash, which pick the bucket (the index has fewer than
+// 2^31 buckets) and filter the key comparison. deadline serves both timers an entry can have,
+// since a held entry is never in lock-delay.
 type entry struct {
-	key   []byte
-	hash  uint64
-	hnext int32 // next entry in the same bucket, or next free entry
-	live  bool
-
-	held      bool
-	inDelay   bool
-	stalled   bool // waits for a durable token or horizon; in Table's stalled list
-	revocable bool // held, granted while its owner was detached (see Table.Revoke)
-	nwait     int32
+	key []byte
 
 	holder      Owner
 	holderReq   uint64
 	holderLease int64 // the lease the holder's acquire asked for (retries are compared with it)
 	token       uint64
 	grantedAt   int64
-	deadline    int64
-	delayUntil  int64
+	deadline    int64  // held: the lease's end; inDelay: the lock-delay's end; else unused
 	tseq        uint64 // seq of the live lease (held) or delay (inDelay) timer; 0 if none
+
+	hash  uint32
+	hnext int32 // next entry in the same bucket, or next free entry
+	nwait int32
 
 	qhead, qtail int32 // FIFO of waiters (indices into Table.waiters); nwait of them
 
 	orec           int32 // held: the holder's owner record, or nilIdx once the owner was dropped
 	ohprev, ohnext int32 // held: the owner's list of held entries
 	sprev, snext   int32 // stalled: the table's FIFO of stalled entries
+
+	live      bool
+	held      bool
+	inDelay   bool
+	stalled   bool // waits for a durable token or horizon; in Table's stalled list
+	revocable bool // held, granted while its owner was detached (see Table.Revoke)
 }
 
 // lookup finds key. It returns the entry index (nilIdx if absent) and the
@@ -51,7 +54,7 @@ func (t *Table) lookup(key []byte) (int32, uint64) {
 	h := maphash.Bytes(t.kseed, key)
 	for i := t.kbuckets[h&uint64(len(t.kbuckets)-1)]; i != nilIdx; {
 		e := t.entries.at(i)
-		if e.hash == h && bytes.Equal(e.key, key) {
+		if e.hash == uint32(h) && bytes.Equal(e.key, key) {
 			return i, h
 		}
 		i = e.hnext
@@ -80,7 +83,7 @@ func (t *Table) insertKey(key []byte, h uint64) int32 {
 	copy(buf, key)
 	*e = entry{
 		key:   buf,
-		hash:  h,
+		hash:  uint32(h),
 		live:  true,
 		qhead: nilIdx,
 		qtail: nilIdx,
@@ -108,7 +111,7 @@ func keyCap(n int) int {
 // entry is reused by insertKey.
 func (t *Table) removeKey(i int32) {
 	e := t.entries.at(i)
-	b := e.hash & uint64(len(t.kbuckets)-1)
+	b := uint64(e.hash) & uint64(len(t.kbuckets)-1)
 	if t.kbuckets[b] == i {
 		t.kbuckets[b] = e.hnext
 	} else {
@@ -133,7 +136,7 @@ func (t *Table) growKeys() {
 		if !e.live {
 			continue
 		}
-		b := e.hash & mask
+		b := uint64(e.hash) & mask
 		e.hnext = nb[b]
 		nb[b] = int32(i)
 	}

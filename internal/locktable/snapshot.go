@@ -154,8 +154,16 @@ func (t *Table) Snapshot() []byte {
 		w.i64(e.holderLease)
 		w.u64(e.token)
 		w.i64(e.grantedAt)
-		w.i64(e.deadline)
-		w.i64(e.delayUntil)
+		// The lease's end, then the lock-delay's end: one field in memory, two in the snapshot
+		// (its format predates the merge), 0 where the entry has no such timer.
+		var lease, delay int64
+		if e.held {
+			lease = e.deadline
+		} else if e.inDelay {
+			delay = e.deadline
+		}
+		w.i64(lease)
+		w.i64(delay)
 		w.u64(e.tseq)
 		w.u32(uint32(e.nwait))
 		for wi := e.qhead; wi != nilIdx; wi = t.waiters.at(wi).qnext {
@@ -345,17 +353,18 @@ func Restore(cfg Config, snap []byte) (*Table, error) {
 		e.holderLease = r.i64()
 		e.token = r.u64()
 		e.grantedAt = r.i64()
-		e.deadline = r.i64()
-		e.delayUntil = r.i64()
+		lease, delay := r.i64(), r.i64()
 		e.tseq = r.u64()
 		if e.held {
+			e.deadline = lease
 			t.nheld++
 			t.pushTimerSeq(e.deadline, tLease, ei, e.tseq)
 			if linked {
 				t.linkHeld(t.ownerFor(e.holder), ei)
 			}
 		} else if e.inDelay {
-			t.pushTimerSeq(e.delayUntil, tDelay, ei, e.tseq)
+			e.deadline = delay
+			t.pushTimerSeq(e.deadline, tDelay, ei, e.tseq)
 		}
 		_ = stalled // the stalled list below restores it, in order
 		nw := r.count(49)

@@ -184,8 +184,8 @@ func (t *Table) Acquire(now int64, owner Owner, reqID uint64, key []byte, lease,
 			ei = t.insertKey(key, h)
 			e := t.entries.at(ei)
 			e.inDelay = true
-			e.delayUntil = t.availFrom
-			e.tseq = t.pushTimer(e.delayUntil, tDelay, ei)
+			e.deadline = t.availFrom
+			e.tseq = t.pushTimer(e.deadline, tDelay, ei)
 		case t.canGrant(now, lease):
 			ei = t.insertKey(key, h)
 			tok := t.grant(now, ei, owner, reqID, lease, false)
@@ -309,8 +309,8 @@ func (t *Table) handOff(now int64, ei int32) {
 		// Nothing is granted before the table's available-from time (a recovered or restored
 		// state): the key waits in lock-delay until then, queue intact.
 		e.inDelay = true
-		e.delayUntil = t.availFrom
-		e.tseq = t.pushTimer(e.delayUntil, tDelay, ei)
+		e.deadline = t.availFrom
+		e.tseq = t.pushTimer(e.deadline, tDelay, ei)
 		return
 	}
 	w := t.waiters.at(wi)
@@ -726,8 +726,8 @@ func (t *Table) Advance(now int64) {
 			t.unhold(now, tm.idx, EndExpired)
 			if t.cfg.LockDelay > 0 {
 				e.inDelay = true
-				e.delayUntil = addSat(now, t.cfg.LockDelay)
-				e.tseq = t.pushTimer(e.delayUntil, tDelay, tm.idx)
+				e.deadline = addSat(now, t.cfg.LockDelay)
+				e.tseq = t.pushTimer(e.deadline, tDelay, tm.idx)
 			} else {
 				t.handOff(now, tm.idx)
 			}
@@ -735,7 +735,7 @@ func (t *Table) Advance(now int64) {
 			e := t.entries.at(tm.idx)
 			e.tseq = 0
 			e.inDelay = false
-			e.delayUntil = 0
+			e.deadline = 0
 			t.handOff(now, tm.idx)
 		case tSession:
 			t.sess.slots[tm.idx].tseq = 0
@@ -790,7 +790,7 @@ func (t *Table) Inspect(key []byte) (info Info, ok bool) {
 		info.Revocable = e.revocable
 	}
 	if e.inDelay {
-		info.DelayUntil = e.delayUntil
+		info.DelayUntil = e.deadline
 	}
 	return info, true
 }

@@ -202,7 +202,7 @@ impl Acquire {
             return Ok(None);
         }
         let (req, bound) = self.request()?;
-        match self.client.inner().try_send(req, None, Instant::now(), bound, Some(waker.clone()))? {
+        match self.client.inner().try_send(req, None, None, bound, Some(waker))? {
             Queued::Sent(sent) => Ok(Some((sent.id, sent.ticket))),
             Queued::NoConnection(..) => Ok(None),
         }

@@ -44,6 +44,11 @@ impl Waiter {
 }
 
 /// Where a request's answer waits for its caller (see [`Waiter`]).
+///
+/// The waker stays in the slot after the answer is taken: a task mostly queues its next request
+/// right after taking an answer, and gets the same slot back (the free slots are a stack), so
+/// the waker it left there is still its own and need not be cloned again (nor the delivery's
+/// reference to the task dropped): two updates of the task's reference count less per request.
 #[derive(Default)]
 pub(crate) struct Slot {
     waker: Option<Waker>,
@@ -206,6 +211,9 @@ fn lock_live(locks: &IdTable<Held>, at: Instant, token: u64) -> bool {
 pub(crate) struct Outbox {
     pub buf: Vec<u8>,
     pub wake: Arc<Notify>,
+    /// The writer has been woken and has not taken `buf` since: a frame queued now goes out with
+    /// that pass, without waking it again.
+    pub due: bool,
 }
 
 pub(crate) struct State {
@@ -241,24 +249,20 @@ pub(crate) struct State {
     /// What the client's timer task ([`run_timers`]) sleeps until (`None`: until notified).
     pub timer_armed: Option<Instant>,
     registrations: u32,
-    /// The states of dropped locks that nothing else referred to, each held only here, for the
-    /// next grants ([`LockShared::renew`]): an allocation and a free per lock cost more than
-    /// keeping them (at most [`LOCK_POOL_MAX`]).
-    pub lock_pool: Vec<Arc<LockShared>>,
     pub answers_since_ack: u32,
     pub ack_outstanding: bool,
     pub closed: bool,
     /// The leader's address from `NOT_LEADER`/`GOAWAY`/`CHALLENGE`, tried first.
     pub hint: Option<String>,
+    /// When the batch of answers the reader handled last arrived, until the writer next takes
+    /// the output (see [`State::stamp`]).
+    pub clock: Option<Instant>,
     /// Why the last reconnect round failed.
     pub last_error: Option<Error>,
     /// The callers' answer slots, by [`Waiter`] ticket, and the free ones.
     slots: Vec<Slot>,
     free_slots: Vec<usize>,
 }
-
-/// The most lock states kept for reuse (`State::lock_pool`).
-pub(crate) const LOCK_POOL_MAX: usize = 256;
 
 /// Send an `ACK` after this many answers (at least once per [`wire::ACK_EVERY`]).
 const ACK_AFTER: u32 = wire::ACK_EVERY / 2;
@@ -269,9 +273,26 @@ impl State {
         self.enqueue(req, waiter, now, (None, false)).ok()
     }
 
+    /// The time to stamp a request queued now with: when the batch of answers that the callers
+    /// now running react to arrived, if the writer has not taken the output since (the reader
+    /// sets it, the writer's next pass clears it, and the reader wakes the writer for that pass),
+    /// else the clock. A clock read per request cost more than the rest of queuing it.
+    ///
+    /// The stamp is never later than the request's send (the writer sends it after its next
+    /// pass), so a lock's local deadline, counted from it, stays on the safe side; and it is
+    /// earlier than the call only by the time the connection task waits to run again, which
+    /// is what a request's timeout may then end early by.
+    #[inline]
+    pub fn stamp(&self) -> Instant {
+        match self.clock {
+            Some(t) => t,
+            None => Instant::now(),
+        }
+    }
+
     /// A new waiter (a slot for its answer), woken through `waker` once set.
     #[inline]
-    pub fn waiter(&mut self, waker: Option<Waker>) -> Waiter {
+    pub fn waiter(&mut self, waker: Option<&Waker>) -> Waiter {
         let ticket = match self.free_slots.pop() {
             Some(t) => t,
             None => {
@@ -279,7 +300,12 @@ impl State {
                 self.slots.len() - 1
             }
         };
-        self.slots[ticket].waker = waker;
+        let slot = &mut self.slots[ticket];
+        match (waker, &slot.waker) {
+            // The slot's last user again (see [`Slot`]).
+            (Some(w), Some(k)) if k.will_wake(w) => {}
+            (w, _) => slot.waker = w.cloned(),
+        }
         Waiter { ticket }
     }
 
@@ -293,16 +319,14 @@ impl State {
     #[inline]
     pub fn take_answer(&mut self, ticket: usize) -> Option<Result<Answer, Error>> {
         let answer = self.slots[ticket].answer.take()?;
-        // Its waker went with the delivery (none is set once the answer is in).
+        // Its waker stays, for the slot's next user (see [`Slot`]).
         self.free_slots.push(ticket);
         Some(answer)
     }
 
     /// Frees the slot `ticket` (its caller has its answer or gave up).
     pub fn free_slot(&mut self, ticket: usize) {
-        let slot = &mut self.slots[ticket];
-        slot.waker = None;
-        slot.answer = None;
+        self.slots[ticket].answer = None;
         self.free_slots.push(ticket);
     }
 
@@ -321,11 +345,10 @@ impl State {
         let Some(out) = self.out.as_mut() else { return Err(req) };
         let id = self.next_id;
         self.next_id += 1;
-        // The writer takes the whole buffer at once: it was woken when the buffer last went from
-        // empty to not, and has not taken it since.
-        let wake = out.buf.is_empty();
+        // The writer takes the whole buffer at once: woken once, until it takes it.
         req.encode(id, &mut out.buf);
-        if wake {
+        if !out.due {
+            out.due = true;
             out.wake.notify_one();
         }
         let p =
@@ -336,18 +359,23 @@ impl State {
 
     /// Queues a caller's request, answered through a new waiter woken by `waker` (or an error once
     /// `bound` passes); returns its id and ticket, or gives `req` back when there is no connection.
+    /// `now`: the request's time (`None`: [`stamp`](State::stamp)).
     #[inline(always)]
     pub fn queue_call(
         &mut self,
         inner: &Inner,
         req: Req,
-        waker: Option<Waker>,
-        now: Instant,
+        waker: Option<&Waker>,
+        now: Option<Instant>,
         bound: Bound,
     ) -> Result<(u64, usize), Req> {
         if self.out.is_none() {
             return Err(req);
         }
+        let now = match now {
+            Some(t) => t,
+            None => self.stamp(),
+        };
         let deadline = match bound {
             Bound::None => None,
             Bound::At(at) => Some(at),
@@ -586,8 +614,9 @@ impl State {
 fn deliver(slots: &mut [Slot], w: Waiter, answer: Result<Answer, Error>) {
     let slot = &mut slots[w.ticket];
     slot.answer = Some(answer);
-    if let Some(k) = slot.waker.take() {
-        k.wake();
+    // Kept for the slot's next user (see [`Slot`]).
+    if let Some(k) = &slot.waker {
+        k.wake_by_ref();
     }
 }
 
@@ -681,7 +710,7 @@ impl Inner {
         now: Instant,
         bound: Bound,
     ) -> Result<Sent, Error> {
-        match self.try_send(req, gate, now, bound, None)? {
+        match self.try_send(req, gate, Some(now), bound, None)? {
             Queued::Sent(sent) => Ok(sent),
             // Boxed: the wait (a timer, a watch) would otherwise make every call's future that
             // much larger.
@@ -692,15 +721,16 @@ impl Inner {
     }
 
     /// Queues `req` if there is a connection, without waiting for one; `waker` (the calling
-    /// task's, in this poll) is woken with the answer.
+    /// task's, in this poll) is woken with the answer. `now`: the request's time (`None`:
+    /// [`State::stamp`]).
     #[inline(always)]
     pub fn try_send(
         &self,
         req: Req,
         gate: Option<&LockShared>,
-        now: Instant,
+        now: Option<Instant>,
         bound: Bound,
-        waker: Option<Waker>,
+        waker: Option<&Waker>,
     ) -> Result<Queued, Error> {
         let _gate = match gate {
             Some(l) => Some(l.gate()?),
@@ -731,7 +761,7 @@ impl Inner {
                 Ok(Err(_)) => return Err(Error::Closed),
                 Err(_) => return Err(self.no_connection_error()),
             }
-            match self.try_send(req, gate, Instant::now(), bound, None)? {
+            match self.try_send(req, gate, Some(Instant::now()), bound, None)? {
                 Queued::Sent(sent) => return Ok(sent),
                 Queued::NoConnection(r, rx) => (req, conn_rx) = (r, rx),
             }
@@ -753,16 +783,23 @@ impl Inner {
     /// (timeout or drop) is forgotten: it is not sent again after a resume.
     pub async fn call(&self, req: Req, gate: Option<&LockShared>) -> Result<Reply, Error> {
         let timeout = self.opts.request_timeout;
-        let now = Instant::now();
-        let deadline = now + timeout;
         let op = req.op;
-        let bound = Bound::At(deadline);
-        let waker = std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
-        // At the deadline the timer task fails the call with `Error::Timeout` and forgets it.
-        // (`send`, spelled out: one future less to step through.)
-        let sent = match self.try_send(req, gate, now, bound, Some(waker))? {
+        // Queued with the calling task's waker, in this poll (no clone of it when the task's last
+        // request left it in the slot). At the deadline (the request timeout from the request's
+        // stamp, see `State::stamp`) the timer task fails the call with `Error::Timeout` and
+        // forgets it. (`send`, spelled out: one future less to step through.)
+        let mut req = Some(req);
+        let queued = std::future::poll_fn(|cx| {
+            let Some(req) = req.take() else { return Poll::Ready(Err(Error::Closed)) };
+            Poll::Ready(self.try_send(req, gate, None, Bound::After(timeout), Some(cx.waker())))
+        })
+        .await?;
+        let sent = match queued {
             Queued::Sent(sent) => sent,
             Queued::NoConnection(req, conn_rx) => {
+                // Waiting for a connection counts against the request timeout too.
+                let deadline = Instant::now() + timeout;
+                let bound = Bound::At(deadline);
                 Box::pin(self.send_when_connected(req, deadline, gate, bound, conn_rx)).await?
             }
         };
@@ -1074,11 +1111,11 @@ impl Client {
             deadlines: Deadlines::default(),
             timer_armed: None,
             registrations: 0,
-            lock_pool: Vec::new(),
             answers_since_ack: 0,
             ack_outstanding: false,
             closed: false,
             hint: None,
+            clock: None,
             last_error: None,
             slots: Vec::new(),
             free_slots: Vec::new(),

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
@@ -18,7 +18,7 @@ use tokio_rustls::rustls::{self, RootCertStore};
 
 use crate::client::{Answer, ForgetOnDrop, Inner, Outbox, Reply, Req, Sent, empty_key};
 use crate::error::{Error, LostReason};
-use crate::lock::{LockShared, local_deadline, lost_at};
+use crate::lock::{LockShared, local_deadline, lost_at, pool_take};
 use crate::options::{ClientOptions, Pem};
 use crate::wire::{
     self, Auth, BusyLimit, Challenge, ExpiredReason, GoawayReason, Hello, InvalidField, Op, Response, Status, Welcome,
@@ -447,7 +447,9 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
                 st.ack_outstanding = false;
                 st.answers_since_ack = 0;
             }
-            st.out = Some(Outbox { buf, wake: wake.clone() });
+            // Woken below.
+            st.out = Some(Outbox { buf, wake: wake.clone(), due: true });
+            st.clock = None;
             st.epoch += 1;
             let epoch = st.epoch;
             let mut cancels: Vec<u64> = st
@@ -582,6 +584,7 @@ fn disconnect(inner: &Arc<Inner>, end: &str) {
     let (epoch, grace) = {
         let mut st = inner.lock_state();
         st.out = None;
+        st.clock = None;
         st.epoch += 1;
         let grace = st.grace;
         if grace.is_zero() {
@@ -610,14 +613,22 @@ async fn drive(inner: &Arc<Inner>, c: Connected) -> ConnEnd {
     let (rd, wr) = tokio::io::split(c.stream);
     let base = Instant::now();
     let last_rx = AtomicU64::new(0);
+    let writing = AtomicBool::new(false);
     tokio::select! {
-        e = read_loop(inner, rd, &last_rx, base, c.epoch) => e,
-        e = write_loop(inner, wr, c.wake, c.epoch) => e,
+        e = read_loop(inner, rd, &last_rx, base, &writing, c.epoch) => e,
+        e = write_loop(inner, wr, c.wake, &writing, c.epoch) => e,
         e = heartbeat_loop(inner, &last_rx, base, c.epoch) => e,
     }
 }
 
-async fn write_loop(inner: &Inner, mut wr: WriteHalf<Stream>, wake: Arc<Notify>, epoch: u64) -> ConnEnd {
+/// `writing`: set while a write waits for the socket (see [`process`]).
+async fn write_loop(
+    inner: &Inner,
+    mut wr: WriteHalf<Stream>,
+    wake: Arc<Notify>,
+    writing: &AtomicBool,
+    epoch: u64,
+) -> ConnEnd {
     let mut closed_rx = inner.closed_tx.subscribe();
     // One registration for the connection's life, not one per pass.
     let closed = closed_rx.wait_for(|c| *c);
@@ -640,7 +651,10 @@ async fn write_loop(inner: &Inner, mut wr: WriteHalf<Stream>, wake: Arc<Notify>,
             if st.epoch != epoch {
                 return ConnEnd::Stale;
             }
+            // Requests queued from now on are stamped with the clock (see `State::stamp`).
+            st.clock = None;
             if let Some(out) = st.out.as_mut() {
+                out.due = false;
                 std::mem::swap(&mut out.buf, &mut spare);
             }
         }
@@ -660,6 +674,7 @@ async fn write_loop(inner: &Inner, mut wr: WriteHalf<Stream>, wake: Arc<Notify>,
             wr.write_all(&spare).await?;
             wr.flush().await
         };
+        writing.store(true, Ordering::Relaxed);
         tokio::select! {
             biased;
             _ = &mut closed => return ConnEnd::Closed,
@@ -669,6 +684,7 @@ async fn write_loop(inner: &Inner, mut wr: WriteHalf<Stream>, wake: Arc<Notify>,
                 }
             }
         }
+        writing.store(false, Ordering::Relaxed);
         spare.clear();
         if spare.capacity() > 1 << 20 {
             spare = Vec::new();
@@ -693,8 +709,8 @@ async fn behind_ready_tasks() {
     .await;
 }
 
-fn micros_since(base: Instant) -> u64 {
-    u64::try_from(base.elapsed().as_micros()).unwrap_or(u64::MAX)
+fn micros_since(base: Instant, now: Instant) -> u64 {
+    u64::try_from(now.saturating_duration_since(base).as_micros()).unwrap_or(u64::MAX)
 }
 
 async fn read_loop(
@@ -702,6 +718,7 @@ async fn read_loop(
     mut rd: ReadHalf<Stream>,
     last_rx: &AtomicU64,
     base: Instant,
+    writing: &AtomicBool,
     epoch: u64,
 ) -> ConnEnd {
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
@@ -715,8 +732,9 @@ async fn read_loop(
             Ok(_) => {}
             Err(e) => return ConnEnd::Io(e),
         }
-        last_rx.store(micros_since(base), Ordering::Relaxed);
-        match process(inner, &buf, epoch, &mut actions) {
+        let now = Instant::now();
+        last_rx.store(micros_since(base, now), Ordering::Relaxed);
+        match process(inner, &buf, epoch, now, !writing.load(Ordering::Relaxed), &mut actions) {
             Ok(used) => {
                 buf.drain(..used);
             }
@@ -732,8 +750,18 @@ struct Actions {
     lost: Vec<(Arc<LockShared>, LostReason)>,
 }
 
-/// Handles every complete frame in `buf`; returns the bytes used.
-fn process(inner: &Arc<Inner>, buf: &[u8], epoch: u64, actions: &mut Actions) -> Result<usize, ConnEnd> {
+/// Handles every complete frame in `buf`, read at `now`; returns the bytes used. With `stamp`
+/// (no write waits for the socket), the callers that the answers wake stamp their next requests
+/// with `now` rather than reading the clock each, until the writer's next pass, which this
+/// makes sure comes (see `State::stamp`).
+fn process(
+    inner: &Arc<Inner>,
+    buf: &[u8],
+    epoch: u64,
+    now: Instant,
+    stamp: bool,
+    actions: &mut Actions,
+) -> Result<usize, ConnEnd> {
     let mut used = 0;
     let mut end = None;
     {
@@ -741,7 +769,6 @@ fn process(inner: &Arc<Inner>, buf: &[u8], epoch: u64, actions: &mut Actions) ->
         if st.epoch != epoch {
             return Err(ConnEnd::Stale);
         }
-        let now = Instant::now();
         while end.is_none() || matches!(end, Some(ConnEnd::Redirect(_))) {
             match Response::decode(&buf[used..], wire::MAX_VAR_LEN) {
                 Ok(None) => break,
@@ -758,6 +785,17 @@ fn process(inner: &Arc<Inner>, buf: &[u8], epoch: u64, actions: &mut Actions) ->
             }
         }
         st.maybe_ack(now);
+        if stamp
+            && used > 0
+            && end.is_none()
+            && let Some(out) = st.out.as_mut()
+        {
+            if !out.due {
+                out.due = true;
+                out.wake.notify_one();
+            }
+            st.clock = Some(now);
+        }
     }
     for (l, reason) in actions.lost.drain(..) {
         l.fire_lost(inner, reason);
@@ -834,7 +872,7 @@ fn handle(
         // updates of its reference count.
         match p.waiter.take() {
             Some(w) => {
-                let l = LockShared::renew(st.lock_pool.pop(), p.req.key, res.token, res.lease_ms, deadline);
+                let l = LockShared::renew(pool_take(), p.req.key, res.token, res.lease_ms, deadline);
                 st.register(inner, res.token, &l, lost_at(deadline, res.lease_ms));
                 st.deliver(w, Ok(Answer::Granted(l)));
             }

@@ -1,6 +1,7 @@
 //! A held lock: its token, lease, local deadline, lost signal, keep-alive, and the guard that
 //! releases it on drop.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -10,7 +11,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, sleep};
 
-use crate::client::{Client, Inner, Key, LOCK_POOL_MAX, Req, lease_ms, lock, status_error};
+use crate::client::{Client, Inner, Key, Req, lease_ms, lock, status_error};
 use crate::error::{Error, LostReason, key_text};
 use crate::wire::{self, Op, Status};
 
@@ -26,6 +27,37 @@ pub(crate) fn local_deadline(t_send: Instant, total_ms: u64) -> Instant {
 pub(crate) fn lost_at(deadline: Instant, lease_ms: u32) -> Instant {
     let margin = Duration::from_micros((u64::from(lease_ms) * 100).min(u64::from(wire::LOST_MARGIN_MS) * 1000));
     deadline.checked_sub(margin).unwrap_or(deadline)
+}
+
+/// The most lock states kept for reuse per thread.
+const LOCK_POOL_MAX: usize = 256;
+
+thread_local! {
+    /// The states of dropped locks that nothing else referred to, each held only here, for the
+    /// next grants made on this thread ([`LockShared::renew`]): an allocation and a free per lock
+    /// cost more than keeping them. Per thread, not per client: a lock's last handle is mostly
+    /// dropped on the thread that runs the client's connection (always, on a current-thread
+    /// runtime), and putting it there then costs no lock of the client's state. (A lock state
+    /// refers to no client.)
+    static POOL: RefCell<Vec<Arc<LockShared>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Keeps `shared` (whose only reference this is) for a next grant, if the pool has room.
+fn pool_put(shared: Arc<LockShared>) {
+    // Dropped after the pool's borrow ends: it holds nothing that could reach the pool, but a
+    // drop under the borrow would be one more thing to reason about.
+    let _spare = POOL.try_with(|p| match p.try_borrow_mut() {
+        Ok(mut p) if p.len() < LOCK_POOL_MAX => {
+            p.push(shared);
+            None
+        }
+        _ => Some(shared),
+    });
+}
+
+/// A lock state from the pool, if there is one.
+pub(crate) fn pool_take() -> Option<Arc<LockShared>> {
+    POOL.try_with(|p| p.try_borrow_mut().ok().and_then(|mut p| p.pop())).ok().flatten()
 }
 
 pub(crate) struct LockState {
@@ -329,16 +361,18 @@ async fn keepalive(weak: Weak<LockShared>, client: Weak<Inner>, stop_at: Option<
 /// keep-alive stops); call [`release`](Lock::release), or turn it into a [`LockGuard`] that
 /// releases on drop. Any task holding the token may release or extend the lock.
 pub struct Lock {
-    pub(crate) shared: Arc<LockShared>,
+    /// Always there but in the drop, which moves it into the pool of lock states (a clone and
+    /// a drop of it would be two more updates of its reference count).
+    shared: Option<Arc<LockShared>>,
     client: Client,
 }
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = self.shared.state();
+        let s = self.shared().state();
         f.debug_struct("Lock")
-            .field("key", &key_text(&self.shared.key))
-            .field("token", &self.shared.token)
+            .field("key", &key_text(&self.shared().key))
+            .field("token", &self.shared().token)
             .field("lease_ms", &s.lease_ms)
             .field("released", &s.released)
             .field("lost", &s.lost)
@@ -348,34 +382,41 @@ impl fmt::Debug for Lock {
 
 impl Lock {
     pub(crate) fn new(shared: Arc<LockShared>, client: Client) -> Lock {
-        Lock { shared, client }
+        Lock { shared: Some(shared), client }
+    }
+
+    fn shared(&self) -> &Arc<LockShared> {
+        match &self.shared {
+            Some(s) => s,
+            None => unreachable!("a lock's state is taken only by its drop"),
+        }
     }
 
     /// The key.
     pub fn key(&self) -> &[u8] {
-        &self.shared.key
+        &self.shared().key
     }
 
     /// The fencing token: larger than every token granted before it, on any key.
     pub fn token(&self) -> u64 {
-        self.shared.token
+        self.shared().token
     }
 
     /// The lease last granted (by the acquire or the last successful extend).
     pub fn lease(&self) -> Duration {
-        Duration::from_millis(self.shared.state().lease_ms.into())
+        Duration::from_millis(self.shared().state().lease_ms.into())
     }
 
     /// The local deadline: the end of the lease measured from when its request was sent, never
     /// later than the server's. A successful extend moves it. The lost signal fires
     /// `min(5 ms, lease / 10)` before it.
     pub fn deadline(&self) -> std::time::Instant {
-        self.shared.state().deadline.into_std()
+        self.shared().state().deadline.into_std()
     }
 
     /// Why the lock was lost, or `None` while it is not lost.
     pub fn lost_reason(&self) -> Option<LostReason> {
-        self.shared.state().lost
+        self.shared().state().lost
     }
 
     /// Whether the lock is lost.
@@ -385,7 +426,7 @@ impl Lock {
 
     /// Whether a release of this lock succeeded.
     pub fn is_released(&self) -> bool {
-        self.shared.state().released
+        self.shared().state().released
     }
 
     /// Resolves when the lock is lost, with the reason (at once if it already is). Never resolves
@@ -400,7 +441,7 @@ impl Lock {
     /// # }
     /// ```
     pub async fn lost(&self) -> LostReason {
-        let mut rx = self.shared.state().lost_rx();
+        let mut rx = self.shared().state().lost_rx();
         // The sender lives in `self`, so `wait_for` can only end with a reason.
         let reason = rx.wait_for(Option::is_some).await.map(|r| *r);
         match reason {
@@ -412,7 +453,7 @@ impl Lock {
     /// A watch channel of the lost reason (`None` while not lost), for tasks that outlive a borrow
     /// of the lock. The sender is dropped with the lock's last handle.
     pub fn lost_watch(&self) -> watch::Receiver<Option<LostReason>> {
-        self.shared.state().lost_rx()
+        self.shared().state().lost_rx()
     }
 
     /// Releases the lock: the next waiter is granted at once.
@@ -424,20 +465,20 @@ impl Lock {
     /// the release is sent. On a transport error ([`Error::Timeout`], ...) the lock is still
     /// held as far as the client knows; call it again.
     pub async fn release(&self) -> Result<(), Error> {
-        self.shared.release(self.client.inner()).await
+        self.shared().release(self.client.inner()).await
     }
 
     /// Sets the lease to `lease` from now (it may shorten it) and moves the local deadline;
     /// returns the lease granted. Fails with [`Error::LockLost`] when the lock is lost or the
     /// server answers `NOT_HELD` (which makes it lost).
     pub async fn extend(&self, lease: Duration) -> Result<Duration, Error> {
-        self.shared.extend(self.client.inner(), lease).await
+        self.shared().extend(self.client.inner(), lease).await
     }
 
     /// Asks the server whether this lock's token still holds its key (`INSPECT` with the
     /// token). Does not change the lost signal.
     pub async fn verify(&self) -> Result<bool, Error> {
-        Ok(self.client.inspect_token(&self.shared.key, self.shared.token).await?.token_matches)
+        Ok(self.client.inspect_token(&self.shared().key, self.shared().token).await?.token_matches)
     }
 
     /// The client this lock was acquired through.
@@ -453,19 +494,16 @@ impl Lock {
 
 impl Drop for Lock {
     fn drop(&mut self) {
+        let Some(mut shared) = self.shared.take() else { return };
         // The last reference to the lock's state (released or lost, so out of the client's table,
-        // and no keep-alive task): the client keeps the allocation for its next grant. The pool
-        // gets a clone, alone once this handle's goes with the field.
-        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+        // and no keep-alive task): the allocation is kept for a next grant (`LockShared::renew`).
+        if let Some(s) = Arc::get_mut(&mut shared) {
             // What the lock's last handle lets go of goes now, as without the pool: the lost
             // signal's sender (its watchers see it closed), the keep-alive task's handle.
-            let s = shared.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+            let s = s.state.get_mut().unwrap_or_else(PoisonError::into_inner);
             s.lost_tx = None;
             s.keepalive = None;
-            let mut st = self.client.inner().lock_state();
-            if st.lock_pool.len() < LOCK_POOL_MAX {
-                st.lock_pool.push(self.shared.clone());
-            }
+            pool_put(shared);
         }
     }
 }
@@ -497,7 +535,7 @@ impl LockGuard {
     /// Takes the lock back out of the guard: dropping it then no longer releases it.
     pub fn into_lock(mut self) -> Lock {
         self.armed = false;
-        Lock::new(self.lock.shared.clone(), self.lock.client.clone())
+        Lock::new(Arc::clone(self.lock.shared()), self.lock.client.clone())
     }
 }
 
@@ -512,7 +550,7 @@ impl Deref for LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.armed && !self.lock.is_released() {
-            let lock = Lock::new(self.lock.shared.clone(), self.lock.client.clone());
+            let lock = Lock::new(Arc::clone(self.lock.shared()), self.lock.client.clone());
             self.lock.client.inner().runtime.spawn(async move {
                 let _ = lock.release().await;
             });

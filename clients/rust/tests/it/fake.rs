@@ -475,6 +475,29 @@ async fn request_timeout_bounds_a_call_and_excludes_queued_time() {
 }
 
 #[tokio::test]
+async fn a_call_long_after_the_last_answers_times_out_from_its_own_start() {
+    // Requests queued in reaction to a batch of answers are stamped with the batch's arrival
+    // rather than each reading the clock: a call made later must not inherit that stamp.
+    let fake = FakeServer::bind().await;
+    let o = opts(&fake.addr).request_timeout(Duration::from_millis(300));
+    let (client, mut conn) = connect(&fake, o, &FakeOpts::default()).await;
+    for _ in 0..2 {
+        let c = client.clone();
+        let task = tokio::spawn(async move { c.ping().await });
+        let ping = conn.read_op(Op::PING).await;
+        conn.ok(&ping).await;
+        task.await.unwrap().expect("answered");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let start = Instant::now();
+        let err = client.ping().await.expect_err("no answer");
+        assert!(matches!(err, Error::Timeout { .. }), "{err}");
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(290) && took < Duration::from_secs(2), "timed out after {took:?}");
+        conn.read_op(Op::PING).await;
+    }
+}
+
+#[tokio::test]
 async fn expired_pushes_fire_lost_with_their_reason() {
     let fake = FakeServer::bind().await;
     let (client, mut conn) = connect(&fake, opts(&fake.addr), &FakeOpts::default()).await;

@@ -70,7 +70,9 @@ type Client struct {
 // returns a Client. An invalid option fails with ErrInvalid; a wrong token with ErrAuthFailed;
 // a server speaking another protocol version with ErrUnsupportedVersion; a TLS failure with
 // ErrTLS; and no endpoint reachable within one round (each bounded by the dial timeout and ctx)
-// with ErrUnavailable.
+// with ErrUnavailable. A round in which a node answered "not the leader" (a cluster electing a
+// leader) is not a failure yet: Dial tries again, at the shortest backoff, until the request
+// timeout has passed since it began or ctx ends (see WithRequestTimeout).
 func Dial(ctx context.Context, opts ...Option) (*Client, error) {
 	c := &Client{
 		opts:     defaultOptions(),
@@ -89,7 +91,7 @@ func Dial(ctx context.Context, opts ...Option) (*Client, error) {
 	c.timeoutAlarm = newAlarm(c, c.expireCalls)
 	c.lostAlarm = newAlarm(c, c.fireLost)
 	newSessionID(&c.session)
-	if err := c.connect(ctx); err != nil {
+	if err := c.firstConnect(ctx); err != nil {
 		c.cancel()
 		return nil, err
 	}

@@ -103,6 +103,34 @@ func (c *Client) sleepBackoff(attempt int) bool {
 	}
 }
 
+// firstConnect is Dial's connect. A failed round fails Dial at once (an address nobody serves, a
+// server that is down: the mistake shows at once), except one in which a node answered NOT_LEADER:
+// the cluster is electing a leader, which takes about a second, as when the application and the
+// cluster start together. Such rounds are retried at the shortest backoff until the request
+// timeout has passed since Dial began, or ctx ends; then the last round's error is returned.
+func (c *Client) firstConnect(ctx context.Context) error {
+	giveUp := time.Now().Add(c.opts.requestTimeout)
+	for {
+		err := c.connect(ctx)
+		if err == nil || isFatal(err) || !errors.Is(err, ErrNotLeader) {
+			return err
+		}
+		d := c.opts.minBackoff
+		d = d/2 + mrand.N(d/2+1)
+		if time.Until(giveUp) < d {
+			return err
+		}
+		c.opts.logger.Debug("ticketing: no leader yet; connecting again", "err", err, "in", d)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
 // connect runs one round: the leader hint, then every endpoint once, until one completes the
 // handshake; then the session is attached to it.
 func (c *Client) connect(ctx context.Context) error {

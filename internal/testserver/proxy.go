@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ticketing/ticketing/internal/wire"
 )
 
 // Proxy relays TCP connections from its own loopback address to a target. A test controls the
@@ -18,6 +20,8 @@ import (
 //     partition: the client sees silence, and new connections are accepted but never reach the
 //     server);
 //   - Refuse resets every new connection at once (a server that is down) until Refuse(false);
+//   - NotLeader answers every new connection's HELLO itself with CHALLENGE NOT_LEADER and no
+//     leader hint, then closes it (a cluster electing a leader) until NotLeader(false);
 //   - per connection (Conns): HoldServerBytes keeps what the server sends from reaching the
 //     client, ReleaseServerBytes delivers it, and Reset cuts the connection with a TCP RST on
 //     both sides, dropping whatever was held;
@@ -36,6 +40,8 @@ type Proxy struct {
 	relayed  []*ProxyConn          // every connection accepted, in accept order
 	cut      bool
 	refuse   bool
+	electing bool // NotLeader
+	notLed   int  // connections answered NOT_LEADER
 	closed   bool
 	accepted int
 	wg       sync.WaitGroup
@@ -81,6 +87,14 @@ func (p *Proxy) accept() {
 		if p.refuse {
 			p.mu.Unlock()
 			resetConn(c)
+			continue
+		}
+		if p.electing {
+			p.notLed++
+			p.conns[c] = struct{}{}
+			p.wg.Add(1)
+			p.mu.Unlock()
+			go p.answerNotLeader(c)
 			continue
 		}
 		pc := &ProxyConn{p: p, ID: p.accepted, Accepted: time.Now(), client: c, done: make(chan struct{})}
@@ -198,6 +212,33 @@ func (p *Proxy) Refuse(on bool) {
 	p.mu.Lock()
 	p.refuse = on
 	p.mu.Unlock()
+}
+
+// NotLeader makes the proxy answer every new connection itself, as a cluster node does while
+// no leader is known: it reads the client's HELLO, writes CHALLENGE NOT_LEADER with an empty
+// leader hint and closes (on); or relay new connections again (off).
+func (p *Proxy) NotLeader(on bool) {
+	p.mu.Lock()
+	p.electing = on
+	p.mu.Unlock()
+}
+
+// NotLeaderAnswers returns how many connections NotLeader has answered.
+func (p *Proxy) NotLeaderAnswers() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.notLed
+}
+
+func (p *Proxy) answerNotLeader(c net.Conn) {
+	defer p.wg.Done()
+	defer p.drop(c)
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	hello := make([]byte, wire.HelloSize)
+	if _, err := io.ReadFull(c, hello); err != nil {
+		return
+	}
+	c.Write(wire.AppendChallenge(nil, &wire.Challenge{Status: wire.StatusNotLeader, Version: wire.Version}))
 }
 
 // DropConns closes every connection relayed so far; new ones are still relayed.

@@ -28,6 +28,7 @@ var scenarios = []scenario{
 	{name: "release_retry", needs: []string{"locks"}, run: scReleaseRetry, cluster: scReleaseRetryCluster},
 	{name: "ack_outcomes", needs: []string{"locks"}, run: scAckOutcomes},
 	{name: "unreachable", run: scUnreachable},
+	{name: "connect_election", needs: []string{"connect_election"}, run: scConnectElection},
 	{name: "half_open", run: scHalfOpen},
 	{name: "frozen_server", needs: []string{"request_timeout"}, run: scFrozenServer},
 	{name: "wrong_token", run: scWrongToken},

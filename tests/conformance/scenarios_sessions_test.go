@@ -43,6 +43,22 @@ func (s *S) proxyTo(addrs ...string) proxies {
 	return ps
 }
 
+// notLeader makes every proxy answer new connections CHALLENGE NOT_LEADER without a hint (a
+// cluster electing a leader), or relay them again.
+func (ps proxies) notLeader(on bool) {
+	for _, p := range ps {
+		p.NotLeader(on)
+	}
+}
+
+func (ps proxies) notLeaderAnswers() int {
+	n := 0
+	for _, p := range ps {
+		n += p.NotLeaderAnswers()
+	}
+	return n
+}
+
 // refuse makes every proxy reset new connections at once (a node that is down).
 func (ps proxies) refuse(on bool) {
 	for _, p := range ps {
@@ -251,6 +267,36 @@ func scUnreachable(s *S) {
 	addr := s.freePort()
 	c, _ := s.connectCall(s.d, connectOpts{endpoints: []string{addr}, dialTimeout: time.Second})
 	s.fails(c, prompt, "connect to "+addr+" where nobody listens", "unavailable")
+}
+
+// electionPhase is how long connect_election's endpoint answers NOT_LEADER before a leader is
+// there: about one election.
+const electionPhase = 800 * time.Millisecond
+
+func scConnectElection(s *S) {
+	t := s.server(targetConfig{})
+	p := s.proxy(t)
+	s.Step("the endpoint answers every HELLO with CHALLENGE NOT_LEADER, no hint (an election)")
+	p.notLeader(true)
+	c, cl := s.connectCall(s.d, connectOpts{endpoints: p.addrs()})
+	time.Sleep(electionPhase)
+	if c.isDone() {
+		s.Fatalf("connect replied during the election (%s); want it to keep trying until a leader is there", c.reply.raw)
+	}
+	if n := p.notLeaderAnswers(); n < 2 {
+		s.Errorf("connect tried %d time(s) in %v of election; want it to try again (with backoff)", n, electionPhase)
+	}
+	s.Step("a leader is elected: the endpoint relays to the server again (%d NOT_LEADER answers so far)", p.notLeaderAnswers())
+	p.notLeader(false)
+	r := s.ok(c, 5*time.Second, "connect once a leader is there")
+	_ = r.decode("session_id", &cl.session)
+	h := cl.mustAcquire("k", 5*time.Second, acquireArgs{}, prompt)
+	s.ok(h.release(), prompt, "release")
+
+	s.Step("an election that outlasts the request timeout (1 s): connect gives up")
+	p.notLeader(true)
+	c, _ = s.connectCall(s.d, connectOpts{endpoints: p.addrs(), requestTimeout: time.Second})
+	s.fails(c, 3*time.Second, "connect during an election longer than its request timeout", "unavailable", "timeout")
 }
 
 func scHalfOpen(s *S) {

@@ -30,7 +30,7 @@ func main() {
 }
 
 // features are the DRIVER.md features this client has.
-var features = []string{"locks", "cancel", "keepalive", "with_lock", "verify", "refuse_held", "tls", "mtls", "request_timeout", "lost_events"}
+var features = []string{"locks", "cancel", "keepalive", "with_lock", "verify", "refuse_held", "tls", "mtls", "request_timeout", "lost_events", "connect_election"}
 
 type driver struct {
 	outMu sync.Mutex

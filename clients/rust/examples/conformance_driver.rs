@@ -137,7 +137,7 @@ impl Driver {
                 "language": "rust",
                 "client_version": env!("CARGO_PKG_VERSION"),
                 "features": ["locks", "cancel", "keepalive", "with_lock", "verify", "refuse_held", "tls", "mtls",
-                             "request_timeout", "lost_events"],
+                             "request_timeout", "lost_events", "connect_election"],
             })),
             "connect" => {
                 let name = arg_str(&cmd, "client")?.to_owned();

@@ -1080,12 +1080,38 @@ pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// [`Client::connect`]'s connect. A failed round fails at once (an address nobody serves, a server
+/// that is down: the mistake shows at once), except one in which a node answered `NOT_LEADER`: the
+/// cluster is electing a leader, as when the application and the cluster start together. Such
+/// rounds are retried at the shortest reconnect backoff until the request timeout has passed since
+/// the connect began; then the last round's error is returned. Dropping the future cancels it.
+async fn first_connect(inner: &Inner) -> Result<conn::Established, Error> {
+    // `None`: a request timeout too large to add to the clock, never reached.
+    let give_up = Instant::now().checked_add(inner.opts.request_timeout);
+    loop {
+        match conn::connect_round(inner).await {
+            Ok(est) => return Ok(est),
+            Err(f) if !f.not_leader => return Err(f.error),
+            Err(f) => {
+                let pause = conn::backoff(&inner.opts, 1);
+                if give_up.is_some_and(|t| t.saturating_duration_since(Instant::now()) < pause) {
+                    return Err(f.error);
+                }
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+}
+
 impl Client {
     /// Connects to the first endpoint that completes the handshake, following a leader hint, and
     /// returns the client.
     ///
     /// Fails with [`Error::AuthFailed`], [`Error::UnsupportedVersion`] or [`Error::Tls`] at once,
     /// and with [`Error::Unavailable`] when no endpoint could be reached within its dial timeout.
+    /// A round in which a node answered `NOT_LEADER` (a cluster electing a leader) is tried again
+    /// at the shortest reconnect backoff until the request timeout has passed since the call
+    /// began, then fails [`Error::Unavailable`]; dropping the future stops it.
     /// Must be called within a tokio runtime, which then runs the client's background task.
     pub async fn connect(options: ClientOptions) -> Result<Client, Error> {
         if options.endpoints.is_empty() {
@@ -1130,7 +1156,7 @@ impl Client {
             manager: Mutex::new(None),
             timer_wake: Arc::new(Notify::new()),
         });
-        let established = conn::connect_round(&inner).await?;
+        let established = first_connect(&inner).await?;
         let first = match conn::install(&inner, established) {
             Ok(c) => c,
             Err(_) => return Err(Error::connection_lost("the connection could not be installed")),

@@ -334,9 +334,16 @@ async fn handshake(
     Ok(w)
 }
 
+/// Why a connect round failed.
+pub(crate) struct RoundFailed {
+    pub error: Error,
+    /// A node answered `NOT_LEADER` (a cluster electing a leader): worth another round soon.
+    pub not_leader: bool,
+}
+
 /// One round over the endpoints (the leader hint first), following `NOT_LEADER` hints a few
 /// times. Returns the first connection that completes the handshake.
-pub(crate) async fn connect_round(inner: &Inner) -> Result<Established, Error> {
+pub(crate) async fn connect_round(inner: &Inner) -> Result<Established, RoundFailed> {
     let (session_id, hint) = {
         let mut st = inner.lock_state();
         (st.session_id, st.hint.take())
@@ -347,6 +354,7 @@ pub(crate) async fn connect_round(inner: &Inner) -> Result<Established, Error> {
     let mut failures: Vec<String> = Vec::new();
     let mut specific: Vec<Error> = Vec::new();
     let mut hops = 0;
+    let mut not_leader = false;
     let mut i = 0;
     let dial_timeout = inner.opts.dial_timeout;
     while i < order.len() && i < 64 {
@@ -354,12 +362,13 @@ pub(crate) async fn connect_round(inner: &Inner) -> Result<Established, Error> {
         i += 1;
         match timeout(dial_timeout, dial(inner, &endpoint, session_id)).await {
             Ok(Ok(est)) => return Ok(est),
-            Ok(Err(Failure::Fatal(e))) => return Err(e),
+            Ok(Err(Failure::Fatal(error))) => return Err(RoundFailed { error, not_leader: false }),
             Ok(Err(Failure::Next(msg, e))) => {
                 failures.push(format!("{endpoint}: {msg}"));
                 specific.extend(e);
             }
             Ok(Err(Failure::NotLeader(leader))) => {
+                not_leader = true;
                 failures
                     .push(format!("{endpoint}: not the leader (leader {})", leader.as_deref().unwrap_or("unknown")));
                 if let Some(leader) = leader
@@ -372,10 +381,12 @@ pub(crate) async fn connect_round(inner: &Inner) -> Result<Established, Error> {
             Err(_) => failures.push(format!("{endpoint}: timed out after {dial_timeout:?}")),
         }
     }
-    if failures.len() == 1 && specific.len() == 1 {
-        return Err(specific.remove(0));
-    }
-    Err(Error::Unavailable { message: failures.join("; ") })
+    let error = if failures.len() == 1 && specific.len() == 1 {
+        specific.remove(0)
+    } else {
+        Error::Unavailable { message: failures.join("; ") }
+    };
+    Err(RoundFailed { error, not_leader })
 }
 
 /// A connection installed in the session, ready to be driven.
@@ -559,8 +570,8 @@ pub(crate) async fn manage(inner: Arc<Inner>, first: Connected) {
                 Err(NotInstalled::Closed) => return,
                 Err(NotInstalled::Restarted) => attempt = attempt.saturating_add(1).min(1),
             },
-            Err(e) => {
-                inner.lock_state().last_error = Some(e);
+            Err(f) => {
+                inner.lock_state().last_error = Some(f.error);
                 attempt = attempt.saturating_add(1);
             }
         }
@@ -569,7 +580,7 @@ pub(crate) async fn manage(inner: Arc<Inner>, first: Connected) {
 
 /// Backoff before reconnect round `attempt` (1, 2, ...): the minimum doubling up to the maximum,
 /// times a random factor in [0.5, 1.0].
-fn backoff(opts: &ClientOptions, attempt: u32) -> Duration {
+pub(crate) fn backoff(opts: &ClientOptions, attempt: u32) -> Duration {
     let exp = opts.reconnect_backoff_min.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
     let base = exp.min(opts.reconnect_backoff_max);
     let mut r = [0u8; 2];

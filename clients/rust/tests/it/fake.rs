@@ -197,6 +197,45 @@ async fn challenge_not_leader_follows_the_leader_hint() {
 }
 
 #[tokio::test]
+async fn first_connect_keeps_trying_while_nodes_answer_not_leader() {
+    let fake = FakeServer::bind().await;
+    // A cluster electing a leader: CHALLENGE NOT_LEADER without a hint.
+    let electing = FakeOpts { challenge: Some((Status::NOT_LEADER, 0, Vec::new())), ..FakeOpts::default() };
+    let serve = async {
+        for _ in 0..2 {
+            drop(fake.accept(&electing).await);
+        }
+        fake.accept(&FakeOpts::default()).await
+    };
+    let (client, mut conn) = tokio::join!(Client::connect(opts(&fake.addr)), serve);
+    let client = client.expect("connected once a leader answered");
+    let c = client.clone();
+    let p = tokio::spawn(async move { c.ping().await });
+    let r = conn.read_op(Op::PING).await;
+    conn.ok(&r).await;
+    p.await.unwrap().expect("ping");
+
+    // An election that outlasts the request timeout: the connect gives up, unavailable.
+    let tries = std::cell::Cell::new(0);
+    let serve_forever = async {
+        loop {
+            drop(fake.accept(&electing).await);
+            tries.set(tries.get() + 1);
+        }
+    };
+    let start = Instant::now();
+    let res = tokio::select! {
+        r = Client::connect(opts(&fake.addr).request_timeout(Duration::from_millis(400))) => r,
+        () = serve_forever => unreachable!(),
+    };
+    let took = start.elapsed();
+    let err = res.expect_err("no leader within the request timeout");
+    assert!(matches!(&err, Error::Unavailable { message } if message.contains("not the leader")), "{err}");
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_millis(1500), "gave up after {took:?}");
+    assert!(tries.get() >= 2, "tried {} time(s)", tries.get());
+}
+
+#[tokio::test]
 async fn not_leader_answer_is_resent_with_its_id_on_the_leader() {
     let follower = FakeServer::bind().await;
     let leader = FakeServer::bind().await;

@@ -128,9 +128,43 @@ final class Engine implements Connection.Listener {
 
     // ---- connecting ----
 
-    /** Connects for the first time, in the caller's thread; throws when no endpoint answers. */
+    /**
+     * Connects for the first time, in the caller's thread; throws when a round fails, except a round
+     * in which a node answered NOT_LEADER (a cluster electing a leader, as when the application and
+     * the cluster start together): such rounds are retried at the shortest backoff until the
+     * request timeout has passed since the connect began (then the last round's error is thrown),
+     * or the thread is interrupted.
+     */
     void start() {
-        Dialer.Dialed d = dialRound();
+        long giveUp = System.nanoTime() + opts.requestTimeout().toNanos();
+        Dialer.Dialed d;
+        while (true) {
+            try {
+                d = dialRound();
+                break;
+            } catch (UnavailableException e) {
+                boolean again;
+                synchronized (mu) {
+                    again = election && !closed;
+                }
+                if (!again) {
+                    throw e;
+                }
+                long min = opts.reconnectBackoffMin().toMillis();
+                long pause = min / 2 + (long) (random.nextDouble() * (min / 2.0 + 1));
+                if (giveUp - System.nanoTime() < TimeUnit.MILLISECONDS.toNanos(pause)) {
+                    throw e;
+                }
+                LOG.log(System.Logger.Level.DEBUG, "no leader yet; connecting again in {0} ms: {1}", pause,
+                        e.getMessage());
+                try {
+                    Thread.sleep(pause);
+                } catch (InterruptedException ie) {
+                    Thread.currentThread().interrupt();
+                    throw new CancelledException("connect interrupted while the cluster elects a leader", e);
+                }
+            }
+        }
         List<Runnable> after = new ArrayList<>();
         boolean again;
         synchronized (mu) {

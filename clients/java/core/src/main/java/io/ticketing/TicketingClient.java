@@ -60,7 +60,11 @@ public final class TicketingClient implements AutoCloseable {
 
     /**
      * Connects to the first endpoint that answers (following a cluster's leader hint), within the
-     * connect timeout per endpoint.
+     * connect timeout per endpoint. A round in which no endpoint could be connected to fails at
+     * once, unless a node answered "not the leader" (a cluster electing a leader): then the connect
+     * tries again, at the shortest reconnect backoff, until the request timeout has passed since it
+     * began (then it throws the last round's {@link UnavailableException}) or the thread is
+     * interrupted ({@link CancelledException}).
      *
      * @param options the settings
      * @return the connected client
@@ -68,6 +72,7 @@ public final class TicketingClient implements AutoCloseable {
      * @throws AuthFailedException when the token is refused, missing, or not needed
      * @throws TlsException when the TLS handshake fails
      * @throws UnsupportedVersionException when the server speaks another protocol version
+     * @throws CancelledException when the thread is interrupted while the cluster elects a leader
      */
     public static TicketingClient connect(ClientOptions options) {
         Engine engine = new Engine(options == null ? ClientOptions.create() : options);
@@ -81,7 +86,9 @@ public final class TicketingClient implements AutoCloseable {
     }
 
     /**
-     * Connects on a background thread; see {@link #connect(ClientOptions)}.
+     * Connects on a background thread; see {@link #connect(ClientOptions)}. Cancelling the future
+     * interrupts that thread: a connect still waiting for a cluster to elect a leader stops, and a
+     * client that connected anyway is closed.
      *
      * @param options the settings
      * @return a future with the connected client
@@ -90,12 +97,20 @@ public final class TicketingClient implements AutoCloseable {
         CompletableFuture<TicketingClient> f = new CompletableFuture<>();
         Thread t = new Thread(() -> {
             try {
-                f.complete(connect(options));
+                TicketingClient c = connect(options);
+                if (!f.complete(c)) {
+                    c.close(); // cancelled meanwhile
+                }
             } catch (RuntimeException e) {
                 f.completeExceptionally(e);
             }
         }, "ticketing-connect");
         t.setDaemon(true);
+        f.whenComplete((c, e) -> {
+            if (f.isCancelled()) {
+                t.interrupt();
+            }
+        });
         t.start();
         return f;
     }

@@ -107,6 +107,7 @@ final class FakeServer implements AutoCloseable {
     volatile byte[] token; // null: no auth
     volatile boolean forgeServerProof;
     volatile String notLeaderHint; // non-null: CHALLENGE NOT_LEADER with this hint
+    final java.util.concurrent.atomic.AtomicInteger notLeaderNext = new java.util.concurrent.atomic.AtomicInteger(); // that many next connections: CHALLENGE NOT_LEADER, no hint
     volatile Status refuse; // non-null: CHALLENGE with this status (BUSY, UNSUPPORTED_VERSION...)
     volatile boolean autoPing = true; // answer PING and ACK by itself
     volatile boolean frozen; // accept and read, never answer anything
@@ -197,8 +198,9 @@ final class FakeServer implements AutoCloseable {
                 out.flush();
                 return;
             }
-            if (notLeaderHint != null) {
-                byte[] hint = notLeaderHint.getBytes(StandardCharsets.UTF_8);
+            String hintText = notLeaderNext.getAndUpdate(n -> Math.max(0, n - 1)) > 0 ? "" : notLeaderHint;
+            if (hintText != null) {
+                byte[] hint = hintText.getBytes(StandardCharsets.UTF_8);
                 out.write(new Handshake.Challenge(Status.NOT_LEADER.code(), 1, 0, 0, new byte[32], hint).encode());
                 out.flush();
                 return;

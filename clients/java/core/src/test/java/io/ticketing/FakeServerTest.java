@@ -143,6 +143,47 @@ class FakeServerTest {
     }
 
     @Test
+    void firstConnectKeepsTryingWhileNodesAnswerNotLeader() throws Exception {
+        server.notLeaderNext.set(2); // electing, then a leader
+        TicketingClient c = connect(b -> b.reconnectBackoff(Duration.ofMillis(50), Duration.ofSeconds(2)));
+        assertEquals(3, server.hellos.size());
+        assertEquals(1, server.hellos.stream().distinct().count()); // one session throughout
+        assertTrue(c.ping().compareTo(Duration.ZERO) >= 0);
+    }
+
+    @Test
+    void firstConnectDuringAnElectionGivesUpAfterTheRequestTimeout() {
+        server.notLeaderHint = ""; // an election that never ends
+        long t0 = System.nanoTime();
+        UnavailableException e = assertThrows(UnavailableException.class,
+                () -> connect(b -> b.requestTimeout(Duration.ofMillis(500))));
+        long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+        assertTrue(ms >= 400 && ms < 2000, "took " + ms + " ms");
+        assertTrue(e.getMessage().contains("not the leader"), e.getMessage());
+        assertTrue(server.hellos.size() >= 3, server.hellos.size() + " rounds");
+    }
+
+    @Test
+    void firstConnectDuringAnElectionStopsWhenInterrupted() throws Exception {
+        server.notLeaderHint = "";
+        CompletableFuture<TicketingClient> f = TicketingClient.connectAsync(ClientOptions.builder()
+                .endpoints(server.endpoint()).reconnectBackoff(Duration.ofMillis(50), Duration.ofSeconds(2)).build());
+        Poll.until(Duration.ofSeconds(5), () -> server.hellos.size() >= 2, "a second round");
+        f.cancel(true);
+        int rounds = server.hellos.size();
+        Thread.sleep(300);
+        assertTrue(server.hellos.size() <= rounds + 1, "still connecting after the cancel");
+        // A blocking connect: the interrupt ends it with CancelledException.
+        Thread.currentThread().interrupt();
+        try {
+            assertThrows(CancelledException.class, () -> connect());
+            assertTrue(Thread.interrupted());
+        } finally {
+            Thread.interrupted();
+        }
+    }
+
+    @Test
     void silentServerTimesOutTheHandshake() {
         server.frozen = true;
         long t0 = System.nanoTime();
@@ -560,7 +601,7 @@ class FakeServerTest {
         assertTrue(e.getMessage().contains("closed during the handshake"), e.getMessage());
         // Refused NOT_LEADER, or closed before the CHALLENGE without TLS: the same.
         server.notLeaderHint = "";
-        assertThrows(UnavailableException.class, this::connect);
+        assertThrows(UnavailableException.class, () -> connect(b -> b.requestTimeout(Duration.ofMillis(200))));
         server.notLeaderHint = null;
         try (var plain = new java.net.ServerSocket(0, 50, InetAddress.getLoopbackAddress())) {
             Thread p = new Thread(() -> {

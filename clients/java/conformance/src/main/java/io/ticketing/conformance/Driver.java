@@ -213,7 +213,7 @@ public final class Driver {
             case "hello":
                 return Map.of("language", "java", "client_version", "1.0.0", "features", List.of("locks", "cancel",
                         "keepalive", "with_lock", "verify", "refuse_held", "tls", "mtls", "request_timeout",
-                        "lost_events"));
+                        "lost_events", "connect_election"));
             case "connect":
                 return connect(c);
             case "close": {

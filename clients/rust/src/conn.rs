@@ -572,7 +572,10 @@ pub(crate) async fn manage(inner: Arc<Inner>, first: Connected) {
             },
             Err(f) => {
                 inner.lock_state().last_error = Some(f.error);
-                attempt = attempt.saturating_add(1);
+                // A node answered NOT_LEADER: the cluster is electing a leader, which takes about a
+                // second; retry at the shortest pause rather than back off as from a dead server
+                // (docs/clients.md, rule 1).
+                attempt = if f.not_leader { 1 } else { attempt.saturating_add(1) };
             }
         }
     }

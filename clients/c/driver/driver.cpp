@@ -233,7 +233,7 @@ json run(const json &c, int64_t id)
                 {"client_version", TK_VERSION},
                 {"features",
                  {"locks", "cancel", "keepalive", "with_lock", "verify", "refuse_held", "tls", "mtls", "request_timeout",
-                  "lost_events"}}};
+                  "lost_events", "connect_election"}}};
     if (op == "connect")
         return do_connect(c);
     if (op == "close") {

@@ -278,13 +278,38 @@ static int64_t backoff_us(tk_async *ac)
     return d / 2 + (int64_t)(x % (uint64_t)(d / 2 + 1));
 }
 
+/* A failed round before the first connection. One in which a node answered NOT_LEADER (a
+ * cluster electing a leader, as when the application and the cluster start together) is
+ * retried after the shortest backoff, until the request timeout has passed since the connect
+ * began; any other (nobody serves the address, the server is down, auth, version, TLS) fails
+ * the connect at once. Returns true when another round is scheduled. */
+static bool first_connect_retry(tk_async *ac)
+{
+    tk_err code = ac->round_err.code;
+    bool election = ac->round_election;
+    ac->round_election = false;
+    if (!election || code == TK_ERR_AUTH_FAILED || code == TK_ERR_UNSUPPORTED_VERSION || code == TK_ERR_TLS)
+        return false;
+    ac->round_no = 0;
+    int64_t d = backoff_us(ac), now = tk__now_us();
+    if (now + d > ac->first_give_up)
+        return false;
+    ac->hint_hops = 0;
+    ac->cs = TK__C_BACKOFF;
+    ac->backoff_until = now + d;
+    tk__log(ac, 1, "no leader yet (%s); connecting again in %lld ms", ac->round_err.message, (long long)(d / 1000));
+    return true;
+}
+
 static void round_done_failed(tk_async *ac)
 {
     free(ac->round_hint);
     ac->round_hint = NULL;
     ac->last_conn_err = ac->round_err;
+    if (!ac->connected_once && first_connect_retry(ac))
+        return;
     if (!ac->connected_once) {
-        /* The first round failed: report it and stop. */
+        /* The first connect failed: report it and stop. */
         ac->cs = TK__C_FAILED;
         tk__set_last_error(ac, &ac->round_err);
         tk__fail_all(ac, ac->round_err.code, ac->round_err.message);
@@ -323,6 +348,8 @@ void tk__conn_start_round(tk_async *ac, bool immediate)
 {
     if (ac->cs == TK__C_CLOSED || ac->cs == TK__C_FAILED)
         return;
+    if (!ac->connected_once && ac->first_give_up == 0)
+        ac->first_give_up = tk__now_us() + ac->request_timeout_us; /* the first connect began */
     if (!immediate) {
         ac->cs = TK__C_BACKOFF;
         ac->backoff_until = tk__now_us() + backoff_us(ac);

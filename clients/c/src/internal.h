@@ -288,6 +288,7 @@ struct tk_async {
     unsigned round_no;       /* rounds since the last success (backoff exponent) */
     unsigned hint_hops;      /* rounds started by a hint since the last backoff (bounded) */
     bool round_election;     /* a node answered NOT_LEADER in this round */
+    int64_t first_give_up;   /* first connect: no round starts after this (0: not started) */
     int cur_ep;              /* endpoint index being tried (-1: the hint) */
     char cur_addr[300];
     struct addrinfo *ai_list, *ai_cur;

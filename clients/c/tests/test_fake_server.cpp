@@ -610,6 +610,121 @@ TEST(FakeReconnect, CallTimingOutWhileReconnectingNamesTheLastConnectError)
     EXPECT_NE(m.find(addr + ": not the leader"), std::string::npos) << m;
 }
 
+// ---- the first connect during an election -------------------------------------------------------
+
+namespace {
+
+// tk_client_connect to fs with the given tweaks, on another thread.
+std::future<std::pair<tk_client *, tk_error>> connect_later(FakeServer &fs, std::function<void(tk_options &)> tweak)
+{
+    std::string addr = fs.addr();
+    return std::async(std::launch::async, [addr, tweak] {
+        const char *eps[] = {addr.c_str()};
+        tk_options o{};
+        o.endpoints = eps;
+        o.n_endpoints = 1;
+        o.heartbeat_ms = TK_OFF;
+        tweak(o);
+        tk_client *c = nullptr;
+        tk_error e{};
+        tk_client_connect(&o, &c, &e);
+        return std::make_pair(c, e);
+    });
+}
+
+} // namespace
+
+TEST(FakeFirstConnect, ElectionIsWaitedOut)
+{
+    FakeServer fs;
+    auto fut = connect_later(fs, [](tk_options &o) { o.backoff_min_ms = 20; });
+    for (int i = 0; i < 2; i++) { // electing: no leader known yet
+        auto f = fs.accept();
+        f->read_hello();
+        f->send_challenge(TK_STATUS_NOT_LEADER, 0, "");
+        EXPECT_TRUE(f->closed_by_peer());
+        EXPECT_EQ(fut.wait_for(0ms), std::future_status::timeout) << "the connect gave up during the election";
+    }
+    auto l = fs.accept(); // a leader now
+    l->handshake(S1, false);
+    auto [c, e] = fut.get();
+    ASSERT_NE(c, nullptr) << e.message;
+    EXPECT_EQ(e.code, TK_OK);
+    tk_client_free(c);
+}
+
+TEST(FakeFirstConnect, ElectionLongerThanTheRequestTimeoutFailsUnavailable)
+{
+    FakeServer fs;
+    std::string addr = fs.addr();
+    Refuser follower(fs, [](int) { return std::string(); });
+    auto start = std::chrono::steady_clock::now();
+    auto fut = connect_later(fs, [](tk_options &o) {
+        o.request_timeout_ms = 500;
+        o.backoff_min_ms = 20;
+    });
+    auto [c, e] = fut.get();
+    auto took = std::chrono::steady_clock::now() - start;
+    ASSERT_EQ(c, nullptr);
+    EXPECT_EQ(e.code, TK_ERR_UNAVAILABLE) << e.message;
+    EXPECT_NE(std::string(e.message).find(addr + ": not the leader"), std::string::npos) << e.message;
+    EXPECT_GE(took, 400ms) << "gave up before the request timeout";
+    EXPECT_LT(took, 2000ms) << "kept trying past the request timeout";
+    EXPECT_GE(follower.hellos, 5) << "rounds at the shortest backoff";
+}
+
+TEST(FakeFirstConnect, RefusedFailsAtOnce)
+{
+    std::string dead;
+    {
+        FakeServer gone; // nobody listens there any more
+        dead = gone.addr();
+    }
+    const char *eps[] = {dead.c_str()};
+    tk_options o{};
+    o.endpoints = eps;
+    o.n_endpoints = 1;
+    o.heartbeat_ms = TK_OFF;
+    o.request_timeout_ms = 5000;
+    auto start = std::chrono::steady_clock::now();
+    tk_client *c = nullptr;
+    tk_error e{};
+    EXPECT_EQ(tk_client_connect(&o, &c, &e), TK_ERR_UNAVAILABLE) << e.message;
+    EXPECT_EQ(c, nullptr);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 1000ms) << "a round without NOT_LEADER is not retried";
+}
+
+TEST(FakeFirstConnect, AsyncElectionRetriesOnTheContextsTimer)
+{
+    FakeServer fs;
+    tk_async *ac = new_async(fs.addr(), [](tk_options &o) { o.backoff_min_ms = 40; });
+    AsyncReply conn;
+    ASSERT_EQ(tk_async_connect(ac, AsyncReply::connected, &conn), TK_OK);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_TRUE(pump(ac, [&] { return conn.done || tk_async_fd(ac) >= 0; })) << "no next round";
+        auto f = fs.accept();
+        pump(ac, [&] { return f->has_frame(); });
+        f->read_hello();
+        f->send_challenge(TK_STATUS_NOT_LEADER, 0, "");
+        ASSERT_TRUE(pump(ac, [&] { return conn.done || tk_async_fd(ac) < 0; }));
+        EXPECT_FALSE(conn.done) << conn.message;
+        int t = tk_async_timeout_ms(ac);
+        EXPECT_GE(t, 0);
+        EXPECT_LE(t, 40) << "the next round waits on the shortest backoff";
+    }
+    ASSERT_TRUE(pump(ac, [&] { return conn.done || tk_async_fd(ac) >= 0; })) << "no next round";
+    auto l = fs.accept();
+    pump(ac, [&] { return l->has_frame(); });
+    l->read_hello();
+    l->send_challenge();
+    pump(ac, [&] { return l->has_frame(); });
+    l->read_auth();
+    l->send_welcome(S1, false);
+    ASSERT_TRUE(pump(ac, [&] { return conn.done; }));
+    EXPECT_EQ(conn.code, TK_OK) << conn.message;
+    tk_async_free(ac);
+}
+
 // ---- cancel, timeouts, heartbeat --------------------------------------------------------------
 
 TEST(FakeCancel, GrantThatRacedTheCancelIsReleased)

@@ -190,6 +190,9 @@ typedef struct tk_inspect_info {
  * Connects to the first endpoint that completes the handshake and returns a client in *out.
  * Fails TK_ERR_UNAVAILABLE when no endpoint answers (one round over the list), and at once with
  * TK_ERR_AUTH_FAILED, TK_ERR_UNSUPPORTED_VERSION or TK_ERR_TLS where no other endpoint would help.
+ * A round in which a node answered NOT_LEADER (a cluster electing a leader) is retried after the
+ * shortest backoff until request_timeout_ms has passed since the call began; it then fails
+ * TK_ERR_UNAVAILABLE with the last round's error.
  * opts may be NULL (all defaults).
  */
 tk_err tk_client_connect(const tk_options *opts, tk_client **out, tk_error *err);
@@ -322,7 +325,7 @@ typedef struct tk_reply {
  *  given. Every accepted request gets exactly one callback, TK_ERR_CLOSED at the latest. */
 typedef void (*tk_reply_cb)(tk_async *ac, const tk_reply *reply, void *data);
 
-/** Connect callback: TK_OK once the first handshake succeeded, else why the first round failed
+/** Connect callback: TK_OK once the first handshake succeeded, else why the first connect failed
  *  (the context is then closed). */
 typedef void (*tk_connect_cb)(tk_async *ac, const tk_error *result, void *data);
 
@@ -330,7 +333,10 @@ typedef void (*tk_connect_cb)(tk_async *ac, const tk_error *result, void *data);
 tk_async *tk_async_new(const tk_options *opts, tk_error *err);
 
 /**
- * Starts connecting (one round over the endpoints). cb (may be NULL) reports the outcome.
+ * Starts connecting (one round over the endpoints). cb (may be NULL) reports the outcome. A
+ * round in which a node answered NOT_LEADER (an election) is retried, like a reconnect, on the
+ * context's timer after the shortest backoff, until request_timeout_ms has passed since this call
+ * (then cb gets TK_ERR_UNAVAILABLE, the last round's error); any other failed round fails at once.
  * Requests may be issued before it completes; they are sent after the handshake. Later
  * connection losses reconnect (with backoff) by themselves and resume the session.
  * Name resolution (getaddrinfo) blocks: use numeric addresses inside latency-sensitive loops.

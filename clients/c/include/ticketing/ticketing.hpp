@@ -436,6 +436,8 @@ private:
 class Client {
 public:
     /// Connects (one round over the endpoints). Throws Unavailable, AuthFailed, TlsError...
+    /// During an election (a node answered NOT_LEADER) it retries at the shortest backoff until
+    /// the request timeout has passed, then throws Unavailable.
     explicit Client(const Options &o = Options())
     {
         std::vector<const char *> eps;

@@ -34,7 +34,7 @@ import {
 type Command = { id: number; op: string } & Record<string, any>;
 type Reply = Record<string, unknown>;
 
-const FEATURES = ['locks', 'cancel', 'keepalive', 'with_lock', 'verify', 'refuse_held', 'tls', 'mtls', 'request_timeout', 'lost_events'];
+const FEATURES = ['locks', 'cancel', 'keepalive', 'with_lock', 'verify', 'refuse_held', 'tls', 'mtls', 'request_timeout', 'lost_events', 'connect_election'];
 
 const version = ((): string => {
   try {

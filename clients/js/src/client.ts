@@ -362,6 +362,11 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
    * Rejects with {@link UnavailableError} (also a server that does not answer the handshake
    * within the connect timeout), {@link TlsError}, {@link AuthFailedError}, {@link UnsupportedVersionError},
    * {@link BusyError} or {@link ShuttingDownError}. Calls connect on demand, so this is optional.
+   *
+   * Before the first connection, a round in which a node answered NOT_LEADER (a cluster electing
+   * a leader) is not a failure yet: connect tries again at the shortest reconnect delay until
+   * `requestTimeoutMs` has passed since it began (then it rejects with the last round's
+   * {@link UnavailableError}), or until {@link Client.close} / {@link Client.destroy}.
    */
   async connect(): Promise<this> {
     this.#checkOpen('connect');

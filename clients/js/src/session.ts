@@ -6,7 +6,8 @@
  *   order of ids is the order on the wire), starting at 1 per session.
  * - Requests made while there is no connection wait in `#queue` (no id yet), each bounded by
  *   its own timer, while the reconnect loop retries with backoff (a failed round fails them only
- *   before the first connection, or for an auth or protocol-version error); written requests
+ *   before the first connection, unless a node answered NOT_LEADER in it, or for an auth or
+ *   protocol-version error); written requests
  *   wait in `#sent` (by id, in id order) for their answer.
  * - After a reconnect, WELCOME decides: the same state id and RESUMED → every request in `#sent`
  *   is re-sent with its id, in id order, before anything new; the same state id without RESUMED
@@ -151,7 +152,8 @@ export class Session {
   #election = false;
   #preferred = 0;
   #lastError: TicketingError | undefined;
-  #connectWaiters: { resolve(): void; reject(e: unknown): void }[] = [];
+  /** Explicit connect() calls; `giveUpAt` (performance.now() ms) bounds one made before the first connection during an election. */
+  #connectWaiters: { resolve(): void; reject(e: unknown): void; giveUpAt: number }[] = [];
   #answersSinceAck = 0;
   #ack: Call | undefined;
   #hbTimer: NodeJS.Timeout | undefined;
@@ -443,11 +445,17 @@ export class Session {
 
   // ---- connections ----
 
-  /** Connects now (if not connected): resolves once a connection is up, rejects with the first round's failure. */
+  /**
+   * Connects now (if not connected): resolves once a connection is up, rejects with the first
+   * failed round's error, except before the first connection when a node answered NOT_LEADER in
+   * the round (an election): then it keeps trying at the shortest backoff until the request
+   * timeout has passed since it began, and rejects with the last round's error.
+   */
   connect(): Promise<void> {
     if (this.#closed) return Promise.reject(new ClientClosedError());
     if (this.#conn) return Promise.resolve();
-    const p = new Promise<void>((resolve, reject) => this.#connectWaiters.push({ resolve, reject }));
+    const giveUpAt = performance.now() + this.opts.requestTimeoutMs;
+    const p = new Promise<void>((resolve, reject) => this.#connectWaiters.push({ resolve, reject, giveUpAt }));
     this.#updateRef();
     this.#ensureDialing(true);
     return p.finally(() => this.#updateRef());
@@ -483,12 +491,13 @@ export class Session {
         if (this.#closed) return;
         const e = err instanceof TicketingError ? err : new UnavailableError(String(err), { cause: err });
         this.#lastError = e;
-        this.#connectFailed(e);
-        if (!this.#needsConnection()) return;
         // An election takes well under a second: after a round in which a node answered
         // NOT_LEADER, the shortest pause rather than a backoff grown as from a dead server.
         if (this.#election) delay = this.opts.minBackoffMs;
-        await this.#backoff(jitter(delay));
+        const pause = jitter(delay);
+        this.#connectFailed(e, pause);
+        if (!this.#needsConnection()) return;
+        await this.#backoff(pause);
         delay = Math.min(delay * 2, this.opts.maxBackoffMs);
         continue;
       }
@@ -524,12 +533,23 @@ export class Session {
    * calls keep waiting for the reconnect (the loop retries with backoff), each bounded by its
    * own timeout (docs/clients.md, rule 1); only an error that no retry fixes (auth, protocol
    * version) fails them, and those in flight too. Before the first connection, a failed round
-   * fails the calls waiting for it at once (the endpoints are wrong or down: nothing to resume).
+   * fails the calls waiting for it at once (the endpoints are wrong or down: nothing to resume),
+   * unless a node answered NOT_LEADER in it (a cluster electing a leader, as when the application
+   * and the cluster start together): then the next round follows after `pauseMs` (the shortest
+   * backoff); an explicit connect() fails only once another pause would pass the request timeout
+   * since it began, and calls wait, each bounded by its own timeout.
    */
-  #connectFailed(err: TicketingError): void {
+  #connectFailed(err: TicketingError, pauseMs: number): void {
+    const fatal = err instanceof AuthFailedError || err instanceof UnsupportedVersionError;
+    if (!fatal && this.#election && this.#stateId === undefined) {
+      const next = performance.now() + pauseMs;
+      const waiters = this.#connectWaiters;
+      this.#connectWaiters = waiters.filter((w) => w.giveUpAt >= next);
+      for (const w of waiters) if (w.giveUpAt < next) w.reject(err);
+      return;
+    }
     const waiters = this.#connectWaiters.splice(0);
     for (const w of waiters) w.reject(err);
-    const fatal = err instanceof AuthFailedError || err instanceof UnsupportedVersionError;
     if (!fatal && this.#stateId !== undefined) return;
     for (const c of [...this.#queue]) {
       if (c.internal) continue;

@@ -529,16 +529,18 @@ describe('leaders and going away', () => {
       () => stepped.close(),
       () => follower.close(),
     );
-    const client = newClient({ endpoints: [follower.addr] });
+    // Before the first connection, rounds refused NOT_LEADER (an election) are retried until the request timeout.
+    const client = newClient({ endpoints: [follower.addr], requestTimeoutMs: 300 });
     await assert.rejects(client.connect(), (e: unknown) => {
       assert.ok(e instanceof UnavailableError && !(e instanceof NotLeaderError), String(e));
       assert.ok(e.message.includes(follower.addr) && e.message.includes(stepped.addr), e.message);
       assert.match(e.message, /not the leader/);
       return true;
     });
-    await assert.rejects(client.ping(), UnavailableError);
+    // A call waiting for that first connection is bounded by its own timeout, naming the last connect error.
+    await assert.rejects(client.ping(), (e: unknown) => e instanceof TimeoutError && e.cause instanceof UnavailableError && /not the leader/.test(e.message));
     // One endpoint that knows no leader: the same kind; the refusal (with its empty hint) is the cause.
-    const c2 = newClient({ endpoints: [stepped.addr] });
+    const c2 = newClient({ endpoints: [stepped.addr], requestTimeoutMs: 300 });
     await assert.rejects(c2.connect(), (e: unknown) => {
       assert.ok(e instanceof UnavailableError, String(e));
       assert.ok(e.cause instanceof NotLeaderError && e.cause.leader === '', String(e.cause));
@@ -548,7 +550,53 @@ describe('leaders and going away', () => {
     // WELCOME NOT_LEADER (leadership lost between CHALLENGE and WELCOME): the same.
     const late = await fakeServer({ welcome: { status: Status.NOT_LEADER } });
     cleanups.push(() => late.close());
-    await assert.rejects(newClient({ endpoints: [late.addr] }).connect(), (e: unknown) => e instanceof UnavailableError && e.cause instanceof NotLeaderError);
+    await assert.rejects(newClient({ endpoints: [late.addr], requestTimeoutMs: 300 }).connect(), (e: unknown) => e instanceof UnavailableError && e.cause instanceof NotLeaderError);
+  });
+
+  test('first connect during an election: rounds refused NOT_LEADER are retried at the shortest delay until one connects', async () => {
+    let refusals = 2;
+    const srv = await fakeServer({
+      get challenge() {
+        return refusals-- > 0 ? { status: Status.NOT_LEADER } : undefined;
+      },
+    });
+    cleanups.push(() => srv.close());
+    const client = newClient({ endpoints: [srv.addr], minReconnectDelayMs: 50 });
+    const t = performance.now();
+    await client.connect();
+    assert.equal(srv.hellos, 3, 'refused twice, then connected');
+    assert.ok(performance.now() - t < 2000);
+    assert.equal(client.endpoint, srv.addr);
+    await client.ping();
+    // On demand (no connect()): a call waits for the election too.
+    refusals = 2;
+    const c2 = newClient({ endpoints: [srv.addr], minReconnectDelayMs: 50 });
+    await c2.ping();
+    assert.equal(srv.hellos, 6);
+  });
+
+  test('first connect during an election: fails UnavailableError once the request timeout has passed; close() ends it', async () => {
+    const srv = await fakeServer({ challenge: { status: Status.NOT_LEADER } });
+    cleanups.push(() => srv.close());
+    const client = newClient({ endpoints: [srv.addr], requestTimeoutMs: 400, minReconnectDelayMs: 50 });
+    const t = performance.now();
+    await assert.rejects(client.connect(), (e: unknown) => e instanceof UnavailableError && e.cause instanceof NotLeaderError);
+    const dt = performance.now() - t;
+    assert.ok(dt >= 300 && dt < 1500, `failed after ${dt} ms`);
+    assert.ok(srv.hellos >= 5, `${srv.hellos} rounds`);
+    // A refused round in which no node answered NOT_LEADER still fails at once.
+    const dead = await deadAddr();
+    const c2 = newClient({ endpoints: [dead], requestTimeoutMs: 5000 });
+    const t2 = performance.now();
+    await assert.rejects(c2.connect(), UnavailableError);
+    assert.ok(performance.now() - t2 < 1000);
+    // close() ends a connect that is still trying.
+    const c3 = newClient({ endpoints: [srv.addr], requestTimeoutMs: 60_000 });
+    const pending = settledWithin(c3.connect(), 3000);
+    await sleep(200);
+    await c3.close();
+    const s = await pending;
+    assert.ok(s !== 'pending' && !s.ok && s.error instanceof ClientClosedError, String(s !== 'pending' && !s.ok && s.error));
   });
 
   test('reconnecting while the leader is down and a hint leads to a node that stepped down: calls wait, then resume on the new leader', async () => {

@@ -117,9 +117,26 @@ namespace Ticketing.Tests
         internal volatile byte[] Token; // null: no auth
         internal volatile bool ForgeServerProof;
         internal volatile string NotLeaderHint; // non-null: CHALLENGE NOT_LEADER with this hint
+        internal int NotLeaderNext; // that many next connections: CHALLENGE NOT_LEADER, no hint
         internal volatile int Refuse = -1; // a Status: CHALLENGE with it (BUSY, UNSUPPORTED_VERSION...); -1: none
         internal volatile bool AutoPing = true; // answer PING and ACK by itself
         internal volatile bool Frozen; // accept and read, never answer anything
+
+        private bool TakeNotLeaderNext()
+        {
+            while (true)
+            {
+                int n = Volatile.Read(ref NotLeaderNext);
+                if (n <= 0)
+                {
+                    return false;
+                }
+                if (Interlocked.CompareExchange(ref NotLeaderNext, n - 1, n) == n)
+                {
+                    return true;
+                }
+            }
+        }
 
         internal FakeServer()
         {
@@ -236,7 +253,7 @@ namespace Ticketing.Tests
                     Thread.Sleep(50);
                     return;
                 }
-                string hint = NotLeaderHint;
+                string hint = TakeNotLeaderNext() ? "" : NotLeaderHint;
                 if (hint != null)
                 {
                     byte[] data = Encoding.UTF8.GetBytes(hint);

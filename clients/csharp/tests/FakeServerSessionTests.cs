@@ -228,7 +228,7 @@ namespace Ticketing.Tests
             }
             // Refused NOT_LEADER: the same.
             _server.NotLeaderHint = "";
-            Assert.Throws<UnavailableException>(() => Connect(o => o.ConnectTimeout = TimeSpan.FromMilliseconds(300)));
+            Assert.Throws<UnavailableException>(() => Connect(o => o.RequestTimeout = TimeSpan.FromMilliseconds(300)));
         }
 
         private static void ReadFully(Stream s, int n)

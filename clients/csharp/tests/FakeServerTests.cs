@@ -106,24 +106,42 @@ namespace Ticketing.Tests
         [Test]
         public void FirstConnectWaitsOutALeaderElection()
         {
-            _server.NotLeaderHint = ""; // "not leader, and knows none": a cluster electing
-            var flip = new Timer(_ => _server.NotLeaderHint = null, null, 300, Timeout.Infinite);
-            try
-            {
-                TicketingClient c = Connect(o => o.ConnectTimeout = TimeSpan.FromSeconds(3));
-                Tasks.Result(c.PingAsync());
-                Assert.GreaterOrEqual(_server.Hellos.Count, 2, "asked again after the first refusal");
-            }
-            finally
-            {
-                flip.Dispose();
-            }
+            _server.NotLeaderNext = 2; // "not leader, and knows none" twice (a cluster electing), then a leader
+            TicketingClient c = Connect(o => o.ReconnectBackoffMin = TimeSpan.FromMilliseconds(50));
+            Tasks.Result(c.PingAsync());
+            Assert.AreEqual(3, _server.Hellos.Count, "asked again after each refusal");
+            Assert.AreEqual(1, _server.Hellos.Distinct().Count(), "one session throughout");
+        }
 
-            _server.NotLeaderHint = "";
+        [Test]
+        public void FirstConnectDuringAnElectionGivesUpAfterTheRequestTimeout()
+        {
+            _server.NotLeaderHint = ""; // an election that never ends
             var sw = Stopwatch.StartNew();
-            var e = Assert.Throws<UnavailableException>(() => Connect(o => o.ConnectTimeout = TimeSpan.FromMilliseconds(500)));
+            var e = Assert.Throws<UnavailableException>(() => Connect(o => o.RequestTimeout = TimeSpan.FromMilliseconds(500)));
             StringAssert.Contains("not the leader", e.Message);
-            Assert.Less(sw.ElapsedMilliseconds, 3000, "gives up after about the connect timeout");
+            Assert.That(sw.ElapsedMilliseconds, Is.InRange(400, 2500), "gives up after about the request timeout");
+            Assert.GreaterOrEqual(_server.Hellos.Count, 3, "kept trying meanwhile");
+        }
+
+        [Test]
+        public void FirstConnectDuringAnElectionEndsWhenCancelled()
+        {
+            _server.NotLeaderHint = "";
+            using (var cts = new CancellationTokenSource())
+            {
+                Task<TicketingClient> t = TicketingClient.ConnectAsync(new TicketingOptions
+                {
+                    Endpoints = new List<string> { _server.Endpoint },
+                    ReconnectBackoffMin = TimeSpan.FromMilliseconds(50),
+                }, cts.Token);
+                Poll.Until(TimeSpan.FromSeconds(5), () => _server.Hellos.Count >= 2, "a second round");
+                cts.Cancel();
+                Tasks.Failure<OperationCanceledException>(t);
+                int rounds = _server.Hellos.Count;
+                Thread.Sleep(300);
+                Assert.AreEqual(rounds, _server.Hellos.Count, "still connecting after the cancel");
+            }
         }
 
         [Test]

@@ -19,7 +19,7 @@ namespace Ticketing.Conformance
     {
         private static readonly string[] Features =
         {
-            "locks", "cancel", "keepalive", "with_lock", "verify", "refuse_held", "tls", "mtls", "request_timeout", "lost_events",
+            "locks", "cancel", "keepalive", "with_lock", "verify", "refuse_held", "tls", "mtls", "request_timeout", "lost_events", "connect_election",
         };
 
         private readonly TextWriter _out;

@@ -18,14 +18,20 @@ namespace Ticketing
     {
         // ---- connecting ----
 
-        /// <summary>Connects for the first time; throws when no endpoint answers.</summary>
+        /// <summary>
+        /// Connects for the first time; throws when a round fails, except a round in which a node
+        /// answered <c>NOT_LEADER</c> (a cluster electing a leader, as when the application and the
+        /// cluster start together): such rounds are retried at the shortest backoff until the
+        /// request timeout has passed since the connect began (then the last round's error is
+        /// thrown), or <paramref name="ct"/> is cancelled.
+        /// </summary>
         internal async Task StartAsync(CancellationToken ct)
         {
             using (ct.Register(() => _closeCts.Cancel()))
             {
                 Dialer.Dialed d = null;
                 var elapsed = Stopwatch.StartNew();
-                for (int round = 0; d == null; round++)
+                while (d == null)
                 {
                     try
                     {
@@ -35,13 +41,18 @@ namespace Ticketing
                     {
                         throw new OperationCanceledException("connecting was cancelled", ct);
                     }
-                    catch (UnavailableException e) when (e.InnerException is Dialer.NotLeaderException && elapsed.Elapsed < Opts.ConnectTimeout)
+                    catch (UnavailableException e) when (SawElection())
                     {
-                        // A cluster electing its leader: every node said "not leader". Try again
-                        // (with backoff) for as long as one endpoint's connect timeout.
+                        TimeSpan pause = Backoff(0);
+                        if (elapsed.Elapsed + pause > Opts.RequestTimeout)
+                        {
+                            throw;
+                        }
+                        Log.TraceEvent(TraceEventType.Verbose, 0, "no leader yet; connecting again in {0} ms: {1}",
+                            (long)pause.TotalMilliseconds, e.Message);
                         try
                         {
-                            await Task.Delay(Backoff(round), _closeCts.Token).ConfigureAwait(false);
+                            await Task.Delay(pause, _closeCts.Token).ConfigureAwait(false);
                         }
                         catch (OperationCanceledException)
                         {
@@ -55,6 +66,15 @@ namespace Ticketing
                     Install(d, after); // no state id yet: never asks to dial again
                 }
                 Run(after);
+            }
+        }
+
+        /// <summary>Whether a node answered <c>NOT_LEADER</c> in the last round (an election).</summary>
+        private bool SawElection()
+        {
+            lock (_mu)
+            {
+                return _election;
             }
         }
 

@@ -44,7 +44,11 @@ namespace Ticketing
 
         /// <summary>
         /// Connects to the first endpoint that answers (following a cluster's leader hint), within
-        /// the connect timeout per endpoint.
+        /// the connect timeout per endpoint. A round in which no endpoint could be connected to fails
+        /// at once, unless a node answered "not the leader" (a cluster electing a leader): then it
+        /// tries again, at the shortest reconnect backoff, until the request timeout has passed since
+        /// it began (then it throws the last round's <see cref="UnavailableException"/>) or
+        /// <paramref name="cancellationToken"/> is cancelled.
         /// </summary>
         /// <param name="options">the settings (null: every default)</param>
         /// <param name="cancellationToken">abandons connecting</param>

@@ -52,7 +52,8 @@ namespace Ticketing
 
         /// <summary>
         /// How long any request waits for its answer, <b>except</b> the time an acquire spends queued
-        /// (bounded by its wait timeout and the heartbeat instead). Default: 10 s.
+        /// (bounded by its wait timeout and the heartbeat instead); also how long the first connect
+        /// keeps trying while a cluster elects a leader. Default: 10 s.
         /// </summary>
         public TimeSpan RequestTimeout { get; set; } = DefaultRequestTimeout;
 

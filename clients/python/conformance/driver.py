@@ -23,7 +23,7 @@ import ticketing
 import ticketing.asyncio
 
 FEATURES = ["locks", "cancel", "keepalive", "with_lock", "verify", "refuse_held", "tls", "mtls",
-            "request_timeout", "lost_events"]
+            "request_timeout", "lost_events", "connect_election"]
 
 log = logging.getLogger("ticketing.conformance")
 

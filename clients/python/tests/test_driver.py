@@ -168,8 +168,9 @@ def test_lost_on_restart(driver: Driver, own_server: ServerProcess, key: str) ->
 
 
 def test_connect_refused_not_leader_is_unavailable(driver: Driver) -> None:
-    """A lone node that is not the leader and knows none: `unavailable`, as for every client."""
+    """A lone node that is not the leader and knows none: `unavailable`, as for every client
+    (once the request timeout has passed: the first connect waits for an election)."""
     with FakeServer(not_leader("challenge")) as node:
-        r = driver.connect("A", node.addr, dial_timeout_ms=1000)
+        r = driver.connect("A", node.addr, dial_timeout_ms=1000, request_timeout_ms=300)
         assert not r["ok"] and r["error"]["kind"] == "unavailable", r
         assert "not the leader" in r["error"]["message"]

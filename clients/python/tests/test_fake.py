@@ -250,11 +250,14 @@ def not_leader(where: str, hint: str = "") -> Callable[[FakeConn], None]:
 
 @pytest.mark.parametrize("where", ["challenge", "welcome"])
 def test_connect_refused_not_leader_is_unavailable(where: str) -> None:
-    """A lone node that is not the leader and knows none: Unavailable, as every client reports a
-    failed connect; the NotLeader is its cause."""
+    """A lone node that is not the leader and knows none: the first connect retries (an
+    election) until the request timeout, then Unavailable, as every client reports a failed
+    connect; the NotLeader is its cause."""
     with FakeServer(not_leader(where)) as node:
+        t0 = time.monotonic()
         with pytest.raises(ticketing.Unavailable, match=f"{node.addr}: not the leader") as e:
-            ticketing.Client(node.addr, connect_timeout=1).connect()
+            ticketing.Client(node.addr, connect_timeout=1, request_timeout=0.4).connect()
+        assert 0.3 < time.monotonic() - t0 < 2 and len(node.hellos) >= 3
         assert not isinstance(e.value, ticketing.NotLeader)
         cause = e.value.__cause__
         assert isinstance(cause, ticketing.NotLeader) and cause.leader is None
@@ -264,9 +267,42 @@ def test_connect_refused_not_leader_follows_the_hint() -> None:
     with FakeServer(not_leader("welcome")) as b, FakeServer(not_leader("challenge", "")) as c:
         with FakeServer(not_leader("challenge", b.addr)) as a:
             with pytest.raises(ticketing.Unavailable, match="not the leader") as e:
-                ticketing.Client([a.addr, c.addr], connect_timeout=1).connect()
-            assert len(a.hellos) == len(b.hellos) == len(c.hellos) == 1  # a, its hint b, then c
+                ticketing.Client([a.addr, c.addr], connect_timeout=1, request_timeout=0.2).connect()
+            assert len(a.hellos) == len(b.hellos) == len(c.hellos) >= 1  # each round: a, its hint b, then c
             assert isinstance(e.value.__cause__, ticketing.NotLeader)
+
+
+def test_first_connect_waits_for_the_election() -> None:
+    """Before the first connection, a round refused NOT_LEADER (a cluster electing a leader) is
+    retried at the shortest pause; the connect succeeds once a leader answers."""
+    def script(c: FakeConn) -> None:
+        if len(fake.hellos) < 2:
+            c.handshake(challenge=NOT_LEADER_CHALLENGE)
+        leader(c)
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr, request_timeout=5) as client:
+        assert len(fake.hellos) == 3
+        assert client.acquire("k", 5).token == 101
+
+
+def test_first_connect_gives_up_after_the_request_timeout() -> None:
+    """An election longer than the request timeout: the first connect fails Unavailable, the
+    calls waiting for it too; a refused connection (nobody serves) still fails at once."""
+    with FakeServer(not_leader("challenge")) as node:
+        client = ticketing.Client(node.addr, request_timeout=0.5)
+        t, out = in_thread(client.ping)
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.Unavailable, match="not the leader"):
+            client.connect()
+        assert 0.4 < time.monotonic() - t0 < 1.5 and len(node.hellos) >= 4
+        t.join(2)
+        assert isinstance(out[0], (ticketing.Unavailable, ticketing.RequestTimeout))
+        client.close()
+    with FakeServer(lambda c: c.close()) as closing:
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.Unavailable):
+            ticketing.Client(closing.addr, request_timeout=5).connect()
+        assert time.monotonic() - t0 < 1 and len(closing.conns) == 1
 
 
 @pytest.mark.parametrize("how", ["close", "reset"])

@@ -164,7 +164,11 @@ class Client(ForkAware):
         """Connect now (otherwise the first call does). Raises :class:`Unavailable`,
         :class:`AuthFailed`, :class:`TLSError`... when no endpoint can be connected to: the
         first connect round that fails ends it, also while the client is reconnecting (other
-        calls then wait for the reconnect, each bounded by its own timeout)."""
+        calls then wait for the reconnect, each bounded by its own timeout). Before the first
+        connection, a round in which a node answered NOT_LEADER (a cluster electing a leader, as
+        when the application and the cluster start together) is retried at the shortest backoff
+        until it connects or ``request_timeout`` has passed since the first such round began
+        (then :class:`Unavailable`, the last round's error)."""
         self._request(Call(Op.PING), self._connect_budget(), connect=True)
 
     def close(self) -> None:
@@ -470,7 +474,8 @@ class Client(ForkAware):
                 raise ClientClosed(f"the client is closed ({call.describe()})")
             self._session.submit(call, time.monotonic())
             if not self._session.ready:
-                # Before the first connection a call starts a round at once (and fails with it);
+                # Before the first connection a call starts a round at once (and fails with it,
+                # unless a node answered NOT_LEADER: an election, see _election_pause);
                 # later it waits for the reconnect loop, which keeps its backoff (connect() excepted).
                 if connect:
                     self._connect_calls.append(call)
@@ -629,11 +634,13 @@ class Client(ForkAware):
 
     def _connector_loop(self) -> None:
         delay = BACKOFF_MIN
+        electing_since: float | None = None  # when the first connect's rounds refused NOT_LEADER began
         while True:
             with self._mu:
                 if self._closed or self._conn is not None or not self._needs_connection_locked():
                     self._connector = None
                     return
+            started = time.monotonic()
             result = self._dial_round()
             if isinstance(result, tuple):
                 if self._install(*result):
@@ -646,15 +653,23 @@ class Client(ForkAware):
                     return
                 self._last_error = _round_text(errors)
                 self._last_round = _round_error(errors)
-                _round_failed(self._session, errors, self._ever_connected, self._connect_calls)
+                since = started if electing_since is None else electing_since
+                pause = _election_pause(errors, self._ever_connected, since, self._request_timeout)
+                if pause is None:
+                    electing_since = None
+                    _round_failed(self._session, errors, self._ever_connected, self._connect_calls)
+                else:
+                    electing_since = since
                 finished = self._session.take_finished()
             self._handle(finished, [], None)
             if _election(errors):
                 delay = BACKOFF_MIN
-            log.debug("connect round failed (%s); next in about %.3f s", self._last_error, delay)
+            if pause is None:
+                pause = delay * random.uniform(0.5, 1.0)
+            log.debug("connect round failed (%s); next in %.3f s", self._last_error, pause)
             with self._mu:
                 if not self._closed and self._needs_connection_locked():
-                    self._wake.wait(delay * random.uniform(0.5, 1.0))
+                    self._wake.wait(pause)
             delay = min(delay * 2, BACKOFF_MAX)
 
     def _dial_round(self) -> tuple[Endpoint, _Transport, bytes, Welcome] | list[tuple[Endpoint, TicketingError]]:
@@ -787,6 +802,22 @@ def _election(errors: list[tuple[Endpoint, TicketingError]]) -> bool:
     return any(refused_not_leader(e) is not None for _ep, e in errors)
 
 
+def _election_pause(errors: list[tuple[Endpoint, TicketingError]], ever_connected: bool, since: float,
+                    request_timeout: float | None) -> float | None:
+    """Before the first connection, a failed round in which a node answered NOT_LEADER (and no
+    error that no retry fixes) is a cluster electing a leader, as when the application and the
+    cluster start together: the calls waiting for the first connection keep waiting, and the next
+    round comes after the shortest pause (with jitter), until ``request_timeout`` (None: no
+    limit) has passed since the first such round began (``since``). Returns that pause, or None
+    when the round fails what waits for it (see :func:`_round_failed`). As clients/go Dial."""
+    if ever_connected or not _election(errors) or not isinstance(_round_error(errors), Unavailable):
+        return None
+    pause = BACKOFF_MIN * random.uniform(0.5, 1.0)
+    if request_timeout is not None and time.monotonic() + pause - since >= request_timeout:
+        return None
+    return pause
+
+
 def _round_failed(session: Session, errors: list[tuple[Endpoint, TicketingError]], ever_connected: bool,
                   connect_calls: list[Call]) -> None:
     """A connect round failed. Once connected, calls keep waiting for the reconnect (the loop
@@ -794,7 +825,8 @@ def _round_failed(session: Session, errors: list[tuple[Endpoint, TicketingError]
     error that no retry fixes (auth, protocol version) fails them, those sent too, and an
     explicit ``connect()`` (``connect_calls``) ends with the round. Before the first connection,
     a failed round fails the calls waiting for it at once: the endpoints are wrong or down, and
-    there is no session to resume."""
+    there is no session to resume (a round in which a node answered NOT_LEADER excepted, until
+    the request timeout: see :func:`_election_pause`)."""
     fatal = any(isinstance(e, (AuthFailed, UnsupportedVersion)) for _ep, e in errors)
     if fatal or not ever_connected:
         session.fail_waiting(lambda _call: _round_error(errors), backlog=True)

@@ -255,8 +255,10 @@ def test_shutting_down_moves_to_the_next_endpoint() -> None:
 @pytest.mark.parametrize("where", ["challenge", "welcome"])
 def test_connect_refused_not_leader_is_unavailable(where: str) -> None:
     async def main() -> None:
+        t0 = time.monotonic()
         with pytest.raises(ticketing.Unavailable, match=f"{node.addr}: not the leader") as e:
-            await ticketing.asyncio.Client(node.addr, connect_timeout=1).connect()
+            await ticketing.asyncio.Client(node.addr, connect_timeout=1, request_timeout=0.4).connect()
+        assert 0.3 < time.monotonic() - t0 < 2 and len(node.hellos) >= 3
         assert not isinstance(e.value, ticketing.NotLeader)
         cause = e.value.__cause__
         assert isinstance(cause, ticketing.NotLeader) and cause.leader is None
@@ -268,13 +270,66 @@ def test_connect_refused_not_leader_is_unavailable(where: str) -> None:
 def test_connect_refused_not_leader_follows_the_hint() -> None:
     async def main() -> None:
         with pytest.raises(ticketing.Unavailable, match="not the leader") as e:
-            await ticketing.asyncio.Client([a.addr, c.addr], connect_timeout=1).connect()
-        assert len(a.hellos) == len(b.hellos) == len(c.hellos) == 1  # a, its hint b, then c
+            await ticketing.asyncio.Client([a.addr, c.addr], connect_timeout=1, request_timeout=0.2).connect()
+        assert len(a.hellos) == len(b.hellos) == len(c.hellos) >= 1  # each round: a, its hint b, then c
         assert isinstance(e.value.__cause__, ticketing.NotLeader)
 
     with FakeServer(not_leader("welcome")) as b, FakeServer(not_leader("challenge", "")) as c:
         with FakeServer(not_leader("challenge", b.addr)) as a:
             run(main)
+
+
+def test_first_connect_waits_for_the_election() -> None:
+    def script(c: FakeConn) -> None:
+        if len(fake.hellos) < 2:
+            c.handshake(challenge=NOT_LEADER_CHALLENGE)
+        leader(c)
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr, request_timeout=5) as client:
+            assert len(fake.hellos) == 3
+            assert (await client.acquire("k", 5)).token == 101
+
+    with FakeServer(script) as fake:
+        run(main)
+
+
+def test_first_connect_gives_up_after_the_request_timeout() -> None:
+    async def main() -> None:
+        client = ticketing.asyncio.Client(node.addr, request_timeout=0.5)
+        ping = asyncio.ensure_future(client.ping())
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.Unavailable, match="not the leader"):
+            await client.connect()
+        assert 0.4 < time.monotonic() - t0 < 1.5 and len(node.hellos) >= 4
+        with pytest.raises((ticketing.Unavailable, ticketing.RequestTimeout)):
+            await asyncio.wait_for(ping, 2)
+        await client.close()
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.Unavailable):
+            await ticketing.asyncio.Client(closing.addr, request_timeout=5).connect()
+        assert time.monotonic() - t0 < 1 and len(closing.conns) == 1
+
+    with FakeServer(not_leader("challenge")) as node, FakeServer(lambda c: c.close()) as closing:
+        run(main)
+
+
+def test_first_connect_cancelled_during_the_election() -> None:
+    async def main() -> None:
+        client = ticketing.asyncio.Client(node.addr, request_timeout=5)
+        task = asyncio.ensure_future(client.connect())
+        await wait_for(lambda: len(node.hellos) >= 2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.2)
+        n = len(node.hellos)
+        await asyncio.sleep(0.3)
+        assert len(node.hellos) == n  # nobody waits: no more rounds
+        await client.close()
+
+    with FakeServer(not_leader("challenge")) as node:
+        run(main)
 
 
 @pytest.mark.parametrize("how", ["close", "reset"])

@@ -44,6 +44,7 @@ from .._session import Call, Event, Expired, Follow, Restarted, Session
 from ..client import (
     _MAX_HINTS,
     _election,
+    _election_pause,
     _hint_of,
     _needs_connection,
     _round_error,
@@ -143,7 +144,11 @@ class Client(ForkAware):
         """Connect now (otherwise the first call does). Raises :class:`Unavailable`,
         :class:`AuthFailed`, :class:`TLSError`... when no endpoint can be connected to: the
         first connect round that fails ends it, also while the client is reconnecting (other
-        calls then wait for the reconnect, each bounded by its own timeout)."""
+        calls then wait for the reconnect, each bounded by its own timeout). Before the first
+        connection, a round in which a node answered NOT_LEADER (a cluster electing a leader, as
+        when the application and the cluster start together) is retried at the shortest backoff
+        until it connects or ``request_timeout`` has passed since the first such round began
+        (then :class:`Unavailable`, the last round's error)."""
         await self._request(Call(Op.PING), self._connect_budget(), connect=True)
 
     async def close(self) -> None:
@@ -450,7 +455,8 @@ class Client(ForkAware):
             raise ClientClosed(f"the client is closed ({call.describe()})")
         self._session.submit(call, time.monotonic())
         if not self._session.ready:
-            # Before the first connection a call starts a round at once (and fails with it);
+            # Before the first connection a call starts a round at once (and fails with it,
+            # unless a node answered NOT_LEADER: an election, see _election_pause);
             # later it waits for the reconnect loop, which keeps its backoff (connect() excepted).
             if connect:
                 self._connect_calls.append(call)
@@ -589,10 +595,12 @@ class Client(ForkAware):
 
     async def _connector_loop(self) -> None:
         delay = BACKOFF_MIN
+        electing_since: float | None = None  # when the first connect's rounds refused NOT_LEADER began
         try:
             while True:
                 if self._closed or self._conn is not None or not self._needs_connection():
                     return
+                started = time.monotonic()
                 result = await self._dial_round()
                 if isinstance(result, tuple):
                     if self._install(*result):
@@ -603,15 +611,23 @@ class Client(ForkAware):
                     return
                 self._last_error = _round_text(errors)
                 self._last_round = _round_error(errors)
-                _round_failed(self._session, errors, self._ever_connected, self._connect_calls)
+                since = started if electing_since is None else electing_since
+                pause = _election_pause(errors, self._ever_connected, since, self._request_timeout)
+                if pause is None:
+                    electing_since = None
+                    _round_failed(self._session, errors, self._ever_connected, self._connect_calls)
+                else:
+                    electing_since = since
                 self._handle(self._session.take_finished(), [], None)
                 if _election(errors):
                     delay = BACKOFF_MIN
-                log.debug("connect round failed (%s); next in about %.3f s", self._last_error, delay)
+                if pause is None:
+                    pause = delay * random.uniform(0.5, 1.0)
+                log.debug("connect round failed (%s); next in %.3f s", self._last_error, pause)
                 if not self._closed and self._needs_connection() and self._wake is not None:
                     self._wake.clear()
                     try:
-                        await asyncio.wait_for(self._wake.wait(), delay * random.uniform(0.5, 1.0))
+                        await asyncio.wait_for(self._wake.wait(), pause)
                     except TimeoutError:
                         pass
                 delay = min(delay * 2, BACKOFF_MAX)

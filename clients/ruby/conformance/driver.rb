@@ -13,7 +13,7 @@ module Ticketing
   # @api private
   # The conformance driver. Thin: every check happens in the runner.
   class ConformanceDriver
-    FEATURES = %w[locks cancel keepalive with_lock verify refuse_held tls mtls request_timeout lost_events].freeze
+    FEATURES = %w[locks cancel keepalive with_lock verify refuse_held tls mtls request_timeout lost_events connect_election].freeze
 
     ERROR_KINDS = {
       NotAcquiredError => "not_acquired", CancelledError => "cancelled", NotHeldError => "not_held",

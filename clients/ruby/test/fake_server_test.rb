@@ -391,16 +391,52 @@ class FakeServerTest < Minitest::Test
       err = assert_raises(Ticketing::UnavailableError) { client(nil, endpoints: [endpoint]).connect }
       assert_includes err.message, endpoint
     end
-    # Refused NOT_LEADER in the CHALLENGE (no leader known) or in the WELCOME.
+    # Refused NOT_LEADER in the CHALLENGE (no leader known) or in the WELCOME: an election, which
+    # the first connect waits out until its request timeout.
     srv = server
     srv.challenge_override = { status: P::Status::NOT_LEADER }
-    assert_raises(Ticketing::UnavailableError) { client(srv).connect }
+    assert_raises(Ticketing::UnavailableError) { client(srv, request_timeout: 0.2).connect }
     srv.challenge_override = nil
     srv.welcome_override = { status: P::Status::NOT_LEADER }
-    assert_raises(Ticketing::UnavailableError) { client(srv).connect }
+    assert_raises(Ticketing::UnavailableError) { client(srv, request_timeout: 0.2).connect }
   ensure
     t&.join(2)
     listener&.close
+  end
+
+  # docs/clients.md rule 1: before the first connection, a round in which a node answered
+  # NOT_LEADER (a cluster electing a leader) is retried at the shortest delay; the connect
+  # succeeds once a leader answers.
+  def test_first_connect_waits_for_the_election
+    srv = server
+    srv.challenge_override = { status: P::Status::NOT_LEADER }
+    def srv.hello(conn, hello)
+      super
+      self.challenge_override = nil if hellos.size >= 3 # the third connection is served
+    end
+    c = client(srv, request_timeout: 5)
+    started = now
+    c.connect
+    assert c.connected?
+    assert_equal 3, srv.hellos.size
+    assert_operator now - started, :<, 1
+    refute_nil c.acquire("k", lease: 5)
+  end
+
+  # An election longer than the request timeout: the first connect raises the last round's
+  # UnavailableError once that timeout has passed; a refused connection still fails at once.
+  def test_first_connect_gives_up_after_the_request_timeout
+    srv = server
+    srv.challenge_override = { status: P::Status::NOT_LEADER }
+    started = now
+    err = assert_raises(Ticketing::UnavailableError) { client(srv, request_timeout: 0.5).connect }
+    assert_includes err.message, "not the leader"
+    assert_in_delta 0.5, now - started, 0.3
+    assert_operator srv.hellos.size, :>=, 5
+    port = TCPServer.open("127.0.0.1", 0) { |s| s.addr[1] }
+    started = now
+    assert_raises(Ticketing::UnavailableError) { client(nil, endpoints: ["127.0.0.1:#{port}"], request_timeout: 5).connect }
+    assert_operator now - started, :<, 1
   end
 
   # ---- pushes and the lost signal -------------------------------------------------------------------

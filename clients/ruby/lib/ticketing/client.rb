@@ -125,6 +125,9 @@ module Ticketing
 
     # Connects now (one round over the endpoints) unless connected. Returns self. Raises
     # UnavailableError (nothing answered), AuthFailedError, TLSError, UnsupportedVersionError...
+    # A round in which a node answered NOT_LEADER (a cluster electing a leader) is retried every
+    # +reconnect_delay+ (with jitter) until it connects or +request_timeout+ has passed since the
+    # call began (then the last round's UnavailableError).
     def connect
       check_fork
       @session.connect

@@ -87,18 +87,32 @@ module Ticketing
 
     # Connects now unless connected: one round over the endpoints (the leader hint first). Raises
     # the connect error (UnavailableError, AuthFailedError, TLSError, ...). Used for the first
-    # connection; later drops are handled by the reconnector thread.
+    # connection; later drops are handled by the reconnector thread. A round in which a node
+    # answered NOT_LEADER (a cluster electing a leader, as when the application and the cluster
+    # start together) is retried after the shortest reconnect delay (with jitter) until it
+    # connects or the request timeout has passed since this call began; it then raises the last
+    # round's UnavailableError. Any other failed round raises at once.
     def connect
+      give_up = Scheduler.now + @config.request_timeout
       @dial_mutex.synchronize do
-        @mutex.synchronize do
-          raise ClosedError, "the client is closed" if @state == :closed
-          return if @state != :idle
+        loop do
+          @mutex.synchronize do
+            raise ClosedError, "the client is closed" if @state == :closed
+            return if @state != :idle
+          end
+          begin
+            return connect_round
+          rescue UnavailableError => e
+            raise unless @mutex.synchronize { @election }
+
+            delay = @config.reconnect_delay
+            delay = (delay / 2) + (rand * delay / 2)
+            raise if Scheduler.now + delay >= give_up
+
+            log(:debug, "no leader yet (#{e.message}); connecting again in #{format('%.3f', delay)} s")
+            @mutex.synchronize { @state_cond.wait(@mutex, delay) if @state == :idle }
+          end
         end
-        3.times do
-          conn = dial_round
-          return if install(conn) != :redial
-        end
-        raise ConnectionLostError, "the server's state id kept changing while connecting"
       end
     end
 
@@ -289,6 +303,16 @@ module Ticketing
     end
 
     private
+
+    # One connect round for #connect (again at once with a new session id should the server's
+    # state id change).
+    def connect_round
+      3.times do
+        conn = dial_round
+        return if install(conn) != :redial
+      end
+      raise ConnectionLostError, "the server's state id kept changing while connecting"
+    end
 
     def init_state
       @mutex = Mutex.new

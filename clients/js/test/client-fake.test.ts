@@ -1002,13 +1002,15 @@ describe('lock', () => {
   test('maxHoldMs caps the keep-alive; the lock then runs out its lease', async () => {
     const { srv, client } = await setup();
     const t = performance.now();
-    const lock = await client.acquire('cap', { leaseMs: 90, keepAlive: true, maxHoldMs: 200 });
+    // A 300 ms lease (extended every 100 ms): a loaded machine may delay an extend by up to a
+    // lease before the lock is lost early (a 90 ms lease failed this way under load).
+    const lock = await client.acquire('cap', { leaseMs: 300, keepAlive: true, maxHoldMs: 600 });
     const lost = await lock.lost;
     const took = performance.now() - t;
     assert.equal(lost.reason, 'expired');
-    assert.ok(took >= 200 && took < 1000, `lost after ${took} ms`);
+    assert.ok(took >= 600 && took < 3000, `lost after ${took} ms`);
     const extends_ = (await srv.conn(0)).requests.filter((r) => r.op === Op.EXTEND).length;
-    assert.ok(extends_ >= 3 && extends_ <= 7, `${extends_} extends`);
+    assert.ok(extends_ >= 3 && extends_ <= 9, `${extends_} extends`);
   });
 
   test('verify asks INSPECT with the token', async () => {

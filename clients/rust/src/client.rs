@@ -796,13 +796,36 @@ impl Inner {
         .await?;
         let sent = match queued {
             Queued::Sent(sent) => sent,
-            Queued::NoConnection(req, conn_rx) => {
-                // Waiting for a connection counts against the request timeout too.
-                let deadline = Instant::now() + timeout;
-                let bound = Bound::At(deadline);
-                Box::pin(self.send_when_connected(req, deadline, gate, bound, conn_rx)).await?
-            }
+            Queued::NoConnection(req, conn_rx) => return Box::pin(self.call_connected(req, gate, conn_rx)).await,
         };
+        let mut forget = ForgetOnDrop { inner: self, id: Some((sent.id, sent.ticket)) };
+        let answer = sent.answer(self).await;
+        forget.id = None;
+        match answer {
+            Ok(Answer::Reply(r)) => Ok(r),
+            Ok(Answer::Granted(_)) => Err(Error::Protocol { message: format!("{op} answered as a grant") }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`call`](Inner::call) for a request that found no connection (`conn_rx` from
+    /// [`try_send`](Inner::try_send)): waits for one, then for the answer, within the request
+    /// timeout from now.
+    pub async fn call_when_connected(&self, req: Req, conn_rx: watch::Receiver<u64>) -> Result<Reply, Error> {
+        self.call_connected(req, None, conn_rx).await
+    }
+
+    async fn call_connected(
+        &self,
+        req: Req,
+        gate: Option<&LockShared>,
+        conn_rx: watch::Receiver<u64>,
+    ) -> Result<Reply, Error> {
+        let op = req.op;
+        // Waiting for a connection counts against the request timeout too.
+        let deadline = Instant::now() + self.opts.request_timeout;
+        let bound = Bound::At(deadline);
+        let sent = self.send_when_connected(req, deadline, gate, bound, conn_rx).await?;
         let mut forget = ForgetOnDrop { inner: self, id: Some((sent.id, sent.ticket)) };
         let answer = sent.answer(self).await;
         forget.id = None;

@@ -3,15 +3,18 @@
 
 use std::cell::RefCell;
 use std::fmt;
+use std::future::Future;
 use std::ops::Deref;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, sleep};
 
-use crate::client::{Client, Inner, Key, Req, lease_ms, lock, status_error};
+use crate::client::{Answer, Bound, Client, Inner, Key, Queued, Reply, Req, lease_ms, lock, status_error};
 use crate::error::{Error, LostReason, key_text};
 use crate::wire::{self, Op, Status};
 
@@ -207,11 +210,18 @@ impl LockShared {
         st.queue_internal(release, Instant::now());
     }
 
-    pub async fn release(self: &Arc<Self>, inner: &Inner) -> Result<(), Error> {
+    /// Releases the lock (see [`Lock::release`]).
+    pub fn release<'a>(self: &'a Arc<Self>, inner: &'a Inner) -> ReleaseFuture<'a> {
+        ReleaseFuture { shared: self, inner, step: ReleaseStep::Start }
+    }
+
+    /// The release's first step: marks the lock releasing (stops keep-alive) and returns the
+    /// reason it was lost before, or the outcome when there is nothing to send.
+    fn begin_release(&self) -> Result<Option<LostReason>, Result<(), Error>> {
         let lost_before = {
             let mut s = self.state();
             if s.released {
-                return Ok(());
+                return Err(Ok(()));
             }
             s.releasing = true;
             if let Some(k) = s.keepalive.take() {
@@ -222,12 +232,27 @@ impl LockShared {
         if lost_before == Some(LostReason::ServerRestarted) {
             // The server that granted it is gone: nothing to tell the new one.
             self.state().releasing = false;
-            return Err(self.lost_error(LostReason::ServerRestarted));
+            return Err(Err(self.lost_error(LostReason::ServerRestarted)));
         }
+        Ok(lost_before)
+    }
+
+    /// The lock's own `RELEASE`.
+    fn release_request(&self) -> Req {
         let mut req = Req::new(Op::RELEASE, self.key.clone());
         req.token = self.token;
         req.forget = true;
-        let r = match inner.call(req, None).await {
+        req
+    }
+
+    /// The release's outcome, from the answer to its `RELEASE` (or the call's error).
+    fn end_release(
+        &self,
+        inner: &Inner,
+        lost_before: Option<LostReason>,
+        r: Result<Reply, Error>,
+    ) -> Result<(), Error> {
+        let r = match r {
             Ok(r) => r,
             Err(e) => {
                 self.state().releasing = false;
@@ -341,6 +366,100 @@ async fn keepalive(weak: Weak<LockShared>, client: Weak<Inner>, stop_at: Option<
             Ok(_) => failed = false,
             Err(Error::LockLost { .. } | Error::NotHeld { .. } | Error::Closed) => return,
             Err(_) => failed = true,
+        }
+    }
+}
+
+/// The future of a lock's release ([`LockShared::release`]). Not an `async fn`: a release is
+/// the hot path, and most are queued at their first poll and then only await their answer, which
+/// this does without stepping through (and moving the request into) the futures of a general
+/// call.
+pub(crate) struct ReleaseFuture<'a> {
+    shared: &'a Arc<LockShared>,
+    inner: &'a Inner,
+    step: ReleaseStep<'a>,
+}
+
+enum ReleaseStep<'a> {
+    /// Not polled yet.
+    Start,
+    /// Queued (request `id`, waiter `ticket`), awaiting the answer: dropped then, the request is
+    /// forgotten (as a dropped call's).
+    Waiting {
+        id: u64,
+        ticket: usize,
+        lost_before: Option<LostReason>,
+    },
+    /// Waiting for a connection first.
+    Boxed(Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>),
+    Done,
+}
+
+impl Drop for ReleaseFuture<'_> {
+    fn drop(&mut self) {
+        if let ReleaseStep::Waiting { id, ticket, .. } = self.step {
+            self.inner.forget_request(id, ticket);
+        }
+    }
+}
+
+impl<'a> Future for ReleaseFuture<'a> {
+    type Output = Result<(), Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let (shared, inner) = (this.shared, this.inner);
+        match this.step {
+            ReleaseStep::Start => {
+                let lost_before = match shared.begin_release() {
+                    Ok(l) => l,
+                    Err(outcome) => {
+                        this.step = ReleaseStep::Done;
+                        return Poll::Ready(outcome);
+                    }
+                };
+                let timeout = inner.opts.request_timeout;
+                // Queued with this task's waker, in this poll (as `Inner::call` does).
+                match inner.try_send(shared.release_request(), None, None, Bound::After(timeout), Some(cx.waker())) {
+                    Ok(Queued::Sent(sent)) => {
+                        // Its answer wakes this task: no need to look now.
+                        this.step = ReleaseStep::Waiting { id: sent.id, ticket: sent.ticket, lost_before };
+                        Poll::Pending
+                    }
+                    Ok(Queued::NoConnection(req, conn_rx)) => {
+                        let mut f: Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> =
+                            Box::pin(async move {
+                                let r = inner.call_when_connected(req, conn_rx).await;
+                                shared.end_release(inner, lost_before, r)
+                            });
+                        let out = f.as_mut().poll(cx);
+                        this.step = if out.is_ready() { ReleaseStep::Done } else { ReleaseStep::Boxed(f) };
+                        out
+                    }
+                    Err(e) => {
+                        this.step = ReleaseStep::Done;
+                        Poll::Ready(shared.end_release(inner, lost_before, Err(e)))
+                    }
+                }
+            }
+            ReleaseStep::Waiting { ticket, lost_before, .. } => {
+                let answer = ready!(inner.poll_answer(ticket, cx));
+                this.step = ReleaseStep::Done;
+                let r = match answer {
+                    Ok(Answer::Reply(r)) => Ok(r),
+                    Ok(Answer::Granted(_)) => {
+                        Err(Error::Protocol { message: format!("{} answered as a grant", Op::RELEASE) })
+                    }
+                    Err(e) => Err(e),
+                };
+                Poll::Ready(shared.end_release(inner, lost_before, r))
+            }
+            ReleaseStep::Boxed(ref mut f) => {
+                let out = ready!(f.as_mut().poll(cx));
+                this.step = ReleaseStep::Done;
+                Poll::Ready(out)
+            }
+            ReleaseStep::Done => panic!("release future polled after completion"),
         }
     }
 }
@@ -464,8 +583,8 @@ impl Lock {
     /// lock lost (reason `not held`). Keep-alive stops when
     /// the release is sent. On a transport error ([`Error::Timeout`], ...) the lock is still
     /// held as far as the client knows; call it again.
-    pub async fn release(&self) -> Result<(), Error> {
-        self.shared().release(self.client.inner()).await
+    pub fn release(&self) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        self.shared().release(self.client.inner())
     }
 
     /// Sets the lease to `lease` from now (it may shorten it) and moves the local deadline;

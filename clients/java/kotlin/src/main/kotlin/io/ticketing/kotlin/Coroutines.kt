@@ -35,13 +35,25 @@ import kotlinx.coroutines.suspendCancellableCoroutine
 import kotlinx.coroutines.withContext
 
 /**
- * Connects without blocking the calling thread; see [TicketingClient.connect].
+ * Connects without blocking the calling thread; see [TicketingClient.connect]. Cancelling the
+ * coroutine stops a connect that waits for a cluster to elect a leader; no client is left open.
  *
  * @param options the client's settings (default: `127.0.0.1:7070`, no token, no TLS)
  * @return the connected client
  */
-suspend fun connectTicketing(options: ClientOptions = ClientOptions.create()): TicketingClient =
-    TicketingClient.connectAsync(options).awaitResult()
+suspend fun connectTicketing(options: ClientOptions = ClientOptions.create()): TicketingClient {
+    val f = TicketingClient.connectAsync(options)
+    try {
+        return f.awaitResult()
+    } catch (e: CancellationException) {
+        // The coroutine was cancelled (a connect may wait out a cluster's election): stop the
+        // connect, which closes a client that connects anyway, or close the one that came too late.
+        if (!f.cancel(false)) {
+            runCatching { f.getNow(null) }.getOrNull()?.close()
+        }
+        throw e
+    }
+}
 
 /**
  * Acquires the lock on [key], suspending while it waits in the key's FIFO queue.

@@ -6,6 +6,9 @@ import io.ticketing.LockLostException
 import io.ticketing.LostReason
 import io.ticketing.NotAcquiredException
 import io.ticketing.TicketingClient
+import java.io.DataInputStream
+import java.net.InetAddress
+import java.net.ServerSocket
 import java.util.concurrent.atomic.AtomicInteger
 import kotlin.time.Duration
 import kotlin.time.Duration.Companion.milliseconds
@@ -52,6 +55,46 @@ class CoroutinesTest {
         client.close()
         observer.close()
         server.close()
+    }
+
+    /**
+     * A connect to a cluster that is electing a leader keeps trying (docs/clients.md, rule 1);
+     * cancelling the coroutine stops it: no more connection attempts afterwards.
+     */
+    @Test
+    fun cancellingAConnectDuringAnElectionStopsIt() = runBlocking {
+        val attempts = AtomicInteger()
+        ServerSocket(0, 50, InetAddress.getLoopbackAddress()).use { ss ->
+            val acceptor = Thread {
+                while (!ss.isClosed) {
+                    val s = runCatching { ss.accept() }.getOrNull() ?: break
+                    attempts.incrementAndGet()
+                    s.use {
+                        // HELLO (56 bytes), then CHALLENGE NOT_LEADER (status 4) with no hint.
+                        runCatching {
+                            DataInputStream(it.getInputStream()).readFully(ByteArray(56))
+                            val challenge = ByteArray(48)
+                            challenge[3] = 44
+                            challenge[4] = 0x02
+                            challenge[5] = 4
+                            challenge[6] = 1
+                            it.getOutputStream().write(challenge)
+                        }
+                    }
+                }
+            }.apply { isDaemon = true; start() }
+            val options = ClientOptions.builder().endpoints("127.0.0.1:${ss.localPort}")
+                .requestTimeout(java.time.Duration.ofSeconds(30)).build()
+            assertThrows<TimeoutCancellationException> {
+                withTimeout(600.milliseconds) { connectTicketing(options) }
+            }
+            val tried = attempts.get()
+            assertTrue(tried >= 2, "the connect tried $tried time(s) during the election; want it to keep trying")
+            delay(500)
+            assertTrue(attempts.get() <= tried + 1, "the connect went on after the cancellation: ${attempts.get()} attempts, $tried at the cancellation")
+            ss.close()
+            acceptor.join(2000)
+        }
     }
 
     private suspend fun waiters(key: String, n: Long) {

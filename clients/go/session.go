@@ -85,15 +85,20 @@ func (c *Client) wakeManager() {
 	}
 }
 
-// sleepBackoff waits min*2^attempt (capped at max) with jitter; false if the client was closed.
-func (c *Client) sleepBackoff(attempt int) bool {
+// backoff is the pause before reconnect round attempt+1: min*2^attempt (capped at max), times a
+// random factor in [0.5, 1].
+func (c *Client) backoff(attempt int) time.Duration {
 	d := c.opts.minBackoff
 	for i := 0; i < attempt && d < c.opts.maxBackoff; i++ {
 		d *= 2
 	}
 	d = min(d, c.opts.maxBackoff)
-	d = d/2 + mrand.N(d/2+1)
-	t := time.NewTimer(d)
+	return d/2 + mrand.N(d/2+1)
+}
+
+// sleepBackoff waits backoff(attempt); false if the client was closed.
+func (c *Client) sleepBackoff(attempt int) bool {
+	t := time.NewTimer(c.backoff(attempt))
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -115,8 +120,7 @@ func (c *Client) firstConnect(ctx context.Context) error {
 		if err == nil || isFatal(err) || !errors.Is(err, ErrNotLeader) {
 			return err
 		}
-		d := c.opts.minBackoff
-		d = d/2 + mrand.N(d/2+1)
+		d := c.backoff(0)
 		if time.Until(giveUp) < d {
 			return err
 		}

@@ -798,14 +798,7 @@ impl Inner {
             Queued::Sent(sent) => sent,
             Queued::NoConnection(req, conn_rx) => return Box::pin(self.call_connected(req, gate, conn_rx)).await,
         };
-        let mut forget = ForgetOnDrop { inner: self, id: Some((sent.id, sent.ticket)) };
-        let answer = sent.answer(self).await;
-        forget.id = None;
-        match answer {
-            Ok(Answer::Reply(r)) => Ok(r),
-            Ok(Answer::Granted(_)) => Err(Error::Protocol { message: format!("{op} answered as a grant") }),
-            Err(e) => Err(e),
-        }
+        self.reply(sent, op).await
     }
 
     /// [`call`](Inner::call) for a request that found no connection (`conn_rx` from
@@ -826,14 +819,16 @@ impl Inner {
         let deadline = Instant::now() + self.opts.request_timeout;
         let bound = Bound::At(deadline);
         let sent = self.send_when_connected(req, deadline, gate, bound, conn_rx).await?;
+        self.reply(sent, op).await
+    }
+
+    /// Waits for the answer of `sent` (a request `op` that is not an acquire); dropped meanwhile,
+    /// the request is forgotten.
+    async fn reply(&self, sent: Sent, op: Op) -> Result<Reply, Error> {
         let mut forget = ForgetOnDrop { inner: self, id: Some((sent.id, sent.ticket)) };
         let answer = sent.answer(self).await;
         forget.id = None;
-        match answer {
-            Ok(Answer::Reply(r)) => Ok(r),
-            Ok(Answer::Granted(_)) => Err(Error::Protocol { message: format!("{op} answered as a grant") }),
-            Err(e) => Err(e),
-        }
+        reply_of(op, answer)
     }
 
     /// The answer of the request queued with the waiter `ticket` (whose slot is then freed), or
@@ -1101,6 +1096,15 @@ impl std::fmt::Debug for Client {
 
 pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The reply in the answer to a request `op` that is not an acquire: a grant is a protocol error.
+pub(crate) fn reply_of(op: Op, answer: Result<Answer, Error>) -> Result<Reply, Error> {
+    match answer {
+        Ok(Answer::Reply(r)) => Ok(r),
+        Ok(Answer::Granted(_)) => Err(Error::Protocol { message: format!("{op} answered as a grant") }),
+        Err(e) => Err(e),
+    }
 }
 
 /// [`Client::connect`]'s connect. A failed round fails at once (an address nobody serves, a server

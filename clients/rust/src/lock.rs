@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, sleep};
 
-use crate::client::{Answer, Bound, Client, Inner, Key, Queued, Reply, Req, lease_ms, lock, status_error};
+use crate::client::{Bound, Client, Inner, Key, Queued, Reply, Req, lease_ms, lock, reply_of, status_error};
 use crate::error::{Error, LostReason, key_text};
 use crate::wire::{self, Op, Status};
 
@@ -445,13 +445,7 @@ impl<'a> Future for ReleaseFuture<'a> {
             ReleaseStep::Waiting { ticket, lost_before, .. } => {
                 let answer = ready!(inner.poll_answer(ticket, cx));
                 this.step = ReleaseStep::Done;
-                let r = match answer {
-                    Ok(Answer::Reply(r)) => Ok(r),
-                    Ok(Answer::Granted(_)) => {
-                        Err(Error::Protocol { message: format!("{} answered as a grant", Op::RELEASE) })
-                    }
-                    Err(e) => Err(e),
-                };
+                let r = reply_of(Op::RELEASE, answer);
                 Poll::Ready(shared.end_release(inner, lost_before, r))
             }
             ReleaseStep::Boxed(ref mut f) => {

@@ -653,13 +653,9 @@ class Client(ForkAware):
                     return
                 self._last_error = _round_text(errors)
                 self._last_round = _round_error(errors)
-                since = started if electing_since is None else electing_since
-                pause = _election_pause(errors, self._ever_connected, since, self._request_timeout)
-                if pause is None:
-                    electing_since = None
-                    _round_failed(self._session, errors, self._ever_connected, self._connect_calls)
-                else:
-                    electing_since = since
+                pause, electing_since = _after_failed_round(self._session, errors, self._ever_connected,
+                                                            self._connect_calls, started, electing_since,
+                                                            self._request_timeout)
                 finished = self._session.take_finished()
             self._handle(finished, [], None)
             if _election(errors):
@@ -833,6 +829,21 @@ def _round_failed(session: Session, errors: list[tuple[Endpoint, TicketingError]
     for call in connect_calls:
         session.fail_unsent(call, _round_error(errors))
     connect_calls.clear()
+
+
+def _after_failed_round(session: Session, errors: list[tuple[Endpoint, TicketingError]], ever_connected: bool,
+                        connect_calls: list[Call], started: float, electing_since: float | None,
+                        request_timeout: float | None) -> tuple[float | None, float | None]:
+    """A connect round that began at ``started`` failed: either the calls keep waiting out an
+    election (:func:`_election_pause`) or the round fails what waits for it (:func:`_round_failed`).
+    Returns the election's pause (None: none) and when the election's first round began (None:
+    no election), for the next round."""
+    since = started if electing_since is None else electing_since
+    pause = _election_pause(errors, ever_connected, since, request_timeout)
+    if pause is None:
+        _round_failed(session, errors, ever_connected, connect_calls)
+        return None, None
+    return pause, since
 
 
 class _Held(Protocol):

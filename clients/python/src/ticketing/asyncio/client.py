@@ -43,12 +43,11 @@ from .._common import (
 from .._session import Call, Event, Expired, Follow, Restarted, Session
 from ..client import (
     _MAX_HINTS,
+    _after_failed_round,
     _election,
-    _election_pause,
     _hint_of,
     _needs_connection,
     _round_error,
-    _round_failed,
     _round_text,
     _timeout_error,
 )
@@ -611,13 +610,9 @@ class Client(ForkAware):
                     return
                 self._last_error = _round_text(errors)
                 self._last_round = _round_error(errors)
-                since = started if electing_since is None else electing_since
-                pause = _election_pause(errors, self._ever_connected, since, self._request_timeout)
-                if pause is None:
-                    electing_since = None
-                    _round_failed(self._session, errors, self._ever_connected, self._connect_calls)
-                else:
-                    electing_since = since
+                pause, electing_since = _after_failed_round(self._session, errors, self._ever_connected,
+                                                            self._connect_calls, started, electing_since,
+                                                            self._request_timeout)
                 self._handle(self._session.take_finished(), [], None)
                 if _election(errors):
                     delay = BACKOFF_MIN

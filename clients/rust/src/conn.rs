@@ -425,6 +425,7 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
                     st.session_id = session_id;
                 }
                 st.next_id = 1;
+                st.ack_from = 1;
             }
             st.state_id = Some(w.state_id);
             Err(NotInstalled::Restarted)

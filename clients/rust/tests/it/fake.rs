@@ -475,6 +475,51 @@ async fn ack_is_sent_within_1024_answers_one_at_a_time() {
 }
 
 #[tokio::test]
+async fn ack_point_is_the_lowest_request_still_awaited() {
+    let fake = FakeServer::bind().await;
+    let (client, mut conn) = connect(&fake, opts(&fake.addr), &FakeOpts::default()).await;
+    let c = client.clone();
+    let _queued = tokio::spawn(async move { c.acquire("q", Duration::from_secs(9)).await });
+    assert_eq!(conn.read_op(Op::ACQUIRE).await.id, 1);
+    // A ping whose answer the server holds back.
+    let c = client.clone();
+    let _held = tokio::spawn(async move { c.ping().await });
+    let mut held = Some(conn.read_op(Op::PING).await);
+    assert_eq!(held.as_ref().map(|h| h.id), Some(2));
+    let c = client.clone();
+    let pings = tokio::spawn(async move {
+        for _ in 0..3000 {
+            if c.ping().await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut acks = Vec::new();
+    while acks.len() < 3 {
+        let r = conn.read().await;
+        match r.op {
+            Op::PING => conn.ok(&r).await,
+            Op::ACK => {
+                acks.push((r.id, r.token));
+                conn.ok(&r).await;
+                if let Some(h) = held.take() {
+                    conn.ok(&h).await;
+                }
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+    // The first ACK stops at the ping still awaited (passing the queued acquire); once that is
+    // answered, the next ones pass it too: nothing is awaited below them but the acquire (the
+    // pings go one at a time, and an ACK is sent right after an answer).
+    assert_eq!(acks[0].1, 2, "the first ACK's point is the unanswered ping: {acks:?}");
+    for &(id, token) in &acks[1..] {
+        assert_eq!(token, id, "nothing is awaited below a later ACK but the acquire: {acks:?}");
+    }
+    pings.abort();
+}
+
+#[tokio::test]
 async fn heartbeat_detects_a_frozen_server_and_reconnects() {
     let fake = FakeServer::bind().await;
     let o = opts(&fake.addr).heartbeat_interval(Duration::from_millis(100)).request_timeout(Duration::from_millis(300));

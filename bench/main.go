@@ -73,6 +73,7 @@ type options struct {
 	clients        []string
 	clientInFlight int
 	clientDuration time.Duration
+	serverCPUs     string
 	goClientBin    string
 	rustBench      string
 	cBench         string
@@ -123,6 +124,7 @@ func main() {
 	flag.StringVar(&o.goClientBin, "go-client-bench", "", "clients workload: prebuilt bench/goclient program (default: build it)")
 	flag.StringVar(&o.rustBench, "rust-bench", "", "clients workload: prebuilt clients/rust bench example (default: cargo build --release --example bench)")
 	flag.StringVar(&o.cBench, "c-bench", "", "clients workload: prebuilt clients/c ticketing-bench (default: build it with cmake)")
+	flag.StringVar(&o.serverCPUs, "server-cpus", "", "start every server under test on these CPUs only (taskset -c LIST, e.g. 0); run the harness itself under taskset on the others, so that the load generator and the server each have their own cores (default: both share every CPU)")
 	flag.StringVar(&o.metricsEnv, "metrics-env", "auto", "metrics workload: server environment that turns metrics on, comma-separated K=V; auto: find a metrics setting in `ticketing server -h`; empty: skip")
 	flag.StringVar(&o.metricsOffEnv, "metrics-off-env", "", "metrics workload: environment for metrics off (with an explicit -metrics-env; default: none)")
 	flag.IntVar(&o.metricsConns, "metrics-conns", 16, "metrics workload: connections of the (a) point")
@@ -133,6 +135,12 @@ func main() {
 		o.clientDuration = o.duration
 	}
 	o.systems = splitList(systems)
+	if o.serverCPUs != "" {
+		if _, err := exec.LookPath("taskset"); err != nil {
+			fatalf("-server-cpus needs taskset (util-linux): %v", err)
+		}
+		spawnCPUs = o.serverCPUs
+	}
 	o.tkEnv = splitList(tkEnv)
 	o.workloads = map[string]bool{}
 	for _, w := range splitList(workloads) {

@@ -127,13 +127,23 @@ func collectMeta(o *options) *Meta {
 		Duration: o.duration.String(), Warmup: o.warmup.String(), Repeat: o.repeat,
 		Note: "the load generator runs on the same machine and shares its CPUs with the server under test",
 	}
+	if o.serverCPUs != "" {
+		m.Note = "the load generator runs on the same machine; the servers under test ran on CPUs " + o.serverCPUs + " only (taskset), the load generator on the CPUs it was started on"
+	}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		cpus := 0
 		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "model name") {
+			if strings.HasPrefix(l, "model name") && m.CPUModel == "" {
 				_, v, _ := strings.Cut(l, ":")
 				m.CPUModel = strings.TrimSpace(v)
-				break
 			}
+			if strings.HasPrefix(l, "processor") {
+				cpus++
+			}
+		}
+		if cpus > 0 {
+			// The machine's: runtime.NumCPU counts only those the harness may run on (taskset).
+			m.CPUs = cpus
 		}
 	}
 	m.Commit = firstLine("git", "-C", o.repo, "rev-parse", "--short", "HEAD")
@@ -211,7 +221,11 @@ func (b *bench) markdown() string {
 	if o.fresh {
 		w(", each point on a freshly started server process")
 	}
-	w(". The load generator shares the CPUs with the server under test.\n\n")
+	if o.serverCPUs != "" {
+		w(". The servers under test ran on CPUs %s only (taskset); the load generator on the CPUs it was started on.\n\n", o.serverCPUs)
+	} else {
+		w(". The load generator shares the CPUs with the server under test.\n\n")
+	}
 
 	if o.workloads["a"] {
 		w("### (a) Uncontended, pipelined: acquire+release pairs on %d keys, depth %d (a pair = 2 ops)%s\n\n", o.keys, o.depth, b.loadNote("a"))

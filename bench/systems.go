@@ -64,12 +64,21 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
+// spawnCPUs, when set (-server-cpus), is the CPU list every server is started on (taskset -c).
+var spawnCPUs string
+
 // spawn starts name with args in dir; stdout and stderr go to dir/NAME.log (and, when
 // listenLine is set, stderr is scanned for `msg=listening addr=...` first).
 func spawn(name, dir string, env []string, listenLine bool, bin string, args ...string) (*server, error) {
 	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
 		return nil, err
+	}
+	if spawnCPUs != "" {
+		// taskset sets the affinity and execs the server: the same process, every thread of it
+		// on those CPUs.
+		args = append([]string{"-c", spawnCPUs, bin}, args...)
+		bin = "taskset"
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir

@@ -46,7 +46,7 @@ type Client struct {
 	waiting    []*call   // requests waiting for a connection; they get their id when sent
 	live       *conn     // the connection requests go to; nil while (re)connecting
 	wbuf       []byte    // frames for live, not yet taken by its writer
-	delivered  int       // answers the reader handed over in its last batch (its writer's hint)
+	delivered  int       // answers the reader handed over since the writer last took wbuf (its hint)
 	hint       string    // a leader address (NOT_LEADER, GOAWAY), tried first
 	next       int       // index of the endpoint to try first
 	redialNow  bool      // reconnect without a backoff (restart, GOAWAY)

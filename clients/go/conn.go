@@ -87,12 +87,17 @@ func (cn *conn) writeLoop() {
 			}
 			hbTimer.Reset(next)
 		}
-		// When the reader has just handed answers to several callers, let them queue their next
-		// requests first, so that one write carries them all: yield until the buffer stops
-		// growing (at most 8 times). Without this the writer, woken by the first request,
-		// wrote almost every frame on its own (0.6-0.9 writes per acquire+release pair with 64
-		// in flight, 0.05 with it). With one call in flight there is nobody to wait for, and a
-		// yield would only delay the write.
+		// When the reader has handed answers to several callers since the last write, let them
+		// queue their next requests first, so that one write carries them all: yield until the
+		// buffer stops growing (at most 8 times). Without this the writer, woken by the first
+		// request, wrote almost every frame on its own (0.6-0.9 writes per acquire+release pair
+		// with 64 in flight, 0.05 with it). With one call in flight there is nobody to wait for,
+		// and a yield would only delay the write.
+		//
+		// Counted since the last write, not in the reader's last batch as it was: once answers
+		// came one per read, every request went out on its own, the server answered each on its
+		// own too, and the connection stayed that way (TestWritesStayBatchedUnderManyCallers:
+		// 2,048 callers on one CPU, 0.6-1.6 writes per pair before, 0.01 after).
 		c.mu.Lock()
 		more := c.delivered > 1
 		c.mu.Unlock()
@@ -113,6 +118,7 @@ func (cn *conn) writeLoop() {
 		}
 		buf := c.wbuf
 		c.wbuf = spare[:0]
+		c.delivered = 0
 		c.mu.Unlock()
 		if len(buf) == 0 {
 			spare = buf
@@ -215,7 +221,7 @@ func (cn *conn) readLoop() {
 			}
 			left = true
 		}
-		c.delivered = len(batch)
+		c.delivered += len(batch)
 		c.mu.Unlock()
 		for i := range batch {
 			c.deliver(&batch[i])

@@ -53,9 +53,9 @@ type Client struct {
 	connErr    error     // the last failed connect round's error; nil after a success
 	drops      uint64    // connections dropped so far (names a grace timer's drop)
 	graceTimer *time.Timer
-	answers    int     // answers received since the last ACK was sent
-	ack        *call   // the ACK in flight, if any
-	ackScan    []*call // sendAckLocked's scratch list
+	answers    int    // answers received since the last ACK was sent
+	ack        *call  // the ACK in flight, if any
+	ackFrom    uint64 // where sendAckLocked's walk starts: the last ACK's point
 	locks      map[uint64]*Lock
 	heldKeys   map[string]int // locks held by key; nil until WithRefuseHeld is first used (holds)
 

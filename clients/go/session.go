@@ -506,15 +506,18 @@ func (c *Client) deliver(a *answer) {
 // sendAckLocked sends ACK(x), x being the lowest id still awaited that is not an ACQUIRE (or the
 // next id when there is none), so that the server may drop the outcomes it stores for us.
 // c.mu must be held and c.live set.
+//
+// x is found by walking the ids up from the last ACK's point: every id below it was answered or
+// is an acquire, and stays so (ids only grow, and a call keeps its id and op), so each id is
+// looked up about once over all ACKs. Listing every call in flight per ACK touched each of them.
 func (c *Client) sendAckLocked() {
-	x := c.nextID + 1
-	c.ackScan = c.pending.calls(c.ackScan[:0])
-	for i, cl := range c.ackScan {
-		if cl.req.ID < x && cl.req.Op != wire.OpAcquire {
-			x = cl.req.ID
+	x := max(c.ackFrom, 1)
+	for ; x <= c.nextID; x++ {
+		if cl := c.pending.get(x); cl != nil && cl.req.Op != wire.OpAcquire {
+			break
 		}
-		c.ackScan[i] = nil
 	}
+	c.ackFrom = x
 	ack := &call{ch: make(chan result, 1), req: wire.Request{Op: wire.OpAck, Token: x}}
 	ack.internal = func(result) {
 		if c.ack == ack {

@@ -10,10 +10,10 @@ use std::time::Duration;
 use tokio::time::{Instant, timeout_at};
 
 use crate::client::{
-    Answer, AnswerFuture, Bound, Client, Inner, Key, Queued, Req, check_key_len, lease_ms, status_error, wait_ms,
+    Answer, AnswerFuture, Bound, Client, Gate, Inner, Key, Queued, Req, check_key_len, lease_ms, status_error, wait_ms,
 };
 use crate::error::{Error, key_text};
-use crate::lock::{Lock, LockShared};
+use crate::lock::{Lock, release_unclaimed, start_keepalive};
 use crate::wire::{self, Op, Status};
 
 /// An acquire being set up: returned by [`Client::acquire`]; `.await` it (it implements
@@ -215,7 +215,7 @@ impl Acquire {
         let inner = self.client.inner();
         let now = Instant::now();
         let sent = inner.send(req, now + inner.opts.request_timeout, None, now, bound).await?;
-        let mut pending = PendingAcquire { inner, id: sent.id, ticket: sent.ticket, armed: true };
+        let mut pending = PendingAcquire { inner, key: &self.key, id: sent.id, ticket: sent.ticket, armed: true };
         let answer = match self.cancel.take() {
             None => pending.answer().await,
             Some(signal) => {
@@ -223,7 +223,7 @@ impl Acquire {
                     biased;
                     a = pending.answer() => a,
                     // Boxed: rare, and large (it may release a grant).
-                    () = signal => return Err(Box::pin(pending.withdraw(&self.key)).await),
+                    () = signal => return Err(Box::pin(pending.withdraw()).await),
                 }
             }
         };
@@ -233,15 +233,17 @@ impl Acquire {
     }
 
     /// Maps the acquire's answer to the lock or the error.
-    #[inline]
+    // Inlined: its result (and the acquire) are then built where they go rather than moved
+    // through a call.
+    #[inline(always)]
     fn finish(self, answer: Result<Answer, Error>) -> Result<Lock, Error> {
         match answer {
             Err(e) => Err(e),
-            Ok(Answer::Granted(shared)) => {
+            Ok(Answer::Granted { token, era }) => {
                 if self.keep_alive {
-                    shared.start_keepalive(self.client.inner(), self.max_hold);
+                    start_keepalive(self.client.inner(), token, era, self.key.clone(), self.max_hold);
                 }
-                Ok(Lock::new(shared, self.client))
+                Ok(Lock::new(self.client, self.key, token, era))
             }
             Ok(Answer::Reply(r)) if r.status == Status::OK => {
                 Err(Error::Protocol { message: "ACQUIRE OK delivered without a lock".into() })
@@ -253,23 +255,17 @@ impl Acquire {
     }
 }
 
-/// Gives up the acquire `id` (waiter `ticket`) whose caller went away: withdraws it (`CANCEL`),
-/// or releases the grant already delivered for it.
-fn abandon(inner: &Inner, id: u64, ticket: usize) {
-    let granted: Option<Arc<LockShared>> = {
-        let mut st = inner.lock_state();
-        match st.take_answer(ticket) {
-            Some(Ok(Answer::Granted(l))) => Some(l),
-            Some(_) => None,
-            None => {
-                st.abandon_acquire(id, Instant::now());
-                st.free_slot(ticket);
-                None
-            }
+/// Gives up the acquire `id` (waiter `ticket`) of `key` whose caller went away: withdraws it
+/// (`CANCEL`), or releases the grant already delivered for it.
+fn abandon(inner: &Inner, id: u64, ticket: usize, key: &Key) {
+    let mut st = inner.lock_state();
+    match st.take_answer(ticket) {
+        Some(Ok(Answer::Granted { token, era })) => st.abandon_lock(token, era, key.clone()),
+        Some(_) => {}
+        None => {
+            st.abandon_acquire(id, Instant::now());
+            st.free_slot(ticket);
         }
-    };
-    if let Some(l) = granted {
-        l.abandon(inner);
     }
 }
 
@@ -277,6 +273,7 @@ fn abandon(inner: &Inner, id: u64, ticket: usize) {
 /// (`CANCEL`) and releases a grant that already arrived for it.
 struct PendingAcquire<'a> {
     inner: &'a Arc<Inner>,
+    key: &'a Key,
     id: u64,
     ticket: usize,
     armed: bool,
@@ -289,30 +286,28 @@ impl PendingAcquire<'_> {
 
     /// Withdraws the acquire and waits (up to the cleanup timeout) for its final answer,
     /// releasing a grant that raced the cancellation; returns the error to report.
-    async fn withdraw(&mut self, key: &[u8]) -> Error {
+    async fn withdraw(&mut self) -> Error {
         let cleanup = self.inner.opts.cleanup_timeout;
         let deadline = Instant::now() + cleanup;
         self.inner.lock_state().cancel_acquire(self.id, Instant::now());
         let answer = timeout_at(deadline, self.answer()).await;
         match answer {
-            Ok(Ok(Answer::Granted(lock))) => {
+            Ok(Ok(Answer::Granted { token, era })) => {
                 self.armed = false;
-                if timeout_at(deadline, lock.release(self.inner)).await.is_err() {
-                    lock.abandon(self.inner);
-                }
+                release_unclaimed(self.inner, Gate { token, era, key: self.key }, deadline).await;
             }
             Ok(_) => self.armed = false,
             // Still no answer: dropping `self` armed finishes the clean-up in the background.
             Err(_) => {}
         }
-        Error::Cancelled { key: key_text(key) }
+        Error::Cancelled { key: key_text(self.key) }
     }
 }
 
 impl Drop for PendingAcquire<'_> {
     fn drop(&mut self) {
         if self.armed {
-            abandon(self.inner, self.id, self.ticket);
+            abandon(self.inner, self.id, self.ticket, self.key);
         }
     }
 }
@@ -348,7 +343,7 @@ enum Step {
 impl Drop for AcquireFuture {
     fn drop(&mut self) {
         if let (Step::Waiting { id, ticket }, Some(a)) = (&self.step, &self.acquire) {
-            abandon(a.client.inner(), *id, *ticket);
+            abandon(a.client.inner(), *id, *ticket, &a.key);
         }
     }
 }

@@ -1,8 +1,7 @@
 //! The client: one multiplexed connection, the session, and the table of requests in flight.
 //!
-//! Lock ordering: a lock's `LockShared::state` may be taken before `Inner::state`, never the
-//! other way round. Code holding `Inner::state` collects what it must do to locks (fire lost,
-//! forget a grant) and does it after letting go. No mutex is held across an `.await`.
+//! One mutex, `Inner::state`, guards it all, the held locks' states included; none is held across
+//! an `.await`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,7 +17,7 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 use crate::acquire::Acquire;
 use crate::conn::{self, Dialer};
 use crate::error::{Error, key_text};
-use crate::lock::LockShared;
+use crate::lock::{Held, ReleaseFuture};
 use crate::options::ClientOptions;
 use crate::table::IdTable;
 use crate::timers::Deadlines;
@@ -59,8 +58,9 @@ pub(crate) struct Slot {
 pub(crate) enum Answer {
     /// The server's answer.
     Reply(Reply),
-    /// `ACQUIRE OK`: the lock, already registered for `EXPIRED` pushes and its deadline running.
-    Granted(Arc<LockShared>),
+    /// `ACQUIRE OK`: the lock `token`, its state already in the client's table (of `era`, see
+    /// [`Held::era`]), registered for `EXPIRED` pushes and its deadline running.
+    Granted { token: u64, era: u32 },
 }
 
 /// A response, owned.
@@ -188,23 +188,17 @@ pub(crate) enum Bound {
     After(Duration),
 }
 
-/// A lock held through this client, in its table.
-pub(crate) struct Held {
-    pub lock: Weak<LockShared>,
-    /// Its entry in the deadline timers (`State::timers`): the lost time, and where it went (see
-    /// [`Deadlines::insert`]).
-    pub timer_at: Instant,
-    pub late: bool,
+/// A held lock that a request is for: its token, its state's era (see [`Held::era`]), its key.
+#[derive(Clone, Copy)]
+pub(crate) struct Gate<'a> {
+    pub token: u64,
+    pub era: u32,
+    pub key: &'a Key,
 }
 
 /// Whether the request `id` still awaits its answer by the deadline `at`.
 fn request_live(pending: &IdTable<Pending>, at: Instant, id: u64) -> bool {
     pending.get(id).is_some_and(|p| p.deadline == Some(at) && p.waiter.is_some())
-}
-
-/// Whether the lock `token` is still held with the lost time `at`.
-fn lock_live(locks: &IdTable<Held>, at: Instant, token: u64) -> bool {
-    locks.get(token).is_some_and(|h| h.timer_at == at)
 }
 
 /// The current connection's output: frames queued here reach the wire in order.
@@ -237,9 +231,12 @@ pub(crate) struct State {
     /// Releases to send on the next connection to the same server (grants that raced a cancel
     /// while disconnected).
     pub deferred: Vec<Req>,
-    /// Locks held through this client, by token (for `EXPIRED`, restarts, refuse-held). Tokens
-    /// grow too (with gaps where other sessions took some), hence an [`IdTable`] as well.
+    /// The states of the locks granted through this client whose [`Lock`](crate::Lock)s are not
+    /// dropped yet, by token (see [`Held`]). Tokens grow too (with gaps where other sessions took
+    /// some), hence an [`IdTable`] as well.
     pub locks: IdTable<Held>,
+    /// Bumped when the server is found restarted (see [`Held::era`]).
+    pub era: u32,
     /// The lost times of the held locks, by token, for the client's one timer task
     /// ([`run_timers`]): a task and a timer per lock cost a spawn, an abort and two updates of
     /// tokio's timer wheel.
@@ -250,7 +247,6 @@ pub(crate) struct State {
     pub deadlines: Deadlines,
     /// What the client's timer task ([`run_timers`]) sleeps until (`None`: until notified).
     pub timer_armed: Option<Instant>,
-    registrations: u32,
     pub answers_since_ack: u32,
     pub ack_outstanding: bool,
     pub closed: bool,
@@ -315,6 +311,21 @@ impl State {
     #[inline]
     pub fn deliver(&mut self, w: Waiter, answer: Result<Answer, Error>) {
         deliver(&mut self.slots, w, answer);
+    }
+
+    /// The answer of the request queued with the waiter `ticket` (whose slot is then freed), or
+    /// `Pending` (then `cx` is woken with it).
+    #[inline]
+    pub fn poll_answer(&mut self, ticket: usize, cx: &mut Context<'_>) -> Poll<Result<Answer, Error>> {
+        if let Some(a) = self.take_answer(ticket) {
+            return Poll::Ready(a);
+        }
+        let slot = &mut self.slots[ticket];
+        match &slot.waker {
+            Some(k) if k.will_wake(cx.waker()) => {}
+            _ => slot.waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
     }
 
     /// The answer in the slot `ticket`, if it came; the slot is freed.
@@ -452,20 +463,6 @@ impl State {
         self.deadlines.drop_dead(|at, id| request_live(pending, at, id));
     }
 
-    /// The locks whose lost time passed (each checks its own deadline before firing).
-    fn due_locks(&mut self, now: Instant) -> Vec<Arc<LockShared>> {
-        let mut due = Vec::new();
-        while let Some((at, token)) = self.timers.pop_due(now) {
-            let Some(h) = self.locks.get(token).filter(|h| h.timer_at == at) else { continue };
-            match h.lock.upgrade() {
-                Some(l) => due.push(l),
-                // Dropped without a release: the server lets the lease run out.
-                None => drop(self.locks.remove(token)),
-            }
-        }
-        due
-    }
-
     /// The earliest instant the timer task has to act at.
     fn next_timer(&self) -> Option<Instant> {
         match (self.timers.first(), self.deadlines.first()) {
@@ -542,56 +539,6 @@ impl State {
             self.ack_outstanding = true;
             self.queue(ack, None, now);
         }
-    }
-
-    /// Registers a lock just granted: in the table of held locks, and in the deadline timers at
-    /// `lost_at` (its lost time).
-    #[inline]
-    pub fn register(&mut self, inner: &Inner, token: u64, lock: &Arc<LockShared>, lost_at: Instant) {
-        self.registrations = self.registrations.wrapping_add(1);
-        if self.registrations.is_multiple_of(1024) {
-            // Locks dropped without a release (the queue's entries leave lazily).
-            let timers = &mut self.timers;
-            self.locks.retain(|token, h| {
-                let live = h.lock.strong_count() > 0;
-                if !live && h.late {
-                    timers.remove(h.timer_at, token, true, |_, _| true);
-                }
-                live
-            });
-        }
-        let late = self.add_timer(lost_at, token);
-        self.locks.insert(token, Held { lock: Arc::downgrade(lock), timer_at: lost_at, late });
-        self.arm(inner, lost_at);
-    }
-
-    fn add_timer(&mut self, at: Instant, token: u64) -> bool {
-        let locks = &self.locks;
-        self.timers.insert(at, token, None, locks.len(), |at, token| lock_live(locks, at, token))
-    }
-
-    /// Takes the lock `token` out of the table and the deadline timers (released, lost, abandoned).
-    #[inline]
-    pub fn forget_lock(&mut self, token: u64) {
-        if let Some(h) = self.locks.remove(token) {
-            let locks = &self.locks;
-            self.timers.remove(h.timer_at, token, h.late, |at, token| lock_live(locks, at, token));
-        }
-    }
-
-    /// Moves the deadline timer of the lock `token` (still held) to `at`.
-    pub fn move_timer(&mut self, inner: &Inner, token: u64, at: Instant) {
-        let Some(&Held { timer_at: old, late: old_late, .. }) = self.locks.get(token) else { return };
-        if old == at {
-            return;
-        }
-        let late = self.add_timer(at, token);
-        if let Some(h) = self.locks.get_mut(token) {
-            (h.timer_at, h.late) = (at, late);
-        }
-        let locks = &self.locks;
-        self.timers.remove(old, token, old_late, |at, token| lock_live(locks, at, token));
-        self.arm(inner, at);
     }
 
     /// Fails every waiter with `err` and forgets every request (a restart, a close).
@@ -715,13 +662,13 @@ impl Inner {
 
     /// Queues `req` once there is a connection, waiting for one until `deadline`; its answer is
     /// awaited within `bound`. `now` is the time of the call (read once: the clock is not free).
-    /// With `gate`, the lock's state is checked and held while the frame is queued, so that
-    /// nothing is sent for a lock whose release has begun.
+    /// With `gate`, the lock's state is checked as the frame is queued (under the same mutex),
+    /// so that nothing is sent for a lock whose release has begun.
     pub async fn send(
         &self,
         req: Req,
         deadline: Instant,
-        gate: Option<&LockShared>,
+        gate: Option<&Gate<'_>>,
         now: Instant,
         bound: Bound,
     ) -> Result<Sent, Error> {
@@ -742,16 +689,15 @@ impl Inner {
     pub fn try_send(
         &self,
         req: Req,
-        gate: Option<&LockShared>,
+        gate: Option<&Gate<'_>>,
         now: Option<Instant>,
         bound: Bound,
         waker: Option<&Waker>,
     ) -> Result<Queued, Error> {
-        let _gate = match gate {
-            Some(l) => Some(l.gate()?),
-            None => None,
-        };
         let mut st = self.lock_state();
+        if let Some(g) = gate {
+            st.gate(g)?;
+        }
         if st.closed {
             return Err(Error::Closed);
         }
@@ -766,7 +712,7 @@ impl Inner {
         &self,
         mut req: Req,
         deadline: Instant,
-        gate: Option<&LockShared>,
+        gate: Option<&Gate<'_>>,
         bound: Bound,
         mut conn_rx: watch::Receiver<u64>,
     ) -> Result<Sent, Error> {
@@ -796,7 +742,7 @@ impl Inner {
 
     /// Sends `req` and waits for its answer, all within the request timeout. A request given up
     /// (timeout or drop) is forgotten: it is not sent again after a resume.
-    pub async fn call(&self, req: Req, gate: Option<&LockShared>) -> Result<Reply, Error> {
+    pub async fn call(&self, req: Req, gate: Option<&Gate<'_>>) -> Result<Reply, Error> {
         let timeout = self.opts.request_timeout;
         let op = req.op;
         // Queued with the calling task's waker, in this poll (no clone of it when the task's last
@@ -826,7 +772,7 @@ impl Inner {
     async fn call_connected(
         &self,
         req: Req,
-        gate: Option<&LockShared>,
+        gate: Option<&Gate<'_>>,
         conn_rx: watch::Receiver<u64>,
     ) -> Result<Reply, Error> {
         let op = req.op;
@@ -850,16 +796,7 @@ impl Inner {
     /// `Pending` (then `cx` is woken with it).
     #[inline]
     pub fn poll_answer(&self, ticket: usize, cx: &mut Context<'_>) -> Poll<Result<Answer, Error>> {
-        let mut st = self.lock_state();
-        if let Some(a) = st.take_answer(ticket) {
-            return Poll::Ready(a);
-        }
-        let slot = &mut st.slots[ticket];
-        match &slot.waker {
-            Some(k) if k.will_wake(cx.waker()) => {}
-            _ => slot.waker = Some(cx.waker().clone()),
-        }
-        Poll::Pending
+        self.lock_state().poll_answer(ticket, cx)
     }
 
     /// The caller of the request `id` (waiter `ticket`) gives up on it: it is forgotten, or its
@@ -907,19 +844,11 @@ pub(crate) async fn run_timers(weak: Weak<Inner>, wake: Arc<Notify>) {
         }
         let Some(inner) = weak.upgrade() else { return };
         let now = Instant::now();
-        let due = {
-            let mut st = inner.lock_state();
-            let due = st.due_locks(now);
-            st.expire(now, inner.opts.request_timeout);
-            next = st.next_timer();
-            st.timer_armed = next;
-            due
-        };
-        // Each lock checks its own deadline (an extend may have moved it) without the client's
-        // state held.
-        for l in due {
-            l.deadline_passed(&inner);
-        }
+        let mut st = inner.lock_state();
+        st.fire_due_locks(now);
+        st.expire(now, inner.opts.request_timeout);
+        next = st.next_timer();
+        st.timer_armed = next;
     }
 }
 
@@ -1117,7 +1046,7 @@ pub(crate) fn hex(b: &[u8]) -> String {
 pub(crate) fn reply_of(op: Op, answer: Result<Answer, Error>) -> Result<Reply, Error> {
     match answer {
         Ok(Answer::Reply(r)) => Ok(r),
-        Ok(Answer::Granted(_)) => Err(Error::Protocol { message: format!("{op} answered as a grant") }),
+        Ok(Answer::Granted { .. }) => Err(Error::Protocol { message: format!("{op} answered as a grant") }),
         Err(e) => Err(e),
     }
 }
@@ -1176,10 +1105,10 @@ impl Client {
             pending: IdTable::default(),
             deferred: Vec::new(),
             locks: IdTable::default(),
+            era: 0,
             timers: Deadlines::default(),
             deadlines: Deadlines::default(),
             timer_armed: None,
-            registrations: 0,
             answers_since_ack: 0,
             ack_outstanding: false,
             closed: false,
@@ -1321,11 +1250,7 @@ impl Client {
     /// Whether this client holds a lock on `key` that is neither released nor lost.
     pub fn holds(&self, key: impl AsRef<[u8]>) -> bool {
         let key = key.as_ref();
-        let locks: Vec<Arc<LockShared>> = {
-            let st = self.inner().lock_state();
-            st.locks.values().filter_map(|h| h.lock.upgrade()).filter(|l| &*l.key == key).collect()
-        };
-        locks.iter().any(|l| l.is_held())
+        self.inner().lock_state().locks.values().any(|h| h.is_held() && *h.key == *key)
     }
 
     /// Closes the client: calls in flight fail with [`Error::Closed`], keep-alive stops, and later
@@ -1336,18 +1261,17 @@ impl Client {
     pub async fn close(&self) {
         let inner = self.inner();
         if inner.opts.release_on_close {
-            let locks: Vec<Arc<LockShared>> = {
+            let locks: Vec<(u64, u32, Key)> = {
                 let st = inner.lock_state();
-                if st.closed { Vec::new() } else { st.locks.values().filter_map(|h| h.lock.upgrade()).collect() }
+                let held = st.locks.iter().filter(|(_, h)| h.is_held());
+                if st.closed { Vec::new() } else { held.map(|(token, h)| (token, h.era, h.key.clone())).collect() }
             };
             let mut tasks = Vec::new();
-            for l in locks {
-                if l.is_held() {
-                    let inner = inner.clone();
-                    tasks.push(inner.runtime.clone().spawn(async move {
-                        let _ = l.release(&inner).await;
-                    }));
-                }
+            for (token, era, key) in locks {
+                let inner = inner.clone();
+                tasks.push(inner.runtime.clone().spawn(async move {
+                    let _ = ReleaseFuture::new(&inner, Gate { token, era, key: &key }).await;
+                }));
             }
             for t in tasks {
                 let _ = t.await;

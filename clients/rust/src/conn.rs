@@ -18,7 +18,7 @@ use tokio_rustls::rustls::{self, RootCertStore};
 
 use crate::client::{Answer, ForgetOnDrop, Inner, Outbox, Reply, Req, Sent, empty_key};
 use crate::error::{Error, LostReason};
-use crate::lock::{LockShared, local_deadline, lost_at, pool_take};
+use crate::lock::local_deadline;
 use crate::options::{ClientOptions, Pem};
 use crate::wire::{
     self, Auth, BusyLimit, Challenge, ExpiredReason, GoawayReason, Hello, InvalidField, Op, Response, Status, Welcome,
@@ -410,15 +410,13 @@ pub(crate) enum NotInstalled {
 /// resumed, then opens the session to new requests.
 pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected, NotInstalled> {
     let w = est.welcome;
-    let mut restarted: Vec<Arc<LockShared>> = Vec::new();
     let result = {
         let mut st = inner.lock_state();
         if st.closed {
             Err(NotInstalled::Closed)
         } else if est.session_id != st.session_id || st.state_id.is_some_and(|s| s != w.state_id) {
             if st.state_id.is_some_and(|s| s != w.state_id) {
-                restarted = st.locks.drain().into_iter().filter_map(|(_, h)| h.lock.upgrade()).collect();
-                st.timers.clear();
+                st.lose_all(LostReason::ServerRestarted);
                 st.fail_all(&Error::ServerRestarted);
                 let mut session_id = [0u8; wire::SESSION_ID_LEN];
                 if fill_random(&mut session_id).is_ok() {
@@ -487,9 +485,6 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
             Ok(Connected { stream: est.stream, wake, epoch, endpoint: est.endpoint })
         }
     };
-    for l in restarted {
-        l.fire_lost(inner, LostReason::ServerRestarted);
-    }
     inner.conn_tx.send_modify(|v| *v += 1);
     result
 }
@@ -737,7 +732,6 @@ async fn read_loop(
     epoch: u64,
 ) -> ConnEnd {
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
-    let mut actions = Actions::default();
     loop {
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(16 * 1024);
@@ -749,7 +743,7 @@ async fn read_loop(
         }
         let now = Instant::now();
         last_rx.store(micros_since(base, now), Ordering::Relaxed);
-        match process(inner, &buf, epoch, now, !writing.load(Ordering::Relaxed), &mut actions) {
+        match process(inner, &buf, epoch, now, !writing.load(Ordering::Relaxed)) {
             Ok(used) => {
                 buf.drain(..used);
             }
@@ -758,25 +752,11 @@ async fn read_loop(
     }
 }
 
-/// Lock work collected while `Inner::state` is held, done after letting go of it. Kept between
-/// reads.
-#[derive(Default)]
-struct Actions {
-    lost: Vec<(Arc<LockShared>, LostReason)>,
-}
-
 /// Handles every complete frame in `buf`, read at `now`; returns the bytes used. With `stamp`
 /// (no write waits for the socket), the callers that the answers wake stamp their next requests
 /// with `now` rather than reading the clock each, until the writer's next pass, which this
 /// makes sure comes (see `State::stamp`).
-fn process(
-    inner: &Arc<Inner>,
-    buf: &[u8],
-    epoch: u64,
-    now: Instant,
-    stamp: bool,
-    actions: &mut Actions,
-) -> Result<usize, ConnEnd> {
+fn process(inner: &Arc<Inner>, buf: &[u8], epoch: u64, now: Instant, stamp: bool) -> Result<usize, ConnEnd> {
     let mut used = 0;
     let mut end = None;
     {
@@ -789,7 +769,7 @@ fn process(
                 Ok(None) => break,
                 Ok(Some((res, n))) => {
                     used += n;
-                    if let Some(e) = handle(inner, &mut st, &res, now, actions) {
+                    if let Some(e) = handle(inner, &mut st, &res, now) {
                         end = Some(e);
                     }
                 }
@@ -812,9 +792,6 @@ fn process(
             st.clock = Some(now);
         }
     }
-    for (l, reason) in actions.lost.drain(..) {
-        l.fire_lost(inner, reason);
-    }
     match end {
         Some(e) => Err(e),
         None => Ok(used),
@@ -823,13 +800,7 @@ fn process(
 
 // Inlined into its one caller (the frames' fields then need not be moved through a call).
 #[inline(always)]
-fn handle(
-    inner: &Arc<Inner>,
-    st: &mut crate::client::State,
-    res: &Response<'_>,
-    now: Instant,
-    actions: &mut Actions,
-) -> Option<ConnEnd> {
+fn handle(inner: &Arc<Inner>, st: &mut crate::client::State, res: &Response<'_>, now: Instant) -> Option<ConnEnd> {
     if res.id == 0 {
         match res.op {
             Op::EXPIRED => {
@@ -838,10 +809,8 @@ fn handle(
                 } else {
                     LostReason::Expired
                 };
-                if let Some(l) = st.locks.get(res.token).and_then(|h| h.lock.upgrade())
-                    && *l.key == *res.data
-                {
-                    actions.lost.push((l, reason));
+                if st.locks.get(res.token).is_some_and(|h| *h.key == *res.data) {
+                    st.fire_lost(res.token, reason);
                 }
             }
             Op::GOAWAY => {
@@ -887,9 +856,8 @@ fn handle(
         // updates of its reference count.
         match p.waiter.take() {
             Some(w) => {
-                let l = LockShared::renew(pool_take(), p.req.key, res.token, res.lease_ms, deadline);
-                st.register(inner, res.token, &l, lost_at(deadline, res.lease_ms));
-                st.deliver(w, Ok(Answer::Granted(l)));
+                let era = st.register(inner, res.token, p.req.key, res.lease_ms, deadline);
+                st.deliver(w, Ok(Answer::Granted { token: res.token, era }));
             }
             None => {
                 // The caller gave up (cancelled, timed out): release the grant that raced it.
@@ -917,12 +885,12 @@ fn handle(
         } else {
             Ok(Answer::Reply(reply))
         };
-        // Forgotten once the caller has the answer: a caller that gave up before it never learns
+        // Released once the caller has the answer: a caller that gave up before it never learns
         // of the release, and its lock stays as it was. (A waiter still in the table has its
         // caller: one that gives up takes it out.)
         st.deliver(w, answer);
         if p.req.forget && res.status == Status::OK {
-            st.forget_lock(p.req.token);
+            st.released(p.req.token);
         }
     }
     None

@@ -1,20 +1,25 @@
 //! A held lock: its token, lease, local deadline, lost signal, keep-alive, and the guard that
 //! releases it on drop.
+//!
+//! A lock's state lives in the client's table of held locks (`State::locks`, by token), under the
+//! client's one mutex, from its grant until its [`Lock`] is dropped (or, for a grant nobody took,
+//! until its release is queued). So the requests that change a lock and the answers that end it
+//! are handled under the one mutex they are queued and answered under anyway: a lock costs no
+//! allocation, no mutex and no reference count of its own.
 
-use std::cell::RefCell;
 use std::fmt;
 use std::future::Future;
 use std::ops::Deref;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::task::{Context, Poll, ready};
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, sleep};
 
-use crate::client::{Bound, Client, Inner, Key, Queued, Reply, Req, lease_ms, lock, reply_of, status_error};
+use crate::client::{Bound, Client, Gate, Inner, Key, Reply, Req, State, lease_ms, reply_of, status_error};
 use crate::error::{Error, LostReason, key_text};
 use crate::wire::{self, Op, Status};
 
@@ -32,46 +37,21 @@ pub(crate) fn lost_at(deadline: Instant, lease_ms: u32) -> Instant {
     deadline.checked_sub(margin).unwrap_or(deadline)
 }
 
-/// The most lock states kept for reuse per thread (104 bytes each on x86-64 with their reference
-/// counts, so at most about 100 KiB per thread). One batch of answers can end as many locks as there are pairs in flight, and
-/// the next batch grants as many: at 1,024 in flight a pool of 256 overflowed every batch (0.6
-/// allocations per acquire + release).
-const LOCK_POOL_MAX: usize = 1024;
-
-thread_local! {
-    /// The states of dropped locks that nothing else referred to, each held only here, for the
-    /// next grants made on this thread ([`LockShared::renew`]): an allocation and a free per lock
-    /// cost more than keeping them. Per thread, not per client: a lock's last handle is mostly
-    /// dropped on the thread that runs the client's connection (always, on a current-thread
-    /// runtime), and putting it there then costs no lock of the client's state. (A lock state
-    /// refers to no client.)
-    static POOL: RefCell<Vec<Arc<LockShared>>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Keeps `shared` (whose only reference this is) for a next grant, if the pool has room.
-fn pool_put(shared: Arc<LockShared>) {
-    // Dropped after the pool's borrow ends: it holds nothing that could reach the pool, but a
-    // drop under the borrow would be one more thing to reason about.
-    let _spare = POOL.try_with(|p| match p.try_borrow_mut() {
-        Ok(mut p) if p.len() < LOCK_POOL_MAX => {
-            p.push(shared);
-            None
-        }
-        _ => Some(shared),
-    });
-}
-
-/// A lock state from the pool, if there is one.
-pub(crate) fn pool_take() -> Option<Arc<LockShared>> {
-    POOL.try_with(|p| p.try_borrow_mut().ok().and_then(|mut p| p.pop())).ok().flatten()
-}
-
-pub(crate) struct LockState {
-    lease_ms: u32,
-    deadline: Instant,
-    released: bool,
-    releasing: bool,
-    lost: Option<LostReason>,
+/// A lock's state, in the client's table of held locks (see the module's documentation).
+pub(crate) struct Held {
+    pub key: Key,
+    /// The client's `State::era` when it was granted: a [`Lock`] finds its state by token and
+    /// era (tokens never repeat on one server or cluster; the era tells the lock states of a
+    /// server the client saw restart from those of the new one).
+    pub era: u32,
+    pub lease_ms: u32,
+    pub deadline: Instant,
+    /// Its entry in the client's deadline timers (`State::timers`): the lost time, and where it
+    /// went (see `Deadlines::insert`). `None` once released or lost.
+    pub timer: Option<(Instant, bool)>,
+    pub released: bool,
+    pub releasing: bool,
+    pub lost: Option<LostReason>,
     /// The lost signal, made when first asked for (most locks are released without anyone
     /// watching): one channel per lock would cost two allocations and a wake-up of eight
     /// notifiers on drop.
@@ -79,282 +59,308 @@ pub(crate) struct LockState {
     keepalive: Option<AbortHandle>,
 }
 
-impl LockState {
-    /// The state of a lock just granted: held, nobody watching, no keep-alive.
-    fn granted(lease_ms: u32, deadline: Instant) -> LockState {
-        LockState { lease_ms, deadline, released: false, releasing: false, lost: None, lost_tx: None, keepalive: None }
-    }
-
-    fn stop_tasks(&mut self) {
-        if let Some(t) = self.keepalive.take() {
-            t.abort();
-        }
+impl Held {
+    /// Neither released nor lost.
+    pub fn is_held(&self) -> bool {
+        !self.released && self.lost.is_none()
     }
 
     fn lost_rx(&mut self) -> watch::Receiver<Option<LostReason>> {
         let lost = self.lost;
         self.lost_tx.get_or_insert_with(|| watch::Sender::new(lost)).subscribe()
     }
-}
 
-/// The state behind a [`Lock`], shared with its keep-alive task (which holds it weakly) and with
-/// the client's table of held locks and deadline timers (weakly too).
-///
-/// It holds no reference to the client: every caller has one at hand (the [`Lock`]'s own
-/// [`Client`], the connection's tasks), and a clone per lock would be two more updates of a
-/// counter that every thread touches.
-pub(crate) struct LockShared {
-    pub key: Key,
-    pub token: u64,
-    state: Mutex<LockState>,
-}
-
-impl LockShared {
-    /// A lock just granted. The caller registers it (`State::register`) with
-    /// `lost_at(deadline, lease_ms)`, which starts its deadline timer.
-    pub fn new(key: Key, token: u64, lease_ms: u32, deadline: Instant) -> Arc<LockShared> {
-        Arc::new(LockShared { key, token, state: Mutex::new(LockState::granted(lease_ms, deadline)) })
-    }
-
-    /// [`new`](LockShared::new), in the allocation of `spare` (a dropped lock's, from the client's
-    /// pool) when nothing else refers to it.
-    #[inline]
-    pub fn renew(
-        spare: Option<Arc<LockShared>>,
-        key: Key,
-        token: u64,
-        lease_ms: u32,
-        deadline: Instant,
-    ) -> Arc<LockShared> {
-        if let Some(mut spare) = spare
-            && let Some(shared) = Arc::get_mut(&mut spare)
-        {
-            shared.key = key;
-            shared.token = token;
-            let s = shared.state.get_mut().unwrap_or_else(PoisonError::into_inner);
-            *s = LockState::granted(lease_ms, deadline);
-            return spare;
+    fn stop_keepalive(&mut self) {
+        if let Some(t) = self.keepalive.take() {
+            t.abort();
         }
-        LockShared::new(key, token, lease_ms, deadline)
     }
+}
 
+/// Whether the lock `token` is in the deadline timers at `at`.
+pub(crate) fn lock_live(locks: &crate::table::IdTable<Held>, at: Instant, token: u64) -> bool {
+    locks.get(token).is_some_and(|h| h.timer.is_some_and(|(t, _)| t == at))
+}
+
+fn lost_error(key: &[u8], token: u64, reason: LostReason) -> Error {
+    Error::LockLost { key: key_text(key), token, reason }
+}
+
+impl State {
+    /// Registers a lock just granted, its lost signal due `min(5 ms, lease/10)` before
+    /// `deadline`; returns the era it belongs to.
     #[inline]
-    fn state(&self) -> MutexGuard<'_, LockState> {
-        lock(&self.state)
-    }
-
-    /// Takes the lock out of the client's table and timers (it is released, lost or abandoned).
-    fn forget(&self, inner: &Inner) {
-        inner.lock_state().forget_lock(self.token);
-    }
-
-    pub fn deadline_passed(&self, inner: &Inner) {
-        let due = {
-            let s = self.state();
-            Instant::now() >= lost_at(s.deadline, s.lease_ms)
+    pub fn register(&mut self, inner: &Inner, token: u64, key: Key, lease_ms: u32, deadline: Instant) -> u32 {
+        let at = lost_at(deadline, lease_ms);
+        let late = self.add_timer(at, token);
+        let era = self.era;
+        let held = Held {
+            key,
+            era,
+            lease_ms,
+            deadline,
+            timer: Some((at, late)),
+            released: false,
+            releasing: false,
+            lost: None,
+            lost_tx: None,
+            keepalive: None,
         };
-        if due {
-            self.fire_lost(inner, LostReason::Expired);
-        }
+        self.locks.insert(token, held);
+        self.arm(inner, at);
+        era
     }
 
-    /// The lock's state, held while a request for it is queued; refuses once its release has
-    /// begun or it is lost.
-    pub fn gate(&self) -> Result<MutexGuard<'_, LockState>, Error> {
-        let s = self.state();
-        if let Some(reason) = s.lost {
-            return Err(self.lost_error(reason));
-        }
-        if s.released || s.releasing {
-            return Err(Error::NotHeld { key: key_text(&self.key), token: self.token });
-        }
-        Ok(s)
+    fn add_timer(&mut self, at: Instant, token: u64) -> bool {
+        let locks = &self.locks;
+        self.timers.insert(at, token, None, locks.len(), |at, token| lock_live(locks, at, token))
     }
 
-    pub fn lost_error(&self, reason: LostReason) -> Error {
-        Error::LockLost { key: key_text(&self.key), token: self.token, reason }
+    /// Takes the lock `token` out of the deadline timers.
+    fn stop_timer(&mut self, token: u64) {
+        let Some((at, late)) = self.locks.get_mut(token).and_then(|h| h.timer.take()) else { return };
+        let locks = &self.locks;
+        self.timers.remove(at, token, late, |at, token| lock_live(locks, at, token));
     }
 
-    /// Neither released nor lost.
-    pub fn is_held(&self) -> bool {
-        let s = self.state();
-        !s.released && s.lost.is_none()
+    /// The state of the lock `token` granted in `era`, if its [`Lock`] still has one.
+    #[inline]
+    pub fn lock_entry(&mut self, token: u64, era: u32) -> Option<&mut Held> {
+        self.locks.get_mut(token).filter(|h| h.era == era)
     }
 
-    /// Fires the lost signal (once; never after a successful release). Returns whether it fired.
-    pub fn fire_lost(&self, inner: &Inner, reason: LostReason) -> bool {
-        {
-            let mut s = self.state();
-            if s.released || s.lost.is_some() {
-                return false;
-            }
-            s.lost = Some(reason);
-            s.stop_tasks();
-            if let Some(tx) = &s.lost_tx {
-                tx.send_replace(Some(reason));
-            }
+    /// Fires the lost signal of the lock `token` (once; never after a successful release).
+    /// Returns whether it fired.
+    pub fn fire_lost(&mut self, token: u64, reason: LostReason) -> bool {
+        let Some(h) = self.locks.get_mut(token) else { return false };
+        if !h.is_held() {
+            return false;
         }
-        self.forget(inner);
+        h.lost = Some(reason);
+        h.stop_keepalive();
+        if let Some(tx) = &h.lost_tx {
+            tx.send_replace(Some(reason));
+        }
+        self.stop_timer(token);
         true
     }
 
-    /// A grant nobody will use (its acquire was given up): forget it and release it in the
-    /// background, without firing lost.
-    pub fn abandon(&self, inner: &Inner) {
-        {
-            let mut s = self.state();
-            s.released = true;
-            s.stop_tasks();
+    /// Fires lost for every lock whose lost time passed by `now`.
+    pub fn fire_due_locks(&mut self, now: Instant) {
+        while let Some((at, token)) = self.timers.pop_due(now) {
+            let Some(h) = self.locks.get_mut(token) else { continue };
+            if h.timer.is_some_and(|(t, _)| t == at) {
+                h.timer = None;
+                self.fire_lost(token, LostReason::Expired);
+            }
         }
-        let mut st = inner.lock_state();
-        st.forget_lock(self.token);
-        let mut release = Req::new(Op::RELEASE, self.key.clone());
-        release.token = self.token;
-        st.queue_internal(release, Instant::now());
     }
 
-    /// Releases the lock (see [`Lock::release`]).
-    pub fn release<'a>(self: &'a Arc<Self>, inner: &'a Inner) -> ReleaseFuture<'a> {
-        ReleaseFuture { shared: self, inner, step: ReleaseStep::Start }
+    /// Every lock is lost with `reason` (the server restarted): their states stay, for their
+    /// [`Lock`]s, in an era of their own.
+    pub fn lose_all(&mut self, reason: LostReason) {
+        self.timers.clear();
+        let tokens: Vec<u64> = self.locks.keys().collect();
+        for token in tokens {
+            if let Some(h) = self.locks.get_mut(token) {
+                h.timer = None;
+            }
+            self.fire_lost(token, reason);
+        }
+        self.era = self.era.wrapping_add(1);
+    }
+
+    /// The answer to a lock's own `RELEASE` was `OK`: it is released (the lost signal can no
+    /// longer fire).
+    pub fn released(&mut self, token: u64) {
+        if let Some(h) = self.locks.get_mut(token) {
+            h.released = true;
+            h.stop_keepalive();
+            self.stop_timer(token);
+        }
+    }
+
+    /// Takes the lock `token` of `era` out of the table (its [`Lock`] is dropped): its lost
+    /// signal's sender goes (its watchers see it closed), keep-alive stops. Returns whether it
+    /// was released.
+    pub fn drop_lock(&mut self, token: u64, era: u32) -> bool {
+        let Some(h) = self.lock_entry(token, era) else { return false };
+        h.stop_keepalive();
+        let released = h.released;
+        self.stop_timer(token);
+        // Dropped where it is: moving it out first cost more than the rest of the drop.
+        self.locks.delete(token);
+        released
+    }
+
+    /// A grant nobody will use (its acquire was given up): forgotten, and released in the
+    /// background, without firing lost.
+    pub fn abandon_lock(&mut self, token: u64, era: u32, key: Key) {
+        if self.lock_entry(token, era).is_none() {
+            return;
+        }
+        if !self.drop_lock(token, era) {
+            let mut release = Req::new(Op::RELEASE, key);
+            release.token = token;
+            self.queue_internal(release, Instant::now());
+        }
+    }
+
+    /// Moves the deadline timer of the lock `token` (still held) to `at`.
+    fn move_timer(&mut self, inner: &Inner, token: u64, at: Instant) {
+        let Some((old, old_late)) = self.locks.get(token).and_then(|h| h.timer) else { return };
+        if old == at {
+            return;
+        }
+        let late = self.add_timer(at, token);
+        if let Some(h) = self.locks.get_mut(token) {
+            h.timer = Some((at, late));
+        }
+        let locks = &self.locks;
+        self.timers.remove(old, token, old_late, |at, token| lock_live(locks, at, token));
+        self.arm(inner, at);
+    }
+
+    /// Checks that a request may be sent for the lock `g` (neither lost nor being released).
+    pub fn gate(&mut self, g: &Gate<'_>) -> Result<(), Error> {
+        let Some(h) = self.lock_entry(g.token, g.era) else {
+            return Err(lost_error(g.key, g.token, LostReason::ServerRestarted));
+        };
+        if let Some(reason) = h.lost {
+            return Err(lost_error(g.key, g.token, reason));
+        }
+        if h.released || h.releasing {
+            return Err(Error::NotHeld { key: key_text(g.key), token: g.token });
+        }
+        Ok(())
     }
 
     /// The release's first step: marks the lock releasing (stops keep-alive) and returns the
     /// reason it was lost before, or the outcome when there is nothing to send.
-    fn begin_release(&self) -> Result<Option<LostReason>, Result<(), Error>> {
-        let lost_before = {
-            let mut s = self.state();
-            if s.released {
-                return Err(Ok(()));
-            }
-            s.releasing = true;
-            if let Some(k) = s.keepalive.take() {
-                k.abort();
-            }
-            s.lost
+    fn begin_release(&mut self, g: &Gate<'_>) -> Result<Option<LostReason>, Result<(), Error>> {
+        let Some(h) = self.lock_entry(g.token, g.era) else {
+            return Err(Err(lost_error(g.key, g.token, LostReason::ServerRestarted)));
         };
-        if lost_before == Some(LostReason::ServerRestarted) {
-            // The server that granted it is gone: nothing to tell the new one.
-            self.state().releasing = false;
-            return Err(Err(self.lost_error(LostReason::ServerRestarted)));
+        if h.released {
+            return Err(Ok(()));
         }
-        Ok(lost_before)
-    }
-
-    /// The lock's own `RELEASE`.
-    fn release_request(&self) -> Req {
-        let mut req = Req::new(Op::RELEASE, self.key.clone());
-        req.token = self.token;
-        req.forget = true;
-        req
+        if h.lost == Some(LostReason::ServerRestarted) {
+            // The server that granted it is gone: nothing to tell the new one.
+            return Err(Err(lost_error(g.key, g.token, LostReason::ServerRestarted)));
+        }
+        h.releasing = true;
+        h.stop_keepalive();
+        Ok(h.lost)
     }
 
     /// The release's outcome, from the answer to its `RELEASE` (or the call's error).
     fn end_release(
-        &self,
-        inner: &Inner,
+        &mut self,
+        g: &Gate<'_>,
         lost_before: Option<LostReason>,
         r: Result<Reply, Error>,
     ) -> Result<(), Error> {
+        let (token, key) = (g.token, g.key);
         let r = match r {
             Ok(r) => r,
             Err(e) => {
-                self.state().releasing = false;
+                if let Some(h) = self.lock_entry(token, g.era) {
+                    h.releasing = false;
+                }
                 // A lock lost earlier reports that, whatever became of the courtesy release.
                 return Err(match lost_before {
-                    Some(reason) => self.lost_error(reason),
+                    Some(reason) => lost_error(key, token, reason),
                     None => e,
                 });
             }
         };
+        if r.status == Status::NOT_HELD && self.lock_entry(token, g.era).is_some() {
+            self.fire_lost(token, LostReason::NotHeld);
+        }
+        let Some(h) = self.lock_entry(token, g.era) else {
+            return Err(lost_error(key, token, LostReason::ServerRestarted));
+        };
+        h.releasing = false;
         match r.status {
-            Status::OK => {
-                // The client's table and timers let go of it with the answer (`Req::forget`).
-                let lost = {
-                    let mut s = self.state();
-                    s.released = true;
-                    s.releasing = false;
-                    s.stop_tasks();
-                    s.lost
-                };
-                match lost.or(lost_before) {
-                    Some(reason) => Err(self.lost_error(reason)),
-                    None => Ok(()),
-                }
-            }
-            Status::NOT_HELD => {
-                self.fire_lost(inner, LostReason::NotHeld);
-                let s = {
-                    let mut s = self.state();
-                    s.releasing = false;
-                    (s.released, s.lost)
-                };
-                match s {
-                    (true, _) => Ok(()), // a concurrent release won
-                    (false, reason) => Err(self.lost_error(reason.unwrap_or(LostReason::NotHeld))),
-                }
-            }
-            _ => {
-                self.state().releasing = false;
-                Err(status_error(Op::RELEASE, &r, &self.key, self.token, Duration::ZERO))
-            }
+            // The answer marked it released (`State::released`).
+            Status::OK => match h.lost.or(lost_before) {
+                Some(reason) => Err(lost_error(key, token, reason)),
+                None => Ok(()),
+            },
+            Status::NOT_HELD => match (h.released, h.lost) {
+                (true, _) => Ok(()), // a concurrent release won
+                (false, reason) => Err(lost_error(key, token, reason.unwrap_or(LostReason::NotHeld))),
+            },
+            _ => Err(status_error(Op::RELEASE, &r, key, token, Duration::ZERO)),
         }
     }
 
-    pub async fn extend(self: &Arc<Self>, inner: &Inner, lease: Duration) -> Result<Duration, Error> {
-        let ms = lease_ms(lease)?;
-        let mut req = Req::new(Op::EXTEND, self.key.clone());
-        req.token = self.token;
-        req.lease_ms = ms;
-        let r = inner.call(req, Some(self)).await?;
+    /// The extend's outcome, from the answer to its `EXTEND`.
+    fn end_extend(&mut self, inner: &Inner, g: &Gate<'_>, r: &Reply) -> Result<Duration, Error> {
+        let (token, key) = (g.token, g.key);
+        if r.status == Status::NOT_HELD && self.lock_entry(token, g.era).is_some() {
+            self.fire_lost(token, LostReason::NotHeld);
+        }
+        let Some(h) = self.lock_entry(token, g.era) else {
+            return Err(lost_error(key, token, LostReason::ServerRestarted));
+        };
         match r.status {
             Status::OK => {
-                let mut s = self.state();
-                if let Some(reason) = s.lost {
-                    return Err(self.lost_error(reason));
+                if let Some(reason) = h.lost {
+                    return Err(lost_error(key, token, reason));
                 }
-                if s.released {
-                    return Err(Error::NotHeld { key: key_text(&self.key), token: self.token });
+                if h.released {
+                    return Err(Error::NotHeld { key: key_text(key), token });
                 }
-                s.lease_ms = r.lease_ms;
-                s.deadline = local_deadline(r.t_send, u64::from(r.lease_ms));
-                // The lock's state, then the client's: the documented order.
-                inner.lock_state().move_timer(inner, self.token, lost_at(s.deadline, s.lease_ms));
+                h.lease_ms = r.lease_ms;
+                h.deadline = local_deadline(r.t_send, u64::from(r.lease_ms));
+                let at = lost_at(h.deadline, h.lease_ms);
+                self.move_timer(inner, token, at);
                 Ok(Duration::from_millis(r.lease_ms.into()))
             }
-            Status::NOT_HELD => {
-                self.fire_lost(inner, LostReason::NotHeld);
-                let lost = self.state().lost;
-                Err(match lost {
-                    Some(reason) => self.lost_error(reason),
-                    None => Error::NotHeld { key: key_text(&self.key), token: self.token },
-                })
-            }
-            _ => Err(status_error(Op::EXTEND, &r, &self.key, self.token, Duration::ZERO)),
-        }
-    }
-
-    /// Starts keep-alive: `EXTEND` with the lease every lease/3 until release, loss, or `max_hold`.
-    pub fn start_keepalive(self: &Arc<Self>, inner: &Arc<Inner>, max_hold: Option<Duration>) {
-        let stop_at = max_hold.map(|d| Instant::now() + d);
-        let weak = Arc::downgrade(self);
-        let task = inner.runtime.spawn(keepalive(weak, Arc::downgrade(inner), stop_at)).abort_handle();
-        let mut s = self.state();
-        if s.released || s.releasing || s.lost.is_some() {
-            task.abort();
-        } else {
-            s.keepalive = Some(task);
+            Status::NOT_HELD => Err(match h.lost {
+                Some(reason) => lost_error(key, token, reason),
+                None => Error::NotHeld { key: key_text(key), token },
+            }),
+            _ => Err(status_error(Op::EXTEND, r, key, token, Duration::ZERO)),
         }
     }
 }
 
-async fn keepalive(weak: Weak<LockShared>, client: Weak<Inner>, stop_at: Option<Instant>) {
+/// Sets the lease of the lock `g` to `lease` from now and moves its deadline.
+async fn extend_lock(inner: &Inner, g: Gate<'_>, lease: Duration) -> Result<Duration, Error> {
+    let ms = lease_ms(lease)?;
+    let mut req = Req::new(Op::EXTEND, g.key.clone());
+    req.token = g.token;
+    req.lease_ms = ms;
+    let r = inner.call(req, Some(&g)).await?;
+    inner.lock_state().end_extend(inner, &g, &r)
+}
+
+/// Starts keep-alive for the lock `token` of `era`: `EXTEND` with the lease every lease/3 until
+/// release, loss, or `max_hold`.
+pub(crate) fn start_keepalive(inner: &Arc<Inner>, token: u64, era: u32, key: Key, max_hold: Option<Duration>) {
+    let stop_at = max_hold.map(|d| Instant::now() + d);
+    let task = inner.runtime.spawn(keepalive(Arc::downgrade(inner), token, era, key, stop_at)).abort_handle();
+    let mut st = inner.lock_state();
+    match st.lock_entry(token, era) {
+        Some(h) if h.is_held() && !h.releasing => h.keepalive = Some(task),
+        _ => task.abort(),
+    }
+}
+
+async fn keepalive(client: Weak<Inner>, token: u64, era: u32, key: Key, stop_at: Option<Instant>) {
     let mut failed = false;
-    // Bounded by the lock's life: every pass holds the lock only weakly and ends when it is gone,
-    // released, lost, or past `stop_at`.
+    // Bounded by the lock's life: every pass holds the client only weakly, and ends when the
+    // lock is gone, released, lost, or past `stop_at` (its release, loss and drop also abort it).
     loop {
-        let lease = match weak.upgrade() {
-            Some(l) => Duration::from_millis(l.state().lease_ms.into()),
-            None => return,
+        let lease = {
+            let Some(inner) = client.upgrade() else { return };
+            let mut st = inner.lock_state();
+            match st.lock_entry(token, era) {
+                Some(h) if h.is_held() => Duration::from_millis(h.lease_ms.into()),
+                _ => return,
+            }
         };
         let mut period = (lease / 3).max(Duration::from_millis(1));
         if failed {
@@ -364,8 +370,8 @@ async fn keepalive(weak: Weak<LockShared>, client: Weak<Inner>, stop_at: Option<
         if stop_at.is_some_and(|t| Instant::now() >= t) {
             return;
         }
-        let (Some(l), Some(inner)) = (weak.upgrade(), client.upgrade()) else { return };
-        match l.extend(&inner, lease).await {
+        let Some(inner) = client.upgrade() else { return };
+        match extend_lock(&inner, Gate { token, era, key: &key }, lease).await {
             Ok(_) => failed = false,
             Err(Error::LockLost { .. } | Error::NotHeld { .. } | Error::Closed) => return,
             Err(_) => failed = true,
@@ -373,13 +379,12 @@ async fn keepalive(weak: Weak<LockShared>, client: Weak<Inner>, stop_at: Option<
     }
 }
 
-/// The future of a lock's release ([`LockShared::release`]). Not an `async fn`: a release is
-/// the hot path, and most are queued at their first poll and then only await their answer, which
-/// this does without stepping through (and moving the request into) the futures of a general
-/// call.
+/// The future of a lock's release. Not an `async fn`: a release is the hot path, and most are
+/// queued at their first poll and then only await their answer, which this does without stepping
+/// through (and moving the request into) the futures of a general call.
 pub(crate) struct ReleaseFuture<'a> {
-    shared: &'a Arc<LockShared>,
     inner: &'a Inner,
+    lock: Gate<'a>,
     step: ReleaseStep<'a>,
 }
 
@@ -398,6 +403,12 @@ enum ReleaseStep<'a> {
     Done,
 }
 
+impl<'a> ReleaseFuture<'a> {
+    pub(crate) fn new(inner: &'a Inner, lock: Gate<'a>) -> ReleaseFuture<'a> {
+        ReleaseFuture { inner, lock, step: ReleaseStep::Start }
+    }
+}
+
 impl Drop for ReleaseFuture<'_> {
     fn drop(&mut self) {
         if let ReleaseStep::Waiting { id, ticket, .. } = self.step {
@@ -411,53 +422,71 @@ impl<'a> Future for ReleaseFuture<'a> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        let (shared, inner) = (this.shared, this.inner);
+        let (inner, g) = (this.inner, this.lock);
         match this.step {
             ReleaseStep::Start => {
-                let lost_before = match shared.begin_release() {
+                let mut st = inner.lock_state();
+                let lost_before = match st.begin_release(&g) {
                     Ok(l) => l,
                     Err(outcome) => {
                         this.step = ReleaseStep::Done;
                         return Poll::Ready(outcome);
                     }
                 };
-                let timeout = inner.opts.request_timeout;
-                // Queued with this task's waker, in this poll (as `Inner::call` does).
-                match inner.try_send(shared.release_request(), None, None, Bound::After(timeout), Some(cx.waker())) {
-                    Ok(Queued::Sent(sent)) => {
-                        // Its answer wakes this task: no need to look now.
-                        this.step = ReleaseStep::Waiting { id: sent.id, ticket: sent.ticket, lost_before };
+                if st.closed {
+                    this.step = ReleaseStep::Done;
+                    return Poll::Ready(st.end_release(&g, lost_before, Err(Error::Closed)));
+                }
+                let mut req = Req::new(Op::RELEASE, g.key.clone());
+                req.token = g.token;
+                req.forget = true;
+                let bound = Bound::After(inner.opts.request_timeout);
+                // Queued with this task's waker, in this poll (as `Inner::call` does); its answer
+                // wakes this task: no need to look now.
+                match st.queue_call(inner, req, Some(cx.waker()), None, bound) {
+                    Ok((id, ticket)) => {
+                        this.step = ReleaseStep::Waiting { id, ticket, lost_before };
                         Poll::Pending
                     }
-                    Ok(Queued::NoConnection(req, conn_rx)) => {
+                    Err(req) => {
+                        let conn_rx = inner.conn_tx.subscribe();
+                        drop(st);
                         let mut f: Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> =
                             Box::pin(async move {
                                 let r = inner.call_when_connected(req, conn_rx).await;
-                                shared.end_release(inner, lost_before, r)
+                                inner.lock_state().end_release(&g, lost_before, r)
                             });
                         let out = f.as_mut().poll(cx);
                         this.step = if out.is_ready() { ReleaseStep::Done } else { ReleaseStep::Boxed(f) };
                         out
                     }
-                    Err(e) => {
-                        this.step = ReleaseStep::Done;
-                        Poll::Ready(shared.end_release(inner, lost_before, Err(e)))
-                    }
                 }
             }
             ReleaseStep::Waiting { ticket, lost_before, .. } => {
-                let answer = ready!(inner.poll_answer(ticket, cx));
+                let mut st = inner.lock_state();
+                let Poll::Ready(answer) = st.poll_answer(ticket, cx) else { return Poll::Pending };
                 this.step = ReleaseStep::Done;
-                let r = reply_of(Op::RELEASE, answer);
-                Poll::Ready(shared.end_release(inner, lost_before, r))
+                Poll::Ready(st.end_release(&g, lost_before, reply_of(Op::RELEASE, answer)))
             }
             ReleaseStep::Boxed(ref mut f) => {
-                let out = ready!(f.as_mut().poll(cx));
+                let out = std::task::ready!(f.as_mut().poll(cx));
                 this.step = ReleaseStep::Done;
                 Poll::Ready(out)
             }
             ReleaseStep::Done => panic!("release future polled after completion"),
         }
+    }
+}
+
+/// Releases the lock `g` and then forgets it (a grant whose acquire was withdrawn: nobody has
+/// its [`Lock`]), within `deadline`; past it, the release finishes in the background.
+pub(crate) async fn release_unclaimed(inner: &Inner, g: Gate<'_>, deadline: Instant) {
+    let done = tokio::time::timeout_at(deadline, ReleaseFuture::new(inner, g)).await.is_ok();
+    let mut st = inner.lock_state();
+    if done {
+        st.drop_lock(g.token, g.era);
+    } else {
+        st.abandon_lock(g.token, g.era, g.key.clone());
     }
 }
 
@@ -477,62 +506,67 @@ impl<'a> Future for ReleaseFuture<'a> {
 /// keep-alive stops); call [`release`](Lock::release), or turn it into a [`LockGuard`] that
 /// releases on drop. Any task holding the token may release or extend the lock.
 pub struct Lock {
-    /// Always there but in the drop, which moves it into the pool of lock states (a clone and
-    /// a drop of it would be two more updates of its reference count).
-    shared: Option<Arc<LockShared>>,
     client: Client,
+    key: Key,
+    token: u64,
+    /// Its state's era (see [`Held::era`]).
+    era: u32,
 }
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = self.shared().state();
+        let (lease_ms, released, lost) = self
+            .state(|h| h.map_or((0, false, Some(LostReason::ServerRestarted)), |h| (h.lease_ms, h.released, h.lost)));
         f.debug_struct("Lock")
-            .field("key", &key_text(&self.shared().key))
-            .field("token", &self.shared().token)
-            .field("lease_ms", &s.lease_ms)
-            .field("released", &s.released)
-            .field("lost", &s.lost)
+            .field("key", &key_text(&self.key))
+            .field("token", &self.token)
+            .field("lease_ms", &lease_ms)
+            .field("released", &released)
+            .field("lost", &lost)
             .finish()
     }
 }
 
 impl Lock {
-    pub(crate) fn new(shared: Arc<LockShared>, client: Client) -> Lock {
-        Lock { shared: Some(shared), client }
+    pub(crate) fn new(client: Client, key: Key, token: u64, era: u32) -> Lock {
+        Lock { client, key, token, era }
     }
 
-    fn shared(&self) -> &Arc<LockShared> {
-        match &self.shared {
-            Some(s) => s,
-            None => unreachable!("a lock's state is taken only by its drop"),
-        }
+    /// Runs `f` with the lock's state (`None`: a server restart replaced it, see [`Held::era`]).
+    fn state<T>(&self, f: impl FnOnce(Option<&mut Held>) -> T) -> T {
+        let mut st = self.client.inner().lock_state();
+        f(st.lock_entry(self.token, self.era))
+    }
+
+    fn gate(&self) -> Gate<'_> {
+        Gate { token: self.token, era: self.era, key: &self.key }
     }
 
     /// The key.
     pub fn key(&self) -> &[u8] {
-        &self.shared().key
+        &self.key
     }
 
     /// The fencing token: larger than every token granted before it, on any key.
     pub fn token(&self) -> u64 {
-        self.shared().token
+        self.token
     }
 
     /// The lease last granted (by the acquire or the last successful extend).
     pub fn lease(&self) -> Duration {
-        Duration::from_millis(self.shared().state().lease_ms.into())
+        Duration::from_millis(self.state(|h| h.map_or(0, |h| h.lease_ms)).into())
     }
 
     /// The local deadline: the end of the lease measured from when its request was sent, never
     /// later than the server's. A successful extend moves it. The lost signal fires
     /// `min(5 ms, lease / 10)` before it.
     pub fn deadline(&self) -> std::time::Instant {
-        self.shared().state().deadline.into_std()
+        self.state(|h| h.map_or_else(Instant::now, |h| h.deadline)).into_std()
     }
 
     /// Why the lock was lost, or `None` while it is not lost.
     pub fn lost_reason(&self) -> Option<LostReason> {
-        self.shared().state().lost
+        self.state(|h| h.map_or(Some(LostReason::ServerRestarted), |h| h.lost))
     }
 
     /// Whether the lock is lost.
@@ -542,7 +576,7 @@ impl Lock {
 
     /// Whether a release of this lock succeeded.
     pub fn is_released(&self) -> bool {
-        self.shared().state().released
+        self.state(|h| h.is_some_and(|h| h.released))
     }
 
     /// Resolves when the lock is lost, with the reason (at once if it already is). Never resolves
@@ -557,8 +591,9 @@ impl Lock {
     /// # }
     /// ```
     pub async fn lost(&self) -> LostReason {
-        let mut rx = self.shared().state().lost_rx();
-        // The sender lives in `self`, so `wait_for` can only end with a reason.
+        let mut rx = self.lost_watch();
+        // The sender lives in the lock's state, which lives as long as `self`: `wait_for` can
+        // only end with a reason.
         let reason = rx.wait_for(Option::is_some).await.map(|r| *r);
         match reason {
             Ok(r) => r.unwrap_or(LostReason::Expired),
@@ -567,9 +602,13 @@ impl Lock {
     }
 
     /// A watch channel of the lost reason (`None` while not lost), for tasks that outlive a borrow
-    /// of the lock. The sender is dropped with the lock's last handle.
+    /// of the lock. The sender is dropped with the lock.
     pub fn lost_watch(&self) -> watch::Receiver<Option<LostReason>> {
-        self.shared().state().lost_rx()
+        self.state(|h| match h {
+            Some(h) => h.lost_rx(),
+            // A state the restart replaced: lost, and nothing more will change.
+            None => watch::Sender::new(Some(LostReason::ServerRestarted)).subscribe(),
+        })
     }
 
     /// Releases the lock: the next waiter is granted at once.
@@ -581,20 +620,20 @@ impl Lock {
     /// the release is sent. On a transport error ([`Error::Timeout`], ...) the lock is still
     /// held as far as the client knows; call it again.
     pub fn release(&self) -> impl Future<Output = Result<(), Error>> + Send + '_ {
-        self.shared().release(self.client.inner())
+        ReleaseFuture::new(self.client.inner(), self.gate())
     }
 
     /// Sets the lease to `lease` from now (it may shorten it) and moves the local deadline;
     /// returns the lease granted. Fails with [`Error::LockLost`] when the lock is lost or the
     /// server answers `NOT_HELD` (which makes it lost).
     pub async fn extend(&self, lease: Duration) -> Result<Duration, Error> {
-        self.shared().extend(self.client.inner(), lease).await
+        extend_lock(self.client.inner(), self.gate(), lease).await
     }
 
     /// Asks the server whether this lock's token still holds its key (`INSPECT` with the
     /// token). Does not change the lost signal.
     pub async fn verify(&self) -> Result<bool, Error> {
-        Ok(self.client.inspect_token(&self.shared().key, self.shared().token).await?.token_matches)
+        Ok(self.client.inspect_token(&self.key, self.token).await?.token_matches)
     }
 
     /// The client this lock was acquired through.
@@ -604,23 +643,14 @@ impl Lock {
 
     /// Turns the lock into a guard that releases it when dropped.
     pub fn into_guard(self) -> LockGuard {
-        LockGuard { lock: self, armed: true }
+        LockGuard { lock: Some(self) }
     }
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        let Some(mut shared) = self.shared.take() else { return };
-        // The last reference to the lock's state (released or lost, so out of the client's table,
-        // and no keep-alive task): the allocation is kept for a next grant (`LockShared::renew`).
-        if let Some(s) = Arc::get_mut(&mut shared) {
-            // What the lock's last handle lets go of goes now, as without the pool: the lost
-            // signal's sender (its watchers see it closed), the keep-alive task's handle.
-            let s = s.state.get_mut().unwrap_or_else(PoisonError::into_inner);
-            s.lost_tx = None;
-            s.keepalive = None;
-            pool_put(shared);
-        }
+        // A lock not released runs out its lease on the server.
+        self.client.inner().lock_state().drop_lock(self.token, self.era);
     }
 }
 
@@ -631,27 +661,34 @@ impl Drop for Lock {
 /// A guard dropped while the lock is lost still tells the server (which may still hold it).
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
-    lock: Lock,
-    armed: bool,
+    /// Always there but in [`release`](LockGuard::release), [`into_lock`](LockGuard::into_lock)
+    /// and the drop, which take it.
+    lock: Option<Lock>,
 }
 
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("LockGuard").field(&self.lock).finish()
+        f.debug_tuple("LockGuard").field(&**self).finish()
     }
 }
 
 impl LockGuard {
+    fn take(&mut self) -> Lock {
+        match self.lock.take() {
+            Some(l) => l,
+            None => unreachable!("a guard's lock is taken only once, by a method that consumes it"),
+        }
+    }
+
     /// Releases the lock and reports the outcome (see [`Lock::release`]).
     pub async fn release(mut self) -> Result<(), Error> {
-        self.armed = false;
-        self.lock.release().await
+        let lock = self.take();
+        lock.release().await
     }
 
     /// Takes the lock back out of the guard: dropping it then no longer releases it.
     pub fn into_lock(mut self) -> Lock {
-        self.armed = false;
-        Lock::new(Arc::clone(self.lock.shared()), self.lock.client.clone())
+        self.take()
     }
 }
 
@@ -659,15 +696,20 @@ impl Deref for LockGuard {
     type Target = Lock;
 
     fn deref(&self) -> &Lock {
-        &self.lock
+        match &self.lock {
+            Some(l) => l,
+            None => unreachable!("a guard's lock is taken only once, by a method that consumes it"),
+        }
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.armed && !self.lock.is_released() {
-            let lock = Lock::new(Arc::clone(self.lock.shared()), self.lock.client.clone());
-            self.lock.client.inner().runtime.spawn(async move {
+        if let Some(lock) = self.lock.take()
+            && !lock.is_released()
+        {
+            let runtime = lock.client.inner().runtime.clone();
+            runtime.spawn(async move {
                 let _ = lock.release().await;
             });
         }

@@ -131,6 +131,21 @@ impl<V> IdTable<V> {
         if self.overflow.is_empty() { None } else { self.overflow.remove(&key) }
     }
 
+    /// [`remove`](IdTable::remove), dropping the value where it is (a large one is not moved
+    /// out first); returns whether it was there.
+    #[inline]
+    pub fn delete(&mut self, key: u64) -> bool {
+        let i = self.place(key);
+        if let Some(slot) = self.slots.get_mut(i)
+            && slot.as_ref().is_some_and(|(k, _)| *k == key)
+        {
+            self.in_slots -= 1;
+            *slot = None;
+            return true;
+        }
+        !self.overflow.is_empty() && self.overflow.remove(&key).is_some()
+    }
+
     /// The entries, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, &V)> {
         let slots = self.slots.iter().filter_map(|s| s.as_ref().map(|(k, v)| (*k, v)));

@@ -365,6 +365,20 @@ async fn a_new_state_id_loses_every_lock_and_fails_every_request() {
     let err = lock.release().await.expect_err("lost");
     assert_eq!(err.lost_reason(), Some(LostReason::ServerRestarted));
     assert!(conn.read_within(Duration::from_millis(100)).await.is_none(), "nothing to release on the new server");
+    // A lock of the new server with the old one's token (a server that broke the promise that
+    // tokens never repeat, or another cluster) is a lock of its own: the old one stays lost.
+    let new = hold(&client, &mut conn, "held", 5).await;
+    assert_eq!(new.lost_reason(), None);
+    assert_eq!(lock.lost_reason(), Some(LostReason::ServerRestarted));
+    drop(lock);
+    assert!(client.holds("held"), "dropping the old lock leaves the new one");
+    let c = client.clone();
+    let rel = tokio::spawn(async move { new.release().await });
+    let r = conn.read_op(Op::RELEASE).await;
+    assert_eq!(r.token, 5);
+    conn.ok(&r).await;
+    rel.await.unwrap().expect("released");
+    assert!(!c.holds("held"));
 }
 
 #[tokio::test]
@@ -934,6 +948,32 @@ async fn keepalive_extends_until_release_and_never_after() {
     res.expect("released");
     assert!(lock.is_released());
     assert!(conn.read_within(Duration::from_millis(400)).await.is_none(), "no EXTEND after the release");
+}
+
+#[tokio::test]
+async fn a_dropped_lock_is_forgotten_at_once_and_sends_nothing() {
+    let fake = FakeServer::bind().await;
+    let (client, mut conn) = connect(&fake, opts(&fake.addr), &FakeOpts::default()).await;
+    let c = client.clone();
+    let task = tokio::spawn(async move { c.acquire("k", Duration::from_millis(150)).keep_alive(true).await });
+    let r = conn.read_op(Op::ACQUIRE).await;
+    conn.grant(&r, 9, 0).await;
+    let lock = task.await.unwrap().expect("granted");
+    let mut lost = lock.lost_watch();
+    assert!(client.holds("k"));
+    drop(lock);
+    // Its state left with it: not held, its lost signal's sender gone, keep-alive stopped (no
+    // EXTEND, no RELEASE), and an EXPIRED for it changes nothing.
+    assert!(!client.holds("k"));
+    assert!(lost.changed().await.is_err(), "the lost signal closes with the lock");
+    assert_eq!(*lost.borrow(), None, "never fired");
+    conn.send(Response { op: Op::EXPIRED, token: 9, data: b"k", ..Response::default() }).await;
+    assert!(conn.read_within(Duration::from_millis(300)).await.is_none(), "nothing sent for a dropped lock");
+    let c = client.clone();
+    let p = tokio::spawn(async move { c.ping().await });
+    let r = conn.read_op(Op::PING).await;
+    conn.ok(&r).await;
+    p.await.unwrap().expect("the connection lives on");
 }
 
 #[tokio::test]

@@ -255,6 +255,9 @@ pub(crate) struct State {
     /// When the batch of answers the reader handled last arrived, until the writer next takes
     /// the output (see [`State::stamp`]).
     pub clock: Option<Instant>,
+    /// `clock` is kept past the writer's next pass, which was queued before the batch's callers
+    /// (and then comes round once more, after them).
+    pub clock_kept: bool,
     /// Why the last reconnect round failed.
     pub last_error: Option<Error>,
     /// The callers' answer slots, by [`Waiter`] ticket, and the free ones.
@@ -1114,6 +1117,7 @@ impl Client {
             closed: false,
             hint: None,
             clock: None,
+            clock_kept: false,
             last_error: None,
             slots: Vec::new(),
             free_slots: Vec::new(),

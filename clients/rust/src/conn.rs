@@ -460,6 +460,7 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
             // Woken below.
             st.out = Some(Outbox { buf, wake: wake.clone(), due: true });
             st.clock = None;
+            st.clock_kept = false;
             st.epoch += 1;
             let epoch = st.epoch;
             let mut cancels: Vec<u64> = st
@@ -595,6 +596,7 @@ fn disconnect(inner: &Arc<Inner>, end: &str) {
         let mut st = inner.lock_state();
         st.out = None;
         st.clock = None;
+        st.clock_kept = false;
         st.epoch += 1;
         let grace = st.grace;
         if grace.is_zero() {
@@ -661,11 +663,19 @@ async fn write_loop(
             if st.epoch != epoch {
                 return ConnEnd::Stale;
             }
-            // Requests queued from now on are stamped with the clock (see `State::stamp`).
-            st.clock = None;
+            // Requests queued from now on are stamped with the clock (see `State::stamp`), unless
+            // this pass was due before the reader's last batch: its callers run after this pass
+            // then, and the next pass (made sure to come right after them) ends their stamp.
+            let again = std::mem::take(&mut st.clock_kept);
+            if !again {
+                st.clock = None;
+            }
             if let Some(out) = st.out.as_mut() {
-                out.due = false;
+                out.due = again;
                 std::mem::swap(&mut out.buf, &mut spare);
+            }
+            if again {
+                wake.notify_one();
             }
         }
         if closing {
@@ -785,7 +795,10 @@ fn process(inner: &Arc<Inner>, buf: &[u8], epoch: u64, now: Instant, stamp: bool
             && end.is_none()
             && let Some(out) = st.out.as_mut()
         {
-            if !out.due {
+            if out.due {
+                // The writer's pass is queued already, ahead of the callers just woken.
+                st.clock_kept = true;
+            } else {
                 out.due = true;
                 out.wake.notify_one();
             }

@@ -285,6 +285,24 @@ async fn goaway_moves_to_the_leader_and_resumes_a_queued_acquire() {
 }
 
 #[tokio::test]
+async fn a_request_made_after_a_pause_counts_its_lease_from_then() {
+    // Requests queued right after a batch of answers share the batch's time (the clock is read
+    // once per batch); one queued later must read the clock, or its deadline would come early.
+    let fake = FakeServer::bind().await;
+    let (client, mut conn) = connect(&fake, opts(&fake.addr), &FakeOpts::default()).await;
+    let _held = hold(&client, &mut conn, "a", 3).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let c = client.clone();
+    let asked = std::time::Instant::now();
+    let task = tokio::spawn(async move { c.acquire("b", Duration::from_secs(1)).await });
+    let r = conn.read_op(Op::ACQUIRE).await;
+    conn.grant(&r, 4, 0).await;
+    let lock = task.await.unwrap().expect("granted");
+    let lease = lock.deadline() - asked;
+    assert!(lease >= Duration::from_millis(990), "the lease counts from before the pause: {lease:?}");
+}
+
+#[tokio::test]
 async fn resume_resends_unanswered_requests_in_id_order_before_new_ones() {
     let fake = FakeServer::bind().await;
     let (client, mut conn) = connect(&fake, opts(&fake.addr), &FakeOpts::default()).await;

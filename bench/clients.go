@@ -159,6 +159,7 @@ func (b *bench) buildClients() {
 
 // clientRun is one run of one client program.
 type clientRun struct {
+	round       int // which repetition it belongs to (the clients run one after another per round)
 	pairsPerSec float64
 	clientCPU   float64 // cores
 	serverCPU   float64
@@ -248,6 +249,7 @@ func (b *bench) workloadClients() error {
 				}
 				run = r
 			}
+			run.round = rep
 			logf("(clients) run %d/%d  %-7s 1 conn, %d in flight  %9.0f pairs/s (%9.0f ops/s)  client CPU %.2f  server CPU %.2f  errors %d",
 				rep+1, o.repeat, name, o.clientInFlight, run.pairsPerSec, 2*run.pairsPerSec, run.clientCPU, run.serverCPU, run.errors)
 			runs[name] = append(runs[name], run)
@@ -292,6 +294,7 @@ func (b *bench) workloadClients() error {
 		r.PairsPerSec = medianF(vals)
 		r.OpsPerSec = round1(2 * r.PairsPerSec)
 		r.ClientCPU, r.ServerCPU = round2(med.clientCPU), round2(med.serverCPU)
+		r.CPUPerPairUS, r.VsRawPairs, r.VsRawCPUPerPair = perPairFigures(rs, runs["go-raw"])
 		r.WindowS = round2(secs)
 		if p.skipped != "" {
 			r.Note += "; some runs failed: " + p.skipped
@@ -299,4 +302,50 @@ func (b *bench) workloadClients() error {
 		b.records = append(b.records, r)
 	}
 	return nil
+}
+
+// cpuPerPairUS is a run's client CPU per acquire+release pair, in microseconds (0: no pairs).
+func cpuPerPairUS(r *clientRun) float64 {
+	if r.pairsPerSec <= 0 {
+		return 0
+	}
+	return r.clientCPU / r.pairsPerSec * 1e6
+}
+
+// perPairFigures returns the median client CPU per pair of rs (µs) and, against the raw driver's
+// runs, the median over the rounds both ran of the round's ratios: pairs/s, and client CPU per
+// pair. A ratio within a round cancels the machine's drift between rounds, which a ratio of
+// medians does not (on a shared VM the raw driver's runs may spread 2x within one series).
+func perPairFigures(rs, raw []*clientRun) (cpuPerPair, vsRawPairs, vsRawCPU float64) {
+	var cpu, pairs, cpuRatio []float64
+	rawByRound := map[int]*clientRun{}
+	for _, x := range raw {
+		rawByRound[x.round] = x
+	}
+	for _, x := range rs {
+		c := cpuPerPairUS(x)
+		cpu = append(cpu, c)
+		if w := rawByRound[x.round]; w != nil && w.pairsPerSec > 0 && cpuPerPairUS(w) > 0 {
+			pairs = append(pairs, x.pairsPerSec/w.pairsPerSec)
+			cpuRatio = append(cpuRatio, c/cpuPerPairUS(w))
+		}
+	}
+	if len(cpu) > 0 {
+		cpuPerPair = float64(int64(medianExact(cpu)*1000+0.5)) / 1000
+	}
+	if len(pairs) > 0 {
+		vsRawPairs, vsRawCPU = round2(medianExact(pairs)), round2(medianExact(cpuRatio))
+	}
+	return cpuPerPair, vsRawPairs, vsRawCPU
+}
+
+// medianExact is the median of v (not empty), unrounded (medianF rounds to 0.1, for ops/s).
+func medianExact(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }

@@ -71,7 +71,12 @@ type Record struct {
 	InFlight    int     `json:"in_flight,omitempty"`
 	PairsPerSec float64 `json:"pairs_per_sec,omitempty"`
 	ClientCPU   float64 `json:"client_cpu_cores,omitempty"`
-	Skipped     string  `json:"skipped,omitempty"` // why a figure is missing
+	// Client CPU per pair (median over runs), and against the raw driver the median over rounds
+	// of each round's ratio (see perPairFigures).
+	CPUPerPairUS    float64 `json:"client_cpu_us_per_pair,omitempty"`
+	VsRawPairs      float64 `json:"vs_raw_pairs_per_sec_per_round,omitempty"`
+	VsRawCPUPerPair float64 `json:"vs_raw_client_cpu_per_pair_per_round,omitempty"`
+	Skipped         string  `json:"skipped,omitempty"` // why a figure is missing
 
 	Metrics string `json:"metrics,omitempty"` // metrics workload: on or off
 	Setting string `json:"setting,omitempty"` // the server environment of the point

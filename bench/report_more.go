@@ -35,14 +35,14 @@ func (b *bench) markdownMore() string {
 		w("### Clients: pipelined acquire+release pairs on one connection, %d in flight, %v per run, same server build, fresh server per run%s\n\n",
 			o.clientInFlight, o.clientDuration, b.loadNote("clients"))
 		goRec, rawRec := b.findClient("go"), b.findClient("go-raw")
-		w("| client | pairs/s | ops/s | runs (pairs/s) | vs Go client | vs raw driver | client CPU | server CPU | errors | how |\n|---|---:|---:|---|---:|---:|---:|---:|---:|---|\n")
+		w("| client | pairs/s | ops/s | runs (pairs/s) | vs Go client | vs raw driver | client CPU | server CPU | client CPU per pair | vs raw, per round: pairs/s | vs raw, per round: CPU per pair | errors | how |\n|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, name := range o.clients {
 			r := b.findClient(name)
 			if r == nil {
 				continue
 			}
 			if r.Skipped != "" {
-				w("| %s | — | — | | | | | | | skipped: %s |\n", name, r.Skipped)
+				w("| %s | — | — | | | | | | | | | | skipped: %s |\n", name, r.Skipped)
 				continue
 			}
 			vsGo, vsRaw := "", ""
@@ -52,9 +52,17 @@ func (b *bench) markdownMore() string {
 			if rawRec != nil && rawRec.PairsPerSec > 0 {
 				vsRaw = ratio(r.PairsPerSec, rawRec.PairsPerSec)
 			}
-			w("| %s | %.0f | %.0f | %s | %s | %s | %.2f | %.2f | %d | %s |\n", name, r.PairsPerSec, r.OpsPerSec, kopsList(r.Runs), vsGo, vsRaw, r.ClientCPU, r.ServerCPU, r.Errors, r.Note)
+			perRound, perRoundCPU := "", ""
+			if r.VsRawPairs > 0 {
+				perRound, perRoundCPU = fmt.Sprintf("%.2fx", r.VsRawPairs), fmt.Sprintf("%.2fx", r.VsRawCPUPerPair)
+			}
+			w("| %s | %.0f | %.0f | %s | %s | %s | %.2f | %.2f | %.3f µs | %s | %s | %d | %s |\n", name, r.PairsPerSec, r.OpsPerSec, kopsList(r.Runs), vsGo, vsRaw, r.ClientCPU, r.ServerCPU, r.CPUPerPairUS, perRound, perRoundCPU, r.Errors, r.Note)
 		}
-		w("\nCPU in cores over the run; the client and the server share the machine's %d CPUs, so a client that needs more CPU per pair leaves less to the server.\n\n", b.meta.CPUs)
+		share := fmt.Sprintf("the client and the server share the machine's %d CPUs, so a client that needs more CPU per pair leaves less to the server", b.meta.CPUs)
+		if o.serverCPUs != "" {
+			share = fmt.Sprintf("the server ran on CPUs %s only, the client on the CPUs the harness was started on", o.serverCPUs)
+		}
+		w("\nCPU in cores over the run; %s. \"Per round\": the median over the rounds of the client's figure divided by the raw driver's in the same round (the clients run one after another in each round), which cancels the machine's drift between rounds.\n\n", share)
 	}
 	if o.workloads["cluster"] {
 		w("### Cluster: %d-member Ticketing beside %d-member etcd%s\n\n", o.clusterNodes, o.clusterNodes, b.loadNote("cluster"))

@@ -54,3 +54,26 @@ func TestCompareBaseline(t *testing.T) {
 		t.Errorf("other CPU: the report does not say how to measure the baseline again:\n%s", rep)
 	}
 }
+
+// TestPerPairFigures: a client's runs are compared with the raw driver's run of the same round
+// (a round the raw driver missed counts for the client's own CPU per pair only), and each figure
+// is the median over rounds.
+func TestPerPairFigures(t *testing.T) {
+	raw := []*clientRun{
+		{round: 0, pairsPerSec: 1000, clientCPU: 1.0}, // 1,000 µs per pair
+		{round: 1, pairsPerSec: 500, clientCPU: 1.0},  // 2,000 µs: the machine slowed down
+		{round: 2, pairsPerSec: 1000, clientCPU: 1.0},
+	}
+	c := []*clientRun{
+		{round: 0, pairsPerSec: 800, clientCPU: 1.2},  // 1,500 µs: 0.8x pairs, 1.5x CPU
+		{round: 1, pairsPerSec: 400, clientCPU: 1.2},  // 3,000 µs: 0.8x, 1.5x
+		{round: 3, pairsPerSec: 1000, clientCPU: 0.5}, // no raw run that round: 500 µs, no ratio
+	}
+	cpu, pairs, cpuRatio := perPairFigures(c, raw)
+	if cpu != 1500 || pairs != 0.8 || cpuRatio != 1.5 {
+		t.Fatalf("got %v µs per pair, %vx pairs, %vx CPU per pair; want 1500, 0.8, 1.5", cpu, pairs, cpuRatio)
+	}
+	if _, p, r := perPairFigures(c, nil); p != 0 || r != 0 {
+		t.Fatalf("without a raw driver: %v, %v; want no ratios", p, r)
+	}
+}

@@ -131,9 +131,9 @@ pub(crate) struct Req {
     pub lease_ms: u32,
     pub wait_ms: u32,
     pub key: Key,
-    /// A [`Lock`](crate::Lock)'s own `RELEASE`: its `OK`, delivered to the caller, takes the lock
-    /// out of the client's table and timers (with the state the answer is handled under, rather
-    /// than locking it again).
+    /// A [`Lock`](crate::Lock)'s own `RELEASE`: its `OK`, delivered to the caller, marks the
+    /// lock released and takes it out of the deadline timers (under the state the answer is
+    /// handled under, rather than locking it again).
     pub forget: bool,
 }
 

@@ -8,7 +8,7 @@ BIN := bin/ticketing
 CLIENTS := go python js rust c java ruby csharp
 
 .PHONY: all build run setup test test-server test-fuzz test-cluster test-clients test-conformance test-bench test-adminpage test-conformance-cluster chaos \
-	$(addprefix test-,$(CLIENTS)) vet fuzz bench bench-quick clean
+	$(addprefix test-,$(CLIENTS)) vet fuzz bench bench-quick bench-clients clean
 
 all: build
 
@@ -100,7 +100,7 @@ test-adminpage: build
 fuzz:
 	$(MAKE) test-fuzz FUZZN=20000000x FUZZN_SERVER=50000x FUZZTIMEOUT=30m
 
-bench bench-quick: ; $(MAKE) -C bench $@
+bench bench-quick bench-clients: ; $(MAKE) -C bench $@
 
 clean:
 	rm -rf bin

@@ -208,22 +208,51 @@ func (m *metrics) newPrefix(name string) *prefixMetrics {
 }
 
 // keyPrefix is the part of key that names its prefix series (see the package comment above),
-// cut at maxPrefixLen+1 bytes: a longer prefix counts as "other" whatever follows. It looks at
-// eight bytes at a time.
-func keyPrefix(key []byte) []byte {
+// cut at maxPrefixLen+1 bytes (a longer prefix counts as "other" whatever follows), and its hash
+// for prefixIndex. One pass, eight bytes at a time: the words before the one holding the first
+// separator are hashed as they are scanned, and that word (or the last, short one) ends the
+// hash with the prefix's bytes in it. The hash depends on the prefix alone.
+func keyPrefix(key []byte) ([]byte, uint64) {
+	const k2 = 0xbf58476d1ce4e5b9
 	n := min(len(key), maxPrefixLen+1)
+	h := uint64(0)
 	i := 0
 	for ; i+8 <= n; i += 8 {
-		if m := separators(binary.LittleEndian.Uint64(key[i:])); m != 0 {
-			return key[:i+bits.TrailingZeros64(m)/8]
+		w := binary.LittleEndian.Uint64(key[i:])
+		if m := separators(w); m != 0 {
+			j := bits.TrailingZeros64(m) / 8
+			return key[:i+j], prefixHashEnd(h, w&(1<<(8*j)-1), i+j)
+		}
+		h = (h ^ w) * k2
+		h ^= h >> 31
+	}
+	if i == n {
+		return key[:n], prefixHashEnd(h, 0, n)
+	}
+	// The last 1-7 bytes, in the low bytes of w (the bytes above them are zero, no separator).
+	var w uint64
+	if n >= 8 {
+		w = binary.LittleEndian.Uint64(key[n-8:]) >> (8 * (8 - (n - i)))
+	} else {
+		for k := n - 1; k >= 0; k-- {
+			w = w<<8 | uint64(key[k])
 		}
 	}
-	for ; i < n; i++ {
-		if key[i] == ':' || key[i] == '/' {
-			return key[:i]
-		}
+	if m := separators(w); m != 0 {
+		j := bits.TrailingZeros64(m) / 8
+		return key[:i+j], prefixHashEnd(h, w&(1<<(8*j)-1), i+j)
 	}
-	return key[:n]
+	return key[:n], prefixHashEnd(h, w, n)
+}
+
+// prefixHashEnd ends a prefix's hash: h over its whole words, last its remaining bytes (low
+// bytes first), n its length.
+func prefixHashEnd(h, last uint64, n int) uint64 {
+	const k1, k2 = 0x9e3779b97f4a7c15, 0xbf58476d1ce4e5b9
+	h = (h ^ last ^ uint64(n)*k1) * k2
+	h ^= h >> 32
+	h *= 0xd6e8feb86659fd93
+	return h ^ h>>32
 }
 
 // separators marks the bytes of w that are ':' or '/' (bit 7 of each; exact for the lowest
@@ -236,11 +265,11 @@ func separators(w uint64) uint64 {
 
 // prefix returns key's series. Server.mu must be held.
 func (m *metrics) prefix(key []byte) *prefixMetrics {
-	p := keyPrefix(key)
+	p, h := keyPrefix(key)
 	if l := m.last; l != nil && string(p) == l.name {
 		return l
 	}
-	pm, slot, h := m.prefixes.find(p)
+	pm, slot := m.prefixes.find(p, h)
 	if pm != nil {
 		m.last = pm
 		return pm
@@ -266,42 +295,17 @@ type prefixIndex [8 * maxPrefixes]struct {
 	p *prefixMetrics
 }
 
-// find returns p's series, or nil and the empty slot where it would go (with p's hash).
-func (x *prefixIndex) find(p []byte) (*prefixMetrics, int, uint64) {
-	h := prefixHash(p)
+// find returns p's series (h: its hash, from keyPrefix), or nil and the empty slot where it
+// would go.
+func (x *prefixIndex) find(p []byte, h uint64) (*prefixMetrics, int) {
 	i := int(h >> 56) // 256 slots
 	for x[i].p != nil {
 		if x[i].h == h && x[i].p.name == string(p) {
-			return x[i].p, i, h
+			return x[i].p, i
 		}
 		i = (i + 1) % len(x)
 	}
-	return nil, i, h
-}
-
-// prefixHash hashes p a word at a time; its last 8 bytes (below 8: two overlapping half-words,
-// or three bytes) overlap what came before instead of being assembled byte by byte.
-func prefixHash(p []byte) uint64 {
-	const k1, k2 = 0x9e3779b97f4a7c15, 0xbf58476d1ce4e5b9
-	n := len(p)
-	h := uint64(n) * k1
-	var last uint64
-	switch {
-	case n >= 8:
-		for i := 0; i+8 < n; i += 8 {
-			h = (h ^ binary.LittleEndian.Uint64(p[i:])) * k2
-			h ^= h >> 31
-		}
-		last = binary.LittleEndian.Uint64(p[n-8:])
-	case n >= 4:
-		last = uint64(binary.LittleEndian.Uint32(p)) | uint64(binary.LittleEndian.Uint32(p[n-4:]))<<32
-	case n > 0:
-		last = uint64(p[0]) | uint64(p[n/2])<<8 | uint64(p[n-1])<<16
-	}
-	h = (h ^ last) * k2
-	h ^= h >> 32
-	h *= 0xd6e8feb86659fd93
-	return h ^ h>>32
+	return nil, i
 }
 
 func seconds(ns int64) float64 { return float64(ns) / 1e9 }

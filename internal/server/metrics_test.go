@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -521,4 +522,74 @@ func BenchmarkRequestPathMetrics(b *testing.B) {
 // warmQueuedOf is 1 when the warm-up acquire of TestMetricsKnownWorkload queued behind storage.
 func warmQueuedOf(g map[string]*dto.Metric) float64 {
 	return g["ticketing_queued_total{prefix=warm}"].GetCounter().GetValue()
+}
+
+// TestKeyPrefix: keyPrefix cuts a key at its first ':' or '/' (the whole key when it has
+// neither, at most maxPrefixLen+1 bytes), whatever the lengths and positions around the 8-byte
+// words it scans, and its hash depends on the prefix alone (the index finds a prefix whatever key
+// it came from).
+func TestKeyPrefix(t *testing.T) {
+	ref := func(key []byte) []byte {
+		n := min(len(key), maxPrefixLen+1)
+		for i := 0; i < n; i++ {
+			if key[i] == ':' || key[i] == '/' {
+				return key[:i]
+			}
+		}
+		return key[:n]
+	}
+	rng := uint64(1)
+	next := func(n int) int { rng = rng*6364136223846793005 + 1442695040888963407; return int(rng>>33) % n }
+	hashes := map[string]uint64{}
+	for range 200000 {
+		key := make([]byte, next(90))
+		for i := range key {
+			key[i] = "ab:/\x00\xffz-"[next(8)]
+			if next(4) != 0 {
+				key[i] = "abcxyz-_."[next(9)] // mostly no separator
+			}
+		}
+		p, h := keyPrefix(key)
+		if want := ref(key); !bytes.Equal(p, want) {
+			t.Fatalf("keyPrefix(%q) = %q, want %q", key, p, want)
+		}
+		if old, ok := hashes[string(p)]; ok && old != h {
+			t.Fatalf("prefix %q hashed %x from %q but %x before", p, h, key, old)
+		}
+		hashes[string(p)] = h
+	}
+	if len(hashes) < 1000 {
+		t.Fatalf("only %d distinct prefixes: the keys are not varied enough", len(hashes))
+	}
+	top := map[uint64]int{}
+	for _, h := range hashes {
+		top[h>>56]++
+	}
+	if len(top) < 200 {
+		t.Fatalf("the hashes of %d prefixes pick only %d of 256 slots", len(hashes), len(top))
+	}
+}
+
+// BenchmarkMetricsPrefix: one lock event's prefix lookup for a key without a separator once the
+// index is full (each such key is its own prefix and counts as "other"), the common case for
+// keys like order-1234. On the 2-vCPU AMD VM of 2026-12-01: 50 ns with two slots per prefix,
+// 40 ns with eight, 26 ns with the prefix and its hash found in one pass.
+func BenchmarkMetricsPrefix(b *testing.B) {
+	m := &metrics{}
+	m.other = m.newPrefix(otherPrefix)
+	keys := make([][]byte, 4096)
+	for i := range keys {
+		keys[i] = []byte("bench-rust-12345-" + strconv.Itoa(i))
+	}
+	for _, k := range keys[:2*maxPrefixes] {
+		m.prefix(k)
+	}
+	if m.nprefix != maxPrefixes {
+		b.Fatalf("%d prefixes, want the index full (%d)", m.nprefix, maxPrefixes)
+	}
+	i := 0
+	for b.Loop() {
+		m.prefix(keys[i%len(keys)])
+		i++
+	}
 }

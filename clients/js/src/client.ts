@@ -69,6 +69,7 @@ const CLIENT_OPTIONS = [
 ] as const;
 const ACQUIRE_OPTIONS = ['leaseMs', 'waitTimeoutMs', 'signal', 'timeoutMs', 'keepAlive', 'maxHoldMs', 'refuseHeld', 'throwOnLost'] as const;
 const CALL_OPTIONS = ['signal', 'timeoutMs'] as const;
+const CONNECT_OPTIONS = ['signal'] as const;
 const INSPECT_OPTIONS = ['signal', 'timeoutMs', 'token'] as const;
 
 /** Options of {@link createClient}. Every duration is an integer number of milliseconds; an unknown option is refused. */
@@ -200,6 +201,17 @@ export interface AcquireOptions {
 
 /** Options of {@link Client.tryAcquire}: those of acquire, without a wait. */
 export type TryAcquireOptions = Omit<AcquireOptions, 'waitTimeoutMs'>;
+
+/** Options of {@link Client.connect}. */
+export interface ConnectOptions {
+  /**
+   * Aborting it rejects the connect with a {@link CancelledError} (whose `cause` is the signal's
+   * reason) at once. A dial already under way finishes in the background, bounded by
+   * `connectTimeoutMs`; a connection it makes is kept for later calls.
+   * @default undefined
+   */
+  signal?: AbortSignal;
+}
 
 /** Options of {@link Client.inspect}. */
 export interface InspectOptions extends CallOptions {
@@ -366,11 +378,14 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
    * Before the first connection, a round in which a node answered NOT_LEADER (a cluster electing
    * a leader) is not a failure yet: connect tries again at the shortest reconnect delay until
    * `requestTimeoutMs` has passed since it began (then it rejects with the last round's
-   * {@link UnavailableError}), or until {@link Client.close} / {@link Client.destroy}.
+   * {@link UnavailableError}), or until {@link Client.close} / {@link Client.destroy}, or until
+   * `signal` aborts ({@link CancelledError}).
    */
-  async connect(): Promise<this> {
+  async connect(options: ConnectOptions = {}): Promise<this> {
+    const o = optionsArg<ConnectOptions>('connect options', options, CONNECT_OPTIONS);
+    const signal = signalOption(o.signal);
     this.#checkOpen('connect');
-    await this.#session.connect();
+    await this.#session.connect(signal);
     return this;
   }
 

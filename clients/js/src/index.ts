@@ -26,6 +26,7 @@ export {
   type AcquireOptions,
   type ClientEvents,
   type ClientOptions,
+  type ConnectOptions,
   type InspectOptions,
   type KeyInfo,
   type TryAcquireOptions,

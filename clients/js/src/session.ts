@@ -28,6 +28,7 @@ import type * as tls from 'node:tls';
 import { Connection, formatEndpoint, tryParseEndpoint, type Endpoint } from './connection.js';
 import {
   AuthFailedError,
+  CancelledError,
   ClientClosedError,
   ConnectionLostError,
   NotLeaderError,
@@ -94,6 +95,13 @@ export interface Answer {
 
 type Done = (res: Response | undefined, err?: TicketingError) => void;
 
+/** An explicit connect() call; `giveUpAt` (performance.now() ms) bounds one made before the first connection during an election. */
+interface ConnectWaiter {
+  resolve(): void;
+  reject(e: unknown): void;
+  giveUpAt: number;
+}
+
 /** One request's life: queued (no id), sent (an id, in `#sent`), done. */
 export class Call {
   id = 0n;
@@ -152,8 +160,8 @@ export class Session {
   #election = false;
   #preferred = 0;
   #lastError: TicketingError | undefined;
-  /** Explicit connect() calls; `giveUpAt` (performance.now() ms) bounds one made before the first connection during an election. */
-  #connectWaiters: { resolve(): void; reject(e: unknown): void; giveUpAt: number }[] = [];
+  /** Explicit connect() calls. */
+  #connectWaiters: ConnectWaiter[] = [];
   #answersSinceAck = 0;
   #ack: Call | undefined;
   #hbTimer: NodeJS.Timeout | undefined;
@@ -451,14 +459,31 @@ export class Session {
    * the round (an election): then it keeps trying at the shortest backoff until the request
    * timeout has passed since it began, and rejects with the last round's error.
    */
-  connect(): Promise<void> {
+  connect(signal?: AbortSignal): Promise<void> {
     if (this.#closed) return Promise.reject(new ClientClosedError());
+    if (signal?.aborted) return Promise.reject(new CancelledError('connect: cancelled before it began', { cause: signal.reason }));
     if (this.#conn) return Promise.resolve();
     const giveUpAt = performance.now() + this.opts.requestTimeoutMs;
-    const p = new Promise<void>((resolve, reject) => this.#connectWaiters.push({ resolve, reject, giveUpAt }));
+    let waiter!: ConnectWaiter;
+    const p = new Promise<void>((resolve, reject) => {
+      waiter = { resolve, reject, giveUpAt };
+      this.#connectWaiters.push(waiter);
+    });
+    // Aborted: this connect stops waiting at once; the dial loop goes on only if something else
+    // needs the connection.
+    const onAbort = (): void => {
+      const i = this.#connectWaiters.indexOf(waiter);
+      if (i < 0) return;
+      this.#connectWaiters.splice(i, 1);
+      waiter.reject(new CancelledError('connect: cancelled', { cause: signal!.reason }));
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
     this.#updateRef();
     this.#ensureDialing(true);
-    return p.finally(() => this.#updateRef());
+    return p.finally(() => {
+      signal?.removeEventListener('abort', onAbort);
+      this.#updateRef();
+    });
   }
 
   #needsConnection(): boolean {

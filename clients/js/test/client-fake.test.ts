@@ -197,6 +197,34 @@ describe('handshake', () => {
     await assert.rejects(client.ping({ timeoutMs: 150 }), (e: unknown) => e instanceof TimeoutError && /within 150 ms/.test(e.message));
   });
 
+  test('connect({ signal }): aborting it rejects with CancelledError at once; the client stays usable', async () => {
+    const mute = await muteServer();
+    cleanups.push(() => mute.close());
+    const client = newClient({ endpoints: [mute.addr], connectTimeoutMs: 5000 });
+    const t = performance.now();
+    const reason = new Error('shutting down');
+    const ac = new AbortController();
+    setTimeout(() => ac.abort(reason), 100);
+    await assert.rejects(client.connect({ signal: ac.signal }), (e: unknown) => {
+      assert.ok(e instanceof CancelledError, String(e));
+      assert.equal(e.cause, reason);
+      return true;
+    });
+    const took = performance.now() - t;
+    assert.ok(took >= 90 && took < 1000, `rejected after ${took} ms, not at the abort`);
+    await assert.rejects(client.connect({ signal: AbortSignal.abort() }), CancelledError);
+    await assert.rejects(client.connect({ signal: 'no' as never }), InvalidArgumentError);
+    await assert.rejects(client.connect({ timeoutMs: 5 } as never), /unknown option "timeoutMs" in connect options/);
+    // A signal that aborts after the connect resolved changes nothing.
+    const srv = await fakeServer();
+    cleanups.push(() => srv.close());
+    const c2 = newClient({ endpoints: [srv.addr] });
+    const ac2 = new AbortController();
+    await c2.connect({ signal: ac2.signal });
+    ac2.abort(); // after the connect: changes nothing
+    await c2.ping();
+  });
+
   test('nobody listening: UnavailableError promptly; endpoints are tried in order', async () => {
     const dead = await deadAddr();
     const client = newClient({ endpoints: dead });

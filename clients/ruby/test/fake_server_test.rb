@@ -439,6 +439,28 @@ class FakeServerTest < Minitest::Test
     assert_operator now - started, :<, 1
   end
 
+  # A first connect waiting out an election stops when its Cancellation is cancelled: at once
+  # between rounds, with CancelledError; one cancelled before it begins dials nothing.
+  def test_first_connect_stops_when_cancelled
+    srv = server
+    srv.challenge_override = { status: P::Status::NOT_LEADER }
+    c = client(srv, request_timeout: 10, reconnect_delay: 0.5)
+    cancel = Ticketing::Cancellation.new
+    started = now
+    canceller = Thread.new do
+      sleep 0.3
+      cancel.cancel
+    end
+    assert_raises(Ticketing::CancelledError) { c.connect(cancel: cancel) }
+    canceller.join
+    assert_in_delta 0.3, now - started, 0.25
+    refute c.connected?
+    before = srv.hellos.size
+    assert_raises(Ticketing::CancelledError) { c.connect(cancel: cancel) }
+    assert_equal before, srv.hellos.size, "a cancelled connect dials nothing"
+    assert_raises(Ticketing::InvalidArgumentError) { c.connect(cancel: :no) }
+  end
+
   # ---- pushes and the lost signal -------------------------------------------------------------------
 
   def test_expired_push_fires_lost_once

@@ -127,10 +127,13 @@ module Ticketing
     # UnavailableError (nothing answered), AuthFailedError, TLSError, UnsupportedVersionError...
     # A round in which a node answered NOT_LEADER (a cluster electing a leader) is retried every
     # +reconnect_delay+ (with jitter) until it connects or +request_timeout+ has passed since the
-    # call began (then the last round's UnavailableError).
-    def connect
+    # call began (then the last round's UnavailableError), or until +cancel+ (a Cancellation) is
+    # cancelled: then CancelledError, at once between rounds, after the round under way (each dial
+    # is bounded by +connect_timeout+).
+    def connect(cancel: nil)
       check_fork
-      @session.connect
+      check_cancel(cancel)
+      @session.connect(cancel: cancel)
       self
     end
 

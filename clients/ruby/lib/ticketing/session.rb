@@ -91,15 +91,21 @@ module Ticketing
     # answered NOT_LEADER (a cluster electing a leader, as when the application and the cluster
     # start together) is retried after the shortest reconnect delay (with jitter) until it
     # connects or the request timeout has passed since this call began; it then raises the last
-    # round's UnavailableError. Any other failed round raises at once.
-    def connect
+    # round's UnavailableError. Any other failed round raises at once. A +cancel+ (Cancellation)
+    # that is cancelled raises CancelledError before the next round, and ends the wait between
+    # rounds at once; a round under way finishes first (each dial is bounded by the connect
+    # timeout).
+    def connect(cancel: nil)
       give_up = Scheduler.now + @config.request_timeout
+      handle = cancel&.subscribe { @mutex.synchronize { @state_cond.broadcast } }
       @dial_mutex.synchronize do
         loop do
           @mutex.synchronize do
             raise ClosedError, "the client is closed" if @state == :closed
             return if @state != :idle
           end
+          raise CancelledError, "connect: cancelled" if cancel&.cancelled?
+
           begin
             return connect_round
           rescue UnavailableError => e
@@ -110,10 +116,12 @@ module Ticketing
             raise if Scheduler.now + delay >= give_up
 
             log(:debug, "no leader yet (#{e.message}); connecting again in #{format('%.3f', delay)} s")
-            @mutex.synchronize { @state_cond.wait(@mutex, delay) if @state == :idle }
+            @mutex.synchronize { @state_cond.wait(@mutex, delay) if @state == :idle && !cancel&.cancelled? }
           end
         end
       end
+    ensure
+      cancel&.unsubscribe(handle)
     end
 
     # Queues +call+: with a request id on the wire at once when connected, else in the backlog

@@ -73,6 +73,10 @@ final class Dialer {
             } catch (IOException e) {
                 throw new UnavailableException("cannot connect to " + ep + ": " + e.getMessage(), e);
             }
+            if (connectedToItself(socket)) {
+                throw new UnavailableException("cannot connect to " + ep + ": nothing listens there (the connection"
+                        + " reached itself)");
+            }
             Socket s = socket;
             if (ssl != null) {
                 s = startTls(socket, ep, opts.tls(), ssl, deadline);
@@ -90,6 +94,16 @@ final class Dialer {
                 }
             }
         }
+    }
+
+    /**
+     * Whether {@code s} is connected to itself. A connect to a local port in the ephemeral range
+     * that nothing listens on may be given that same port as its source, and TCP then connects the
+     * socket to itself (a simultaneous open): the handshake would read its own HELLO back, and the
+     * socket would hold the port a restarting server needs. Such a connect counts as refused.
+     */
+    static boolean connectedToItself(Socket s) {
+        return s.getLocalPort() == s.getPort() && s.getLocalAddress().equals(s.getInetAddress());
     }
 
     private static int remainingMs(long deadline, Endpoint ep) {

@@ -17,6 +17,7 @@ import io.ticketing.protocol.ResponseFrame;
 import io.ticketing.protocol.Status;
 import java.io.DataInputStream;
 import java.net.InetAddress;
+import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
@@ -140,6 +141,23 @@ class FakeServerTest {
                 ClientOptions.builder().endpoints("127.0.0.1:" + port).connectTimeout(Duration.ofSeconds(1)).build()));
         assertTrue(e.getMessage().contains("127.0.0.1:" + port), e.getMessage());
         assertTrue(System.nanoTime() - t0 < TimeUnit.SECONDS.toNanos(3));
+    }
+
+    /**
+     * A connect to a free local port may reach itself (TCP's simultaneous open, when the kernel
+     * picks that port as the source): the dialer sees it and treats the endpoint as refused. Here
+     * the self-connection is made on purpose, by binding the source port first.
+     */
+    @Test
+    void aConnectionToItselfIsRecognized() throws Exception {
+        try (Socket s = new Socket()) {
+            s.bind(new InetSocketAddress("127.0.0.1", 0));
+            s.connect(new InetSocketAddress("127.0.0.1", s.getLocalPort()), 1000);
+            assertTrue(Dialer.connectedToItself(s), s.toString());
+        }
+        try (Socket s = new Socket("127.0.0.1", server.port())) {
+            assertFalse(Dialer.connectedToItself(s), s.toString());
+        }
     }
 
     @Test

@@ -185,8 +185,19 @@ fn message(data: &[u8]) -> String {
     String::from_utf8_lossy(data).into_owned()
 }
 
+/// Whether `tcp` is connected to itself. A connect to a local port in the ephemeral range that
+/// nothing listens on may be given that same port as its source, and TCP then connects the socket
+/// to itself (a simultaneous open): the handshake would read its own `HELLO` back, and the socket
+/// would hold the port a restarting server needs. Such a connect counts as refused.
+fn connected_to_itself(tcp: &TcpStream) -> bool {
+    matches!((tcp.local_addr(), tcp.peer_addr()), (Ok(l), Ok(p)) if l == p)
+}
+
 async fn dial(inner: &Inner, endpoint: &str, session_id: [u8; 16]) -> Result<Established, Failure> {
     let tcp = TcpStream::connect(endpoint).await.map_err(|e| Failure::Next(e.to_string(), None))?;
+    if connected_to_itself(&tcp) {
+        return Err(Failure::Next("nothing listens there (the connection reached itself)".into(), None));
+    }
     let _ = tcp.set_nodelay(true);
     let tls = inner.dialer.tls.is_some();
     let mut stream: Stream = match &inner.dialer.tls {

@@ -38,6 +38,23 @@ async fn hold(client: &Client, conn: &mut FakeConn, key: &str, token: u64) -> ti
     task.await.expect("task").expect("acquire")
 }
 
+/// [`hold`] with keep-alive on and a lease of `lease_ms`.
+async fn hold_kept_alive(
+    client: &Client,
+    conn: &mut FakeConn,
+    key: &str,
+    token: u64,
+    lease_ms: u64,
+) -> ticketing::Lock {
+    let c = client.clone();
+    let key2 = key.to_owned();
+    let task = tokio::spawn(async move { c.acquire(key2, Duration::from_millis(lease_ms)).keep_alive(true).await });
+    let req = conn.read_op(Op::ACQUIRE).await;
+    assert_eq!(req.key, key.as_bytes());
+    conn.grant(&req, token, 0).await;
+    task.await.expect("task").expect("acquire")
+}
+
 #[test]
 fn public_types_can_cross_tasks() {
     fn send_sync<T: Send + Sync>() {}
@@ -923,11 +940,7 @@ async fn a_retried_acquire_answered_not_held_reports_the_unknown_outcome() {
 async fn keepalive_extends_until_release_and_never_after() {
     let fake = FakeServer::bind().await;
     let (client, mut conn) = connect(&fake, opts(&fake.addr), &FakeOpts::default()).await;
-    let c = client.clone();
-    let task = tokio::spawn(async move { c.acquire("k", Duration::from_millis(300)).keep_alive(true).await });
-    let r = conn.read_op(Op::ACQUIRE).await;
-    conn.grant(&r, 9, 0).await;
-    let lock = task.await.unwrap().expect("granted");
+    let lock = hold_kept_alive(&client, &mut conn, "k", 9, 300).await;
     for _ in 0..4 {
         let e = conn.read_op(Op::EXTEND).await;
         assert_eq!((e.token, e.lease_ms, e.key.as_slice()), (9, 300, &b"k"[..]));
@@ -972,11 +985,7 @@ async fn keepalive_extends_until_release_and_never_after() {
 async fn a_dropped_lock_is_forgotten_at_once_and_sends_nothing() {
     let fake = FakeServer::bind().await;
     let (client, mut conn) = connect(&fake, opts(&fake.addr), &FakeOpts::default()).await;
-    let c = client.clone();
-    let task = tokio::spawn(async move { c.acquire("k", Duration::from_millis(150)).keep_alive(true).await });
-    let r = conn.read_op(Op::ACQUIRE).await;
-    conn.grant(&r, 9, 0).await;
-    let lock = task.await.unwrap().expect("granted");
+    let lock = hold_kept_alive(&client, &mut conn, "k", 9, 150).await;
     let mut lost = lock.lost_watch();
     assert!(client.holds("k"));
     drop(lock);

@@ -143,6 +143,21 @@ func waitNs(ms uint32) int64 {
 	return int64(ms) * nsPerMs
 }
 
+// answered counts a grant answer of held entry ei addressed to a connection (entry.answers).
+func (t *Table) answered(ei int32) {
+	if e := t.entries.at(ei); e.answers < 2 {
+		e.answers++
+	}
+}
+
+// addMs is a+b, saturated.
+func addMs(a, b uint32) uint32 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return ^uint32(0)
+}
+
 func msOf(ns int64) uint32 {
 	if ns <= 0 {
 		return 0
@@ -188,6 +203,7 @@ func (t *Table) run(now int64, i int32, r *wire.Request) {
 		case OK:
 			a := t.reply(i, r.Op, wire.StatusOK, r.ID)
 			a.Token, a.Lease = res.Token, r.Lease
+			t.answered(res.entry)
 		case Queued:
 		case TimedOut:
 			t.finishAcquire(i, r.ID, r.Key, r.Lease, wire.StatusTimedOut, 0, nil)
@@ -237,7 +253,7 @@ func (t *Table) run(now int64, i int32, r *wire.Request) {
 			withdrawn = 1
 		} else if ei := t.FindHeld(owner, target); ei != nilIdx && t.entries.at(ei).revocable {
 			e := t.entries.at(ei)
-			kh, lms := keyHash(e.key), uint32(e.holderLease/nsPerMs)
+			kh, lms := keyHash(e.key), e.holderLeaseMs
 			t.Revoke(now, owner, target)
 			t.finishAcquireHashed(i, target, kh, lms, wire.StatusCancelled, 0, nil)
 			withdrawn = 1
@@ -271,11 +287,15 @@ func (t *Table) retry(now int64, i int32, r *wire.Request) {
 		}
 		if ei := t.FindHeld(owner, r.ID); ei != nilIdx {
 			e := t.entries.at(ei)
-			if string(e.key) != string(r.Key) || e.holderLease != leaseNs(r.Lease) {
+			if string(e.key) != string(r.Key) || e.holderLeaseMs != r.Lease {
 				t.answerInvalid(i, r, wire.FieldRequestID, msgRetryDiffers)
 				return
 			}
-			t.answer(i, wire.Response{Op: r.Op, ID: r.ID, Token: e.token, Lease: msOf(e.deadline - now)})
+			// Like every grant answer, counted from the request's first arrival: detail is the
+			// time since then, lease_ms what is left now (PROTOCOL.md, "The lost signal").
+			a := t.reply(i, r.Op, wire.StatusOK, r.ID)
+			a.Token, a.Lease, a.Detail = e.token, msOf(e.deadline-now), addMs(e.queuedMs, msOf(now-e.grantedAt))
+			t.answered(ei)
 			return
 		}
 		if rec := s.find(r.ID); rec != nil {
@@ -431,6 +451,11 @@ func (t *Table) drain(now int64) {
 		case EvGranted:
 			a := t.outFor(conn, wire.OpAcquire, wire.StatusOK, ev.ReqID)
 			a.Token, a.Lease, a.Detail = ev.Token, uint32(ev.Lease/nsPerMs), msOf(now-ev.Since)
+			if conn != 0 {
+				if e := t.entries.at(ev.entry); e.held && e.token == ev.Token {
+					t.answered(ev.entry)
+				}
+			}
 		case EvTimedOut, EvAborted:
 			st, msg := wire.StatusTimedOut, []byte(nil)
 			if ev.Kind == EvAborted {

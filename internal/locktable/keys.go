@@ -16,20 +16,25 @@ const minBuckets = 64
 // that a new key of similar length is copied without allocating.
 //
 // Fields are ordered to leave no padding (TestEntrySize: 128 bytes): every idle lock pays for
-// each byte of it. nwait is 32-bit: 2^31 waiters on one key would take hundreds of gigabytes.
+// each byte of it. nwait is 32-bit: 2^31 waiters on one key would take hundreds of gigabytes;
+// the holder's lease and queued time are whole milliseconds, as the protocol carries them.
 // hash keeps the low 32 bits of the key's hash, which pick the bucket (the index has fewer than
 // 2^31 buckets) and filter the key comparison. deadline serves both timers an entry can have,
 // since a held entry is never in lock-delay.
 type entry struct {
 	key []byte
 
-	holder      Owner
-	holderReq   uint64
-	holderLease int64 // the lease the holder's acquire asked for (retries are compared with it)
-	token       uint64
-	grantedAt   int64
-	deadline    int64  // held: the lease's end; inDelay: the lock-delay's end; else unused
-	tseq        uint64 // seq of the live lease (held) or delay (inDelay) timer; 0 if none
+	holder    Owner
+	holderReq uint64
+	token     uint64
+	grantedAt int64
+	deadline  int64  // held: the lease's end; inDelay: the lock-delay's end; else unused
+	tseq      uint64 // seq of the live lease (held) or delay (inDelay) timer; 0 if none
+
+	// held: the lease the holder's acquire asked for, in ms (retries are compared with it), and
+	// the ms it spent queued before the grant (a retry's answer counts from its first arrival).
+	holderLeaseMs uint32
+	queuedMs      uint32
 
 	hash  uint32
 	hnext int32 // next entry in the same bucket, or next free entry
@@ -46,6 +51,10 @@ type entry struct {
 	inDelay   bool
 	stalled   bool // waits for a durable token or horizon; in Table's stalled list
 	revocable bool // held, granted while its owner was detached (see Table.Revoke)
+	// held: grant answers addressed to a connection (the hand-off's, retries'), saturating at 2.
+	// Undelivered makes a grant revocable only when its one answer was dropped: with two, the
+	// client may have read the other.
+	answers uint8
 }
 
 // lookup finds key. It returns the entry index (nilIdx if absent) and the

@@ -33,6 +33,8 @@ type refKey struct {
 	revocable   bool  // granted while its owner was detached
 	linked      bool  // still counted as its owner's (false once the owner was dropped)
 	holderLease int64 // the lease the holder's acquire asked for
+	queuedMs    uint32
+	answers     int // grant answers addressed to a connection (the session model counts them)
 	held        bool
 	holder      Owner
 	holderReq   uint64
@@ -71,12 +73,13 @@ func sat(a, b int64) int64 {
 	return a + b
 }
 
-func (m *refModel) grant(now int64, k *refKey, o Owner, req uint64, lease int64) uint64 {
+func (m *refModel) grant(now, since int64, k *refKey, o Owner, req uint64, lease int64) uint64 {
 	m.tok++
 	m.seq++
 	k.held, k.holder, k.holderReq, k.token = true, o, req, m.tok
 	k.grantedAt, k.deadline, k.leaseSeq = now, sat(now, lease), m.seq
 	k.revocable, k.linked, k.holderLease = m.detached[o], true, lease
+	k.queuedMs, k.answers = msOf(now-since), 0
 	return m.tok
 }
 
@@ -111,7 +114,7 @@ func (m *refModel) becameFree(now int64, key string) {
 	}
 	w := k.queue[0]
 	m.removeWaiter(w)
-	tok := m.grant(now, k, w.owner, w.reqID, w.lease)
+	tok := m.grant(now, w.since, k, w.owner, w.reqID, w.lease)
 	m.events = append(m.events, ev{EvGranted, w.owner, w.reqID, tok, w.lease, key})
 	m.since = append(m.since, w.since)
 }
@@ -132,7 +135,7 @@ func (m *refModel) Acquire(now int64, o Owner, req uint64, key string, lease, wa
 			k = &refKey{}
 			m.keys[key] = k
 		}
-		return Result{Status: OK, Token: m.grant(now, k, o, req, lease)}
+		return Result{Status: OK, Token: m.grant(now, now, k, o, req, lease)}
 	}
 	if wait == 0 {
 		return Result{Status: TimedOut}
@@ -492,6 +495,7 @@ func runHistory(t *testing.T, cfg Config, seed uint64, nops int) {
 				wait = 1 + int64(rng.IntN(60))
 			}
 			got := tb.Acquire(now, o, req, []byte(key), lease, wait)
+			got.entry = 0 // the entry granted: table memory the model does not have
 			want := m.Acquire(now, o, req, key, lease, wait)
 			desc = fmt.Sprintf("Acquire(%d, o%d, r%d, %q, lease %d, wait %d) = %+v", now, o, req, key, lease, wait, got)
 			if got != want {

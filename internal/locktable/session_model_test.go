@@ -92,6 +92,9 @@ func (m *smodel) drain() {
 		switch e.Kind {
 		case EvGranted:
 			m.out(conn, wire.Response{Op: wire.OpAcquire, ID: e.ReqID, Token: e.Token, Lease: uint32(e.Lease / nsPerMs), Detail: msOf(m.now - since[i])})
+			if k := m.core.keys[e.Key]; conn != 0 && k != nil && k.held && k.token == e.Token {
+				k.answers++
+			}
 		case EvTimedOut, EvAborted:
 			st, msg := wire.StatusTimedOut, []byte(nil)
 			if e.Kind == EvAborted {
@@ -229,6 +232,7 @@ func (m *smodel) run(s *smSess, r *wire.Request) {
 		switch res.Status {
 		case OK:
 			m.out(s.conn, wire.Response{Op: r.Op, ID: r.ID, Token: res.Token, Lease: r.Lease})
+			m.core.keys[string(r.Key)].answers++
 		case Queued:
 		case TimedOut:
 			m.finish(s, r.ID, keyHash(r.Key), r.Lease, wire.StatusTimedOut, 0, nil)
@@ -347,7 +351,10 @@ func (m *smodel) retry(s *smSess, r *wire.Request) {
 				bad()
 				return
 			}
-			m.out(s.conn, wire.Response{Op: r.Op, ID: r.ID, Token: k.token, Lease: msOf(k.deadline - now)})
+			// Counted from the first arrival: detail = time since then, lease = what is left.
+			m.out(s.conn, wire.Response{Op: r.Op, ID: r.ID, Token: k.token, Lease: msOf(k.deadline - now),
+				Detail: k.queuedMs + msOf(now-k.grantedAt)})
+			k.answers++
 			return
 		}
 		if rec, ok := s.recs[r.ID]; ok {
@@ -402,7 +409,9 @@ func (m *smodel) undelivered(now int64, s *smSess, conn, reqID uint64) {
 	if s == nil || conn == 0 || s.last != conn {
 		return
 	}
-	if key, ok := m.core.FindHeld(s.owner, reqID); ok {
+	// Only a grant's one answer dropped makes it revocable: with two, the client may have read
+	// the other.
+	if key, ok := m.core.FindHeld(s.owner, reqID); ok && m.core.keys[key].answers <= 1 {
 		m.core.keys[key].revocable = true
 	}
 	if s.conn == conn && conn != 0 {

@@ -195,19 +195,21 @@ func (t *Table) Detach(now int64, owner Owner, conn uint64) {
 	t.drain(now)
 }
 
-// Undelivered records that the grant of owner's acquire reqID, made for connection conn, was
-// dropped unwritten (the connection was doomed: it stopped reading, or its socket failed): no
-// byte of it can have reached the client. It counts only while conn is the last connection the
-// session attached to (a newer connection may have carried a retry's answer, even if it is
-// gone too): the session is detached from conn if still attached, and the grant, if still
-// held, becomes revocable as if the session had been detached when it was made.
+// Undelivered records that a grant answer of owner's acquire reqID, addressed to connection
+// conn, was dropped unwritten (the connection was doomed: it stopped reading, or its socket
+// failed): no byte of that frame can have reached the client. It counts only while conn is the
+// last connection the session attached to (a newer connection may have carried a retry's
+// answer, even if it is gone too): the session is detached from conn if still attached, and the
+// grant, if still held and if that frame was its only answer (entry.answers: a hand-off and a
+// retry can each answer it, and the client may have read the other), becomes revocable as if
+// the session had been detached when it was made.
 func (t *Table) Undelivered(now int64, owner Owner, conn uint64, reqID uint64) {
 	now = t.tick(now)
 	i := t.sess.slotOf(owner)
 	if i == noSession || conn == 0 || t.sess.slots[i].last != conn {
 		return
 	}
-	if ei := t.FindHeld(owner, reqID); ei != nilIdx {
+	if ei := t.FindHeld(owner, reqID); ei != nilIdx && t.entries.at(ei).answers <= 1 {
 		t.entries.at(ei).revocable = true
 	}
 	if t.sess.slots[i].conn == conn {

@@ -2,6 +2,7 @@ package locktable
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -21,10 +22,14 @@ import (
 // replicas. Big-endian, versioned; Restore rejects what it cannot read.
 //
 // Version 2 adds the table's limits (Limits: replicated by CONFIG, so part of the state).
+// Version 3 keeps a holder's lease in ms and adds, per held key, the ms its acquire queued and
+// the count of its grant answers (entry.queuedMs, entry.answers). Restore reads version 2 too:
+// queued 0 (a retry's answer then counts from the grant, which is later: safe) and answers 2 (no
+// dropped frame makes such a grant revocable: it runs its lease).
 
 const (
 	snapMagic   = "TKSN"
-	snapVersion = 2
+	snapVersion = 3
 )
 
 // ErrSnapshot is wrapped by Restore's errors.
@@ -151,7 +156,9 @@ func (t *Table) Snapshot() []byte {
 		w.u8(flags)
 		w.u64(uint64(e.holder))
 		w.u64(e.holderReq)
-		w.i64(e.holderLease)
+		w.u32(e.holderLeaseMs)
+		w.u32(e.queuedMs)
+		w.u8(e.answers)
 		w.u64(e.token)
 		w.i64(e.grantedAt)
 		// The lease's end, then the lock-delay's end: one field in memory, two in the snapshot
@@ -249,8 +256,9 @@ func Restore(cfg Config, snap []byte) (*Table, error) {
 	if string(r.take(4)) != snapMagic {
 		return nil, fmt.Errorf("%w: magic", ErrSnapshot)
 	}
-	if v := r.u32(); v != snapVersion {
-		return nil, fmt.Errorf("%w: version %d", ErrSnapshot, v)
+	version := r.u32()
+	if version != snapVersion && version != 2 {
+		return nil, fmt.Errorf("%w: version %d", ErrSnapshot, version)
 	}
 	t := New(cfg)
 	t.lastToken = r.u64()
@@ -336,6 +344,7 @@ func Restore(cfg Config, snap []byte) (*Table, error) {
 	nkeys := r.count(3)
 	numToEntry := make([]int32, 0, nkeys)
 	var ws []restoredWaiter
+	var linked []int32 // held entries still on their owner's list
 	for k := 0; k < nkeys && r.err == nil; k++ {
 		key := r.take(int(r.u16()))
 		ei, h := t.lookup(key)
@@ -347,10 +356,14 @@ func Restore(cfg Config, snap []byte) (*Table, error) {
 		flags := r.u8()
 		e := t.entries.at(ei)
 		e.held, e.inDelay, e.revocable = flags&1 != 0, flags&2 != 0, flags&8 != 0
-		stalled, linked := flags&4 != 0, flags&16 != 0
+		stalled, onList := flags&4 != 0, flags&16 != 0
 		e.holder = Owner(r.u64())
 		e.holderReq = r.u64()
-		e.holderLease = r.i64()
+		if version == 2 {
+			e.holderLeaseMs, e.answers = msOf(r.i64()), 2
+		} else {
+			e.holderLeaseMs, e.queuedMs, e.answers = r.u32(), r.u32(), r.u8()
+		}
 		e.token = r.u64()
 		e.grantedAt = r.i64()
 		lease, delay := r.i64(), r.i64()
@@ -359,8 +372,8 @@ func Restore(cfg Config, snap []byte) (*Table, error) {
 			e.deadline = lease
 			t.nheld++
 			t.pushTimerSeq(e.deadline, tLease, ei, e.tseq)
-			if linked {
-				t.linkHeld(t.ownerFor(e.holder), ei)
+			if onList {
+				linked = append(linked, ei)
 			}
 		} else if e.inDelay {
 			e.deadline = delay
@@ -372,6 +385,12 @@ func Restore(cfg Config, snap []byte) (*Table, error) {
 			ws = append(ws, restoredWaiter{ei: ei, owner: Owner(r.u64()), reqID: r.u64(), lease: r.i64(), since: r.i64(),
 				wait: r.i64(), tseq: r.u64(), try: r.bool(), gpos: r.u64()})
 		}
+	}
+	// Held lists in grant (token) order, each grant put first as grant does: the same lists as
+	// the original's, whatever the key order.
+	slices.SortFunc(linked, func(a, b int32) int { return cmp.Compare(t.entries.at(a).token, t.entries.at(b).token) })
+	for _, ei := range linked {
+		t.linkHeld(t.ownerFor(t.entries.at(ei).holder), ei)
 	}
 	// Waiters in global order rebuild both the global FIFO and every key's queue (a key's queue
 	// is a subsequence of the global order).

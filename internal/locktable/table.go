@@ -1,7 +1,9 @@
 package locktable
 
 import (
+	"cmp"
 	"hash/maphash"
+	"slices"
 	"math"
 	"math/rand/v2"
 
@@ -64,7 +66,8 @@ type Table struct {
 	tm  timers // pending deadlines (heap.go)
 	seq uint64
 
-	events []Event
+	events  []Event
+	scratch []int32 // DropOwner's list of entries
 
 	sess sessions // the session layer's state (sessions.go)
 
@@ -188,11 +191,11 @@ func (t *Table) Acquire(now int64, owner Owner, reqID uint64, key []byte, lease,
 			e.tseq = t.pushTimer(e.deadline, tDelay, ei)
 		case t.canGrant(now, lease):
 			ei = t.insertKey(key, h)
-			tok := t.grant(now, ei, owner, reqID, lease, false)
+			tok := t.grant(now, now, ei, owner, reqID, lease, false)
 			if t.obs != nil {
 				t.obs.Granted(key, 0, false)
 			}
-			return Result{Status: OK, Token: tok}
+			return Result{Status: OK, Token: tok, entry: ei}
 		case t.failing:
 			return Result{Status: Busy, Limit: LimitStorage}
 		default:
@@ -220,17 +223,19 @@ func (t *Table) Acquire(now int64, owner Owner, reqID uint64, key []byte, lease,
 }
 
 // grant makes owner the holder of the free entry ei with a new token and a
-// lease running from now (within the durable bounds: the caller checked). It
-// returns the token. detached says whether the owner is detached (see
-// SetDetached): such a grant is revocable.
-func (t *Table) grant(now int64, ei int32, owner Owner, reqID uint64, lease int64, detached bool) uint64 {
+// lease running from now (within the durable bounds: the caller checked); the
+// acquire was queued at since. It returns the token. detached says whether the
+// owner is detached (see SetDetached): such a grant is revocable.
+func (t *Table) grant(now, since int64, ei int32, owner Owner, reqID uint64, lease int64, detached bool) uint64 {
 	t.lastToken++
 	tok := t.lastToken
 	e := t.entries.at(ei)
 	e.held = true
 	e.holder = owner
 	e.holderReq = reqID
-	e.holderLease = lease
+	e.holderLeaseMs = msOf(lease)
+	e.queuedMs = msOf(now - since)
+	e.answers = 0
 	e.token = tok
 	e.grantedAt = now
 	e.deadline = addSat(now, lease)
@@ -321,7 +326,7 @@ func (t *Table) handOff(now int64, ei int32) {
 	owner, reqID, lease, since := w.owner, w.reqID, w.lease, w.since
 	detached := t.owners[w.ownerRec].detached
 	t.removeWaiter(wi) // may free the owner's record; grant re-creates it
-	tok := t.grant(now, ei, owner, reqID, lease, detached)
+	tok := t.grant(now, since, ei, owner, reqID, lease, detached)
 	if t.obs != nil {
 		t.obs.Granted(t.entries.at(ei).key, now-since, true)
 	}
@@ -333,6 +338,7 @@ func (t *Table) handOff(now int64, ei int32) {
 		Lease: lease,
 		Key:   t.entries.at(ei).key,
 		Since: since,
+		entry: ei,
 	})
 	// Try-once waiters queued while the key waited for storage find it taken.
 	for wi := t.entries.at(ei).qhead; wi != nilIdx; {
@@ -508,8 +514,8 @@ func (t *Table) SetDetached(owner Owner, detached bool) {
 }
 
 // DropOwner ends owner (its session ended): its queued acquires leave their
-// queues (no events), its revocable grants are revoked (the lock passes on at
-// once), and its other held locks are forgotten by owner: they stay held until
+// queues (no events), its revocable grants are revoked, most recent grant first
+// (the lock passes on at once), and its other held locks are forgotten by owner: they stay held until
 // released by token or until their lease ends. It returns the number of
 // waiters removed and of grants revoked.
 func (t *Table) DropOwner(now int64, owner Owner) (waiters, revoked int) {
@@ -527,9 +533,15 @@ func (t *Table) DropOwner(now int64, owner Owner) (waiters, revoked int) {
 			return waiters, revoked
 		}
 	}
-	for t.owners[oi].nheld > 0 {
-		ei := t.owners[oi].hhead
-		last := t.owners[oi].nheld == 1
+	// Most recent grant first (descending tokens): each revocation's hand-off takes the next
+	// token, so the order must be a function of the replicated state, never of the held list's
+	// own, which is history a snapshot does not keep.
+	held := t.scratch[:0]
+	for ei := t.owners[oi].hhead; ei != nilIdx; ei = t.entries.at(ei).ohnext {
+		held = append(held, ei)
+	}
+	slices.SortFunc(held, func(a, b int32) int { return cmp.Compare(t.entries.at(b).token, t.entries.at(a).token) })
+	for _, ei := range held {
 		if t.entries.at(ei).revocable {
 			t.unhold(now, ei, EndRevoked)
 			t.handOff(now, ei)
@@ -537,10 +549,8 @@ func (t *Table) DropOwner(now int64, owner Owner) (waiters, revoked int) {
 		} else {
 			t.unlinkHeld(ei)
 		}
-		if last {
-			break
-		}
 	}
+	t.scratch = held[:0]
 	return waiters, revoked
 }
 

@@ -170,6 +170,7 @@ type Result struct {
 	Status Status
 	Token  uint64 // OK from Acquire
 	Limit  Limit  // Busy
+	entry  int32  // OK from Acquire: the entry granted
 }
 
 // EventKind says what an Event reports.
@@ -207,7 +208,8 @@ type Event struct {
 	// Since: Granted/TimedOut/Aborted: the `now` at which the acquire was queued; Expired: the
 	// `now` at which the expired lock was granted.
 	Since  int64
-	Extend bool // StorageBusy: the failed request was an EXTEND (else an ACQUIRE)
+	Extend bool  // StorageBusy: the failed request was an EXTEND (else an ACQUIRE)
+	entry  int32 // Granted: the entry granted (it may have changed hands before the event is read)
 }
 
 // Info is what Inspect reports about a key. Holder, HolderReqID, Token,

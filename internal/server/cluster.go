@@ -247,6 +247,14 @@ func (s *Server) startCluster() error {
 	s.cluster = c
 
 	dir := filepath.Join(s.cfg.DataDir, "raft")
+	local := s.store.State()
+	if local.Cluster && !cc.Join && s.cfg.MinToken == 0 && !hasFiles(dir) {
+		// The directory served a cluster node whose Raft state is gone: a new cluster seeded
+		// from it would hand out tokens the old cluster already issued, at once.
+		return fmt.Errorf("data directory %s served a cluster node, but its Raft state (%s) is gone: a new cluster started from it would issue tokens the old cluster already issued and grant keys its holders may still hold; "+
+			"to start a new cluster, start every node with TICKETING_MIN_TOKEN above the old cluster's last token (at least %d, the last this node recorded; the old leader's ticketing_last_token metric shows it): the first leader then waits the maximum lease before its first grant; "+
+			"to bring this node back into its cluster, join it (TICKETING_JOIN) and add it from the leader", s.cfg.DataDir, dir, local.TokenLimit)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -313,7 +321,7 @@ func (s *Server) startCluster() error {
 	if err != nil {
 		return err
 	}
-	if local := s.store.State(); !has && local.TokenLimit > s.cfg.MinToken {
+	if !has && !local.Cluster && local.TokenLimit > s.cfg.MinToken {
 		// The directory served a single node: clients may hold its fencing tokens, and a cluster
 		// that starts its own tokens lower would hand out smaller ones after them. The first
 		// leader seeds the cluster's tokens from its own TICKETING_MIN_TOKEN (and its own
@@ -323,6 +331,12 @@ func (s *Server) startCluster() error {
 			return fmt.Errorf("data directory %s served a single node (tokens up to %d): a joining node cannot carry its tokens into the cluster; join with an empty data directory, after making sure the cluster's tokens are above %d", s.cfg.DataDir, local.TokenLimit, local.TokenLimit)
 		}
 		return fmt.Errorf("data directory %s served a single node (tokens up to %d): to make it part of a new cluster, start every node of that cluster with TICKETING_MIN_TOKEN=%d (or higher) so that no token goes backwards", s.cfg.DataDir, local.TokenLimit, local.TokenLimit)
+	}
+	if !local.Cluster {
+		// From now on the directory is a cluster node's: a single node refuses it (New).
+		if err := s.store.MarkCluster(true); err != nil {
+			return fmt.Errorf("data directory %s: %w", s.cfg.DataDir, err)
+		}
 	}
 	if cc.Recover {
 		if !has {
@@ -484,14 +498,15 @@ func (c *cluster) becomeLeader() error {
 		rand.Read(state[:])
 		e.Init(&state, true, now+int64(s.cfg.MaxLease))
 	case state == ([wire.StateIDSize]byte{}):
-		// A new cluster. Converted from a single node (its data directory has history) or
-		// restored (an operator's token floor): no grant until the old state's leases have
-		// ended (the recorded horizon; unknown: the maximum lease).
+		// A new cluster. Converted from a single node (its data directory has history),
+		// restored (an operator's token floor) or started again from a directory that served a
+		// cluster node: no grant until the old state's leases have ended (the single node's
+		// recorded horizon; unknown: the maximum lease).
 		var wait time.Duration
 		switch {
-		case local.TokenLimit > s.cfg.MinToken || local.HorizonBoot != 0:
+		case local.HorizonBoot != 0:
 			wait = store.StartupWait(local, store.BootID(), clock.Boottime(), clock.Wall())
-		case s.cfg.MinToken > 0:
+		case local.TokenLimit > 0 || s.cfg.MinToken > 0:
 			wait = s.cfg.MaxLease
 		}
 		rand.Read(state[:])
@@ -710,7 +725,7 @@ func (f *fsm) Apply(l *raft.Log) interface{} { return f.ApplyBatch([]*raft.Log{l
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.s.mu.Lock()
 	defer f.s.mu.Unlock()
-	return fsmSnapshot(f.s.table.Snapshot()), nil
+	return &fsmSnapshot{b: f.s.table.Snapshot(), last: f.s.table.LastToken(), s: f.s}, nil
 }
 
 // Restore replaces the table with a snapshot's.
@@ -731,14 +746,27 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-type fsmSnapshot []byte
+// fsmSnapshot is a snapshot's bytes and the last token applied when it was taken, which Persist
+// also records in the data directory's store: a lower bound of the cluster's tokens, for the
+// message that refuses to reuse the directory as something else (New, startCluster).
+type fsmSnapshot struct {
+	b    []byte
+	last uint64
+	s    *Server
+}
 
-func (b fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(b); err != nil {
+func (f *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(f.b); err != nil {
 		sink.Cancel()
 		return err
 	}
-	return sink.Close()
+	if err := sink.Close(); err != nil {
+		return err
+	}
+	if _, err := f.s.store.Persist(f.last, 0, false); err != nil {
+		f.s.log.Warn("cluster: could not record the last token in the data directory's state file", "err", err)
+	}
+	return nil
 }
 
-func (fsmSnapshot) Release() {}
+func (*fsmSnapshot) Release() {}

@@ -27,6 +27,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,6 +129,10 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 
 	s.timer = time.NewTimer(time.Hour)
 	s.timer.Stop()
+	if err := s.checkDataDir(state); err != nil {
+		st.Close()
+		return nil, err
+	}
 	if cfg.Cluster != nil {
 		// The log is the cluster's durability: tokens are a replicated counter (seeded above
 		// this directory's high-water mark when this node first leads), there is no restart
@@ -148,6 +154,11 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		wait = store.StartupWait(state, store.BootID(), s.boot0, clock.Wall())
 	}
 	wait = max(wait, cfg.StartupGrace)
+	if state.Cluster {
+		// A former cluster node's directory, started with a token floor (checkDataDir): the
+		// cluster's leases are not recorded here, so none may run past the maximum lease.
+		wait = max(wait, cfg.MaxLease)
+	}
 	lastToken := state.TokenLimit
 	// Durable before the first grant: the next token block, and a horizon covering the wait
 	// (a crash during the wait must not shorten the next start's wait).
@@ -163,11 +174,56 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s.table = locktable.New(tc)
 	s.table.Ceiling(0, state.TokenLimit, state.HorizonBoot-s.boot0)
 	s.table.ClearOuts()
+	if state.Cluster {
+		// The horizon covering the wait is durable: from now on the directory is a single
+		// node's (a crash before this line leaves it marked, and the next start refused).
+		if err := st.MarkCluster(false); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
+		}
+		log.Warn("data directory of a former cluster node: tokens continue above the floor; no grants until the cluster's leases have ended",
+			"min_token", cfg.MinToken, "wait", wait)
+	}
 	if wait > 0 {
 		log.Warn("start-up wait: no grants until every lease from before this start has ended",
 			"wait", wait.Round(time.Millisecond), "why", "the data directory records leases that may still run (TICKETING_STARTUP_GRACE=0 turns this off)")
 	}
 	return s, nil
+}
+
+// checkDataDir refuses a single-node start on a directory that holds, or held, a cluster
+// node's state: the cluster's tokens and leases are in its replicated log, not in the state
+// file, so a single node started there would issue tokens the cluster already issued and grant
+// keys the cluster's holders may still hold (a cluster start checks its side in startCluster).
+func (s *Server) checkDataDir(state store.State) error {
+	if s.cfg.Cluster != nil {
+		return nil
+	}
+	raftDir := filepath.Join(s.cfg.DataDir, "raft")
+	if hasFiles(raftDir) {
+		return fmt.Errorf("data directory %s holds a cluster node's Raft state (%s): started without TICKETING_NODE_ID it would be a single node that issues tokens the cluster already issued and grants keys the cluster's holders may still hold; "+
+			"start it as that cluster node (TICKETING_NODE_ID, TICKETING_PEERS, TICKETING_RAFT_ADDR as before), or, to leave the cluster for good, remove it from the cluster, move %s away and start the single node with TICKETING_MIN_TOKEN above the cluster's last token (docs/cluster.md, \"A cluster node's directory as a single node\")",
+			s.cfg.DataDir, raftDir, raftDir)
+	}
+	if state.Cluster && s.cfg.MinToken == 0 {
+		return fmt.Errorf("data directory %s served a cluster node (its Raft state is gone): a single node started from it would issue tokens the cluster already issued; "+
+			"start it with TICKETING_MIN_TOKEN above the cluster's last token (at least %d, the last this node recorded): it then waits the maximum lease (TICKETING_MAX_LEASE, %v) before its first grant (docs/cluster.md, \"A cluster node's directory as a single node\")",
+			s.cfg.DataDir, state.TokenLimit, s.cfg.MaxLease)
+	}
+	return nil
+}
+
+// hasFiles reports whether dir holds a file, at any depth (a missing dir holds none).
+func hasFiles(dir string) bool {
+	found := false
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			found = true
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	return found
 }
 
 // tableConfig is the lock table's configuration from the server's.

@@ -17,6 +17,12 @@
 // looks like a lost store (the state file was deleted, or the directory restored without it);
 // Open refuses it unless the operator gives a token floor (MinToken) known to be above every
 // token ever issued from it.
+//
+// Cluster nodes: the file also says whether the directory has served a cluster node
+// (State.Cluster). A cluster's tokens and leases live in its replicated log, not here (a node
+// records the last token it applied now and then, a lower bound), so a directory that served
+// a cluster node must not start a single node, nor a new cluster, as if it were empty: the
+// server refuses that without an operator's token floor (internal/server).
 package store
 
 import (
@@ -48,7 +54,7 @@ const (
 	//  40  8  horizon on that boot's CLOCK_BOOTTIME (ns; 0 = nothing recorded)
 	//  48  8  wall clock when written (Unix ns)
 	//  56  8  horizon on the wall clock (Unix ns)
-	//  64  4  reserved
+	//  64  4  flags: bit 0, the directory has served a cluster node (earlier versions wrote 0)
 	//  68  4  CRC-32C (Castagnoli) of bytes 0..67
 	fileSize    = 72
 	fileMagic   = "TKST"
@@ -56,6 +62,8 @@ const (
 
 	legacySize  = 20
 	legacyMagic = "TKHW"
+
+	flagCluster = 1
 
 	// WallMargin is added to the wall-clock estimate of the wait after a reboot (clocks of two
 	// boots are compared only through the wall clock, which NTP may step).
@@ -82,6 +90,9 @@ type State struct {
 	HorizonBoot int64  // no lease runs past this instant on that boot's CLOCK_BOOTTIME (0: none recorded)
 	WallWritten int64  // wall clock at the write
 	HorizonWall int64  // the same instant on the wall clock
+	// Cluster: the directory has served a cluster node. TokenLimit is then only a lower bound
+	// of the cluster's tokens (what this node applied when it last recorded it).
+	Cluster bool
 }
 
 // Store is an open data directory. Persist is safe for concurrent use (writes are serialised).
@@ -208,6 +219,22 @@ func (s *Store) Persist(tokenLimit uint64, horizonBoot int64, force bool) (State
 	return st, nil
 }
 
+// MarkCluster durably records whether the directory serves a cluster node (see State.Cluster).
+func (s *Store) MarkCluster(on bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state.Cluster == on {
+		return nil
+	}
+	st := s.state
+	st.Cluster = on
+	if err := s.persist(&st); err != nil {
+		return err
+	}
+	s.state = st
+	return nil
+}
+
 // StartupWait is how long a node starting now must wait before granting anything, given the
 // recorded state: on the same boot, until the recorded horizon; after a reboot, the smaller of
 // the wall clock's estimate (plus WallMargin) and the recorded span minus the uptime (the time
@@ -274,6 +301,7 @@ func readState(path string) (State, bool, error) {
 		HorizonBoot: int64(le.Uint64(data[40:])),
 		WallWritten: int64(le.Uint64(data[48:])),
 		HorizonWall: int64(le.Uint64(data[56:])),
+		Cluster:     le.Uint32(data[64:])&flagCluster != 0,
 	}, true, nil
 }
 
@@ -304,6 +332,9 @@ func encode(st *State) []byte {
 	le.PutUint64(buf[40:], uint64(st.HorizonBoot))
 	le.PutUint64(buf[48:], uint64(st.WallWritten))
 	le.PutUint64(buf[56:], uint64(st.HorizonWall))
+	if st.Cluster {
+		le.PutUint32(buf[64:], flagCluster)
+	}
 	le.PutUint32(buf[68:], crc32.Checksum(buf[:68], castagnoli))
 	return buf
 }

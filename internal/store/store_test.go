@@ -59,6 +59,33 @@ func TestPersistAndReopen(t *testing.T) {
 	}
 }
 
+// The cluster mark survives a reopen and later writes, and can be cleared.
+func TestClusterMark(t *testing.T) {
+	dir := t.TempDir()
+	s, st := mustOpen(t, dir, Options{})
+	if st.Cluster {
+		t.Fatal("a new directory is marked")
+	}
+	if err := s.MarkCluster(true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Persist(7, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, st = mustOpen(t, dir, Options{})
+	if !st.Cluster || st.TokenLimit != 7 {
+		t.Fatalf("reopened %+v", st)
+	}
+	if err := s.MarkCluster(false); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, st = mustOpen(t, dir, Options{}); st.Cluster {
+		t.Fatal("the mark was not cleared")
+	}
+}
+
 func TestStartupWaitAfterReboot(t *testing.T) {
 	st := State{BootID: "old-boot", BootWritten: 1000e9, HorizonBoot: 1030e9, WallWritten: 5000e9, HorizonWall: 5030e9}
 	// 10 s after boot, wall clock says 5 s after the write: wait 25 s + margin by the wall,

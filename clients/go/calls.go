@@ -22,7 +22,7 @@ type call struct {
 	state      callState
 	timeout    time.Duration // the request timeout (0: none), for messages
 	timeoutPos int32         // its place in Client.timeouts, while its waiter waits with a timeout
-	tSend      time.Time     // ACQUIRE, EXTEND: when the request was last queued for the wire (<= when it was sent)
+	tFirst     int64         // ACQUIRE, EXTEND: when the request was first queued for the wire (<= its first send), on Client.clk; a re-send keeps it
 	tGrant     time.Time     // ACQUIRE: when the grant arrived
 	retried    bool          // re-sent on a new connection after a resume
 	abandoned  bool          // its waiter is gone (cancelled, timed out, failed by a heartbeat)
@@ -51,6 +51,8 @@ type result struct {
 	detail uint32
 	data   []byte
 	err    error
+	id     uint64 // EXTEND: the request id (Client.extend)
+	first  int64  // EXTEND: its first send, on Client.clk
 }
 
 var callPool = sync.Pool{New: func() any { return &call{ch: make(chan result, 1)} }}
@@ -58,7 +60,7 @@ var callPool = sync.Pool{New: func() any { return &call{ch: make(chan result, 1)
 func getCall() *call { return callPool.Get().(*call) }
 
 func putCall(cl *call) {
-	cl.req, cl.key, cl.timeout, cl.tGrant = wire.Request{}, "", 0, time.Time{}
+	cl.req, cl.key, cl.timeout, cl.tGrant, cl.tFirst = wire.Request{}, "", 0, time.Time{}, 0
 	cl.state, cl.retried, cl.abandoned, cl.settled = callNew, false, false, nil
 	cl.lk, cl.internal, cl.wait = nil, nil, 0
 	callPool.Put(cl)
@@ -71,16 +73,13 @@ func (c *Client) do(ctx context.Context, cl *call, timeout time.Duration) (resul
 	if err := ctx.Err(); err != nil {
 		return result{}, callErr(cl, ErrCancelled, "cancelled before it was sent", err)
 	}
-	// The time, read before taking c.mu: the wall clock too only where the send time is used
-	// (tSend: a lock's deadline), else the monotonic clock alone (cheaper).
-	var now time.Time
-	var mono int64
+	// The times, read before taking c.mu: the deadline clock only where the first send is used
+	// (tFirst: a lock's deadline).
+	var now int64
 	if op := cl.req.Op; op == wire.OpAcquire || op == wire.OpExtend {
-		now = time.Now()
-		mono = c.mono(now)
-	} else {
-		mono = int64(time.Since(c.epoch))
+		now = c.clk.now()
 	}
+	mono := c.monoNow()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -117,7 +116,7 @@ func (c *Client) expireCalls() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.timeoutAlarm.fired()
-	now := c.mono(time.Now())
+	now := c.monoNow()
 	for {
 		cl, at, ok := c.timeouts.first()
 		if !ok {
@@ -216,7 +215,7 @@ func (c *Client) cancelAcquireLocked(cl *call) chan struct{} {
 	}
 	cancel := &call{ch: make(chan result, 1), internal: func(result) {}}
 	cancel.req = wire.Request{Op: wire.OpCancel, Token: cl.req.ID}
-	c.submitLocked(cancel, time.Now())
+	c.submitLocked(cancel, 0)
 	return cl.settled
 }
 
@@ -254,8 +253,8 @@ func (c *Client) settleAbandoned(cl *call, res result) {
 
 // submitLocked queues cl: on the live connection (it gets the next request id now) or, while
 // there is none, in the waiting list (it gets its id when a connection is attached). now is the
-// time. c.mu must be held.
-func (c *Client) submitLocked(cl *call, now time.Time) {
+// time on Client.clk (for an ACQUIRE or EXTEND; else 0). c.mu must be held.
+func (c *Client) submitLocked(cl *call, now int64) {
 	if c.live != nil {
 		c.sendLocked(cl, now)
 		return
@@ -266,12 +265,16 @@ func (c *Client) submitLocked(cl *call, now time.Time) {
 }
 
 // sendLocked gives cl the next request id and appends its frame to the write buffer, in one step
-// under c.mu: requests reach the wire in the order of their ids. now is the time. c.live must be
-// set; c.mu must be held.
-func (c *Client) sendLocked(cl *call, now time.Time) {
+// under c.mu: requests reach the wire in the order of their ids. now is the time on Client.clk
+// (for an ACQUIRE or EXTEND; else 0): the call's first send, unless it was sent before (a call
+// moved to another endpoint as a new request keeps its first send: earlier is safe). c.live
+// must be set; c.mu must be held.
+func (c *Client) sendLocked(cl *call, now int64) {
 	c.nextID++
 	cl.req.ID = c.nextID
-	cl.tSend = now
+	if cl.tFirst == 0 {
+		cl.tFirst = now
+	}
 	cl.state = callPending
 	c.pending.put(cl)
 	if len(c.wbuf) == 0 {

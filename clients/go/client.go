@@ -59,10 +59,11 @@ type Client struct {
 	locks      map[uint64]*Lock
 	heldKeys   map[string]int // locks held by key; nil until WithRefuseHeld is first used (holds)
 
-	epoch        time.Time           // the origin of the deadlines below (Client.mono)
+	epoch        time.Time           // the origin of the request timeouts (Client.mono)
 	timeouts     deadlineHeap[*call] // calls whose waiters wait with a request timeout
 	timeoutAlarm alarm               // runs expireCalls
-	lostHeap     deadlineHeap[*Lock] // held locks, by when their lost signal is due
+	clk          *suspendClock       // the lock deadlines' clock: it counts suspend time
+	lostHeap     deadlineHeap[*Lock] // held locks, by when their lost signal is due (on clk)
 	lostAlarm    alarm               // runs fireLost
 }
 
@@ -88,8 +89,9 @@ func Dial(ctx context.Context, opts ...Option) (*Client, error) {
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
 	c.epoch = time.Now()
-	c.timeoutAlarm = newAlarm(c, c.expireCalls)
-	c.lostAlarm = newAlarm(c, c.fireLost)
+	c.clk = newSuspendClock()
+	c.timeoutAlarm = newAlarm(c.monoNow, c.expireCalls)
+	c.lostAlarm = newAlarm(c.clk.now, c.fireLost)
 	newSessionID(&c.session)
 	if err := c.firstConnect(ctx); err != nil {
 		c.cancel()
@@ -225,24 +227,25 @@ func (c *Client) Extend(ctx context.Context, key string, token uint64, lease tim
 	if err != nil {
 		return time.Time{}, err
 	}
-	res, tSend, err := c.extend(ctx, key, token, ms)
+	res, err := c.extend(ctx, key, token, ms)
 	if err != nil {
 		return time.Time{}, err
 	}
-	return tSend.Add(shrink(durationMs(int64(res.lease)))), nil
+	return c.clk.toTime(res.first + int64(shrink(durationMs(int64(res.lease))))), nil
 }
 
-func (c *Client) extend(ctx context.Context, key string, token uint64, ms uint32) (result, time.Time, error) {
+// extend sends EXTEND; the result carries its request id and first send (result.id, first).
+func (c *Client) extend(ctx context.Context, key string, token uint64, ms uint32) (result, error) {
 	cl := getCall()
 	cl.req = wire.Request{Op: wire.OpExtend, Token: token, Lease: ms}
 	cl.key = key
 	res, err := c.do(ctx, cl, c.opts.requestTimeout)
 	if err != nil {
-		return res, time.Time{}, err
+		return res, err
 	}
-	tSend := cl.tSend
+	res.id, res.first = cl.req.ID, cl.tFirst
 	putCall(cl)
-	return res, tSend, res.statusError(wire.OpExtend, key, token)
+	return res, res.statusError(wire.OpExtend, key, token)
 }
 
 // shrink applies the clock-rate bound to a span measured by the server: a server clock running
@@ -270,9 +273,9 @@ func (c *Client) holds(key string) bool {
 // registerLocked records a lock just granted, so that EXPIRED notices, a restart and
 // WithRefuseHeld find it, sets its lease and deadline (Lock.setGrant) and arms its lost signal.
 // c.mu must be held, and lk not yet handed to anyone: its fields are written without lk.mu.
-func (c *Client) registerLocked(lk *Lock, token uint64, leaseMs, queuedMs uint32, tSend time.Time, retried bool) {
+func (c *Client) registerLocked(lk *Lock, token uint64, leaseMs, detailMs uint32, tFirst int64) {
 	lk.token = token
-	lk.setGrant(leaseMs, queuedMs, tSend, retried)
+	lk.setGrant(leaseMs, detailMs, tFirst)
 	c.locks[token] = lk
 	if c.heldKeys != nil {
 		c.heldKeys[lk.key]++

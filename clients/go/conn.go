@@ -169,7 +169,7 @@ func (cn *conn) heartbeat() (time.Duration, bool) {
 		}
 	}
 	cn.hb, cn.hbSent = hb, now
-	c.sendLocked(hb, now)
+	c.sendLocked(hb, 0)
 	c.mu.Unlock()
 	return min(c.opts.heartbeat, c.opts.requestTimeout), true
 }

@@ -132,30 +132,34 @@ func (h *deadlineHeap[T]) down(i int) {
 	}
 }
 
-// mono is t on the client's monotonic clock, in ns: the deadlines' unit.
+// mono is t on the client's monotonic clock, in ns: the request timeouts' unit.
 func (c *Client) mono(t time.Time) int64 { return int64(t.Sub(c.epoch)) }
 
-// alarm is the timer that watches a deadlineHeap. It is moved earlier when an earlier deadline
-// is added, but not later when the earliest one is removed: it then fires early, and its
-// handler sets it again for the heap's first deadline. Guarded by Client.mu.
+// monoNow is the monotonic clock now (Client.mono).
+func (c *Client) monoNow() int64 { return int64(time.Since(c.epoch)) }
+
+// alarm is the timer that watches a deadlineHeap, whose deadlines are readings of clock. It is
+// moved earlier when an earlier deadline is added, but not later when the earliest one is
+// removed: it then fires early, and its handler sets it again for the heap's first deadline.
+// Guarded by Client.mu.
 type alarm struct {
-	c     *Client
+	clock func() int64
 	t     *time.Timer
 	set   bool
-	armed int64 // when t fires (Client.mono), if set
+	armed int64 // when t fires (on clock), if set
 }
 
-func newAlarm(c *Client, f func()) alarm {
+func newAlarm(clock func() int64, f func()) alarm {
 	t := time.AfterFunc(time.Hour, f)
 	t.Stop()
-	return alarm{c: c, t: t}
+	return alarm{clock: clock, t: t}
 }
 
 // want makes the alarm fire no later than at.
 func (a *alarm) want(at int64) {
 	if !a.set || at < a.armed {
 		a.set, a.armed = true, at
-		a.t.Reset(time.Duration(at - a.c.mono(time.Now())))
+		a.t.Reset(time.Duration(at - a.clock()))
 	}
 }
 

@@ -32,7 +32,9 @@
 //
 // Every lock has a lease; the server takes the lock back when it runs out and hands it to the
 // next waiter. The client keeps a local deadline for each lock, counted from when the request
-// was sent and shortened by the clock-rate allowance, so it is never later than the server's.
+// was first sent, plus the time the server says it queued, shortened by the clock-rate
+// allowance, so it is never later than the server's; it runs on a clock that counts the time
+// the machine is suspended (CLOCK_BOOTTIME on Linux).
 // Lock.Lost is closed, once, at the first of: that deadline (a few ms early), the server's
 // EXPIRED notice, a NOT_HELD answer to Extend or Release, or a reconnect to a restarted server;
 // Lock.Err says why (a *LockLostError with a LostReason). WithKeepAlive extends the lease in the

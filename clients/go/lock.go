@@ -30,7 +30,8 @@ type Lock struct {
 	mu       sync.Mutex
 	token    uint64        // set (under Client.mu) when granted, before anyone else sees the Lock
 	lease    time.Duration // lease last granted (acquire or extend); keep-alive asks for it again
-	deadline time.Time     // local deadline
+	deadline int64         // local deadline, on Client.clk (it counts suspend time)
+	extendID uint64        // the request id of the EXTEND whose answer set deadline (0: the grant's)
 	lost     chan struct{} // made when first asked for (lostChan); closedChan if lost before
 	lostErr  *LockLostError
 	relDone  chan struct{} // made by a Release that waits for the one in flight; closed when it ends
@@ -69,13 +70,22 @@ func (l *Lock) Lease() time.Duration {
 	return l.lease
 }
 
-// Deadline returns the local deadline: when the request was sent, plus the time the server says
-// it spent queued, plus the lease, less the clock-rate allowance (0.2%), so it is never later
-// than the server's. A successful Extend moves it.
+// Deadline returns the local deadline: when the request was first sent, plus the time the server
+// says passed since it first arrived, plus the lease, less the clock-rate allowance (0.2%), so it
+// is never later than the server's. A successful Extend moves it. It is measured on a clock that
+// counts the time the host is suspended, as the server's leases do; the time.Time returned is
+// that instant as the wall clock sees it now.
 func (l *Lock) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.deadline
+	return l.c.clk.toTime(l.deadline)
+}
+
+// remaining is the time left until the local deadline.
+func (l *Lock) remaining() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Duration(l.deadline - l.c.clk.now())
 }
 
 // Lost returns a channel closed when the lock is lost (see Lock). For the local deadline it
@@ -132,7 +142,7 @@ func (l *Lock) checkDeadline() {
 
 // deadlineDueLocked reports whether the lost signal is due but has not fired. l.mu must be held.
 func (l *Lock) deadlineDueLocked() bool {
-	return l.lostErr == nil && !l.released && !l.deadline.IsZero() && l.untilLostLocked() <= 0
+	return l.lostErr == nil && !l.released && l.deadline != 0 && l.untilLostLocked() <= 0
 }
 
 // Acquire takes the lock on key for lease, waiting in the key's FIFO queue until it is granted,
@@ -291,27 +301,24 @@ func (l *Lock) lostErrCopy() *LockLostError {
 }
 
 // setGrant sets the lease and the local deadline of a lock just granted (PROTOCOL.md, "The lost
-// signal"): deadline = t_send + (queued + lease)·(1 − 2ρ); after a retried ACQUIRE,
-// t_send(retry) + lease·(1 − 2ρ) (its lease_ms is what is left). Only Client.registerLocked
-// calls it, before anyone else can see l (so without l.mu).
-func (l *Lock) setGrant(leaseMs, queuedMs uint32, tSend time.Time, retried bool) {
+// signal"): deadline = t_first + (detail + lease)·(1 − 2ρ), whichever transmission the answer
+// was for: t_first is the request's first send, and detail the time since it first reached the
+// server (for a retry answered from the server's table, lease_ms is what is left). Only
+// Client.registerLocked calls it, before anyone else can see l (so without l.mu).
+func (l *Lock) setGrant(leaseMs, detailMs uint32, tFirst int64) {
 	l.lease = durationMs(int64(leaseMs))
-	span := l.lease
-	if !retried {
-		span += durationMs(int64(queuedMs))
-	}
-	l.deadline = tSend.Add(shrink(span))
+	l.deadline = tFirst + int64(shrink(durationMs(int64(leaseMs)+int64(detailMs))))
 }
 
-// lostDueLocked is when the lost signal should fire: the deadline less a margin for timer
-// latency (5ms, or a tenth of a shorter lease). l.mu must be held.
-func (l *Lock) lostDueLocked() time.Time {
-	return l.deadline.Add(-min(wire.LostMarginMs*time.Millisecond, l.lease/10))
+// lostDueLocked is when the lost signal should fire, on Client.clk: the deadline less a margin
+// for timer latency (5ms, or a tenth of a shorter lease). l.mu must be held.
+func (l *Lock) lostDueLocked() int64 {
+	return l.deadline - int64(min(wire.LostMarginMs*time.Millisecond, l.lease/10))
 }
 
 // untilLostLocked is the time left until the lost signal should fire. l.mu must be held.
 func (l *Lock) untilLostLocked() time.Duration {
-	return time.Until(l.lostDueLocked())
+	return time.Duration(l.lostDueLocked() - l.c.clk.now())
 }
 
 // onDeadline runs when the lost signal is due (fireLost).
@@ -351,34 +358,42 @@ func (l *Lock) setLostLocked(reason LostReason, detail string, cause error) {
 	// (Its caller then unregisters it, which disarms armLost.)
 }
 
-// armLostLocked has fireLost run l.onDeadline at (or soon after) at, instead of at the time set
-// before, if any, until l is unregistered. c.mu must be held.
-func (c *Client) armLostLocked(l *Lock, at time.Time) {
-	m := c.mono(at)
-	c.lostHeap.set(l, &l.lostPos, m)
-	c.lostAlarm.want(m)
+// armLostLocked has fireLost run l.onDeadline at (or soon after) at (on Client.clk), instead of
+// at the time set before, if any, until l is unregistered. c.mu must be held.
+func (c *Client) armLostLocked(l *Lock, at int64) {
+	c.lostHeap.set(l, &l.lostPos, at)
+	c.wantLostLocked(at)
+}
+
+// wantLostLocked sets the lost alarm for at, or for wire.LostCheckMs from now if that is
+// sooner: a runtime timer stops while the host is suspended, and Client.clk does not, so the
+// alarm looks again that often while a lock is held (after a resume, lost fires within it).
+// c.mu must be held.
+func (c *Client) wantLostLocked(at int64) {
+	c.lostAlarm.want(min(at, c.clk.now()+int64(wire.LostCheckMs*time.Millisecond)))
 }
 
 // armLost is armLostLocked without c.mu held. l.mu may be held (Lock.mu before Client.mu).
-func (c *Client) armLost(l *Lock, at time.Time) {
+func (c *Client) armLost(l *Lock, at int64) {
 	c.mu.Lock()
 	c.armLostLocked(l, at)
 	c.mu.Unlock()
 }
 
-// fireLost runs at the earliest lost-signal time: it fires every lock's that is due.
+// fireLost runs at the earliest lost-signal time, and every wire.LostCheckMs while a lock is
+// held: it fires every lock's that is due.
 func (c *Client) fireLost() {
 	var due []*Lock
 	c.mu.Lock()
 	c.lostAlarm.fired()
-	now := c.mono(time.Now())
+	now := c.clk.now()
 	for {
 		l, at, ok := c.lostHeap.first()
 		if !ok {
 			break
 		}
 		if at > now {
-			c.lostAlarm.want(at)
+			c.wantLostLocked(at)
 			break
 		}
 		c.lostHeap.remove(&l.lostPos)
@@ -454,7 +469,7 @@ func (l *Lock) release(ctx context.Context, token uint64, uncertain bool) (chan 
 	l.mu.Lock()
 	done := l.relDone
 	l.releasing, l.relDone = false, nil
-	if err != nil && uncertain && isNotHeld(err) && l.lostErr == nil && time.Now().Before(l.deadline) {
+	if err != nil && uncertain && isNotHeld(err) && l.lostErr == nil && l.c.clk.now() < l.deadline {
 		// An earlier attempt whose answer was lost released it: the server never reclaims a
 		// lock before the local deadline, and NOT_HELD says nobody holds this token now.
 		err = nil
@@ -488,7 +503,9 @@ func (l *Lock) release(ctx context.Context, token uint64, uncertain bool) (chan 
 }
 
 // Extend sets the lease to lease from now (it may shorten it) and moves Deadline to the time the
-// request was sent plus lease. Keep-alive then asks for this lease too. After the lock was lost
+// request was first sent plus lease, unless the answer to a later Extend of the lock (keep-alive's,
+// another goroutine's) came first: the server applies extends in the order they were sent, so the
+// deadline follows the last one sent. Keep-alive then asks for this lease too. After the lock was lost
 // it returns the *LockLostError without a round trip; after Release, an error matching
 // ErrNotHeld. A NOT_HELD answer marks the lock lost (ReasonNotHeld). Other errors (a timeout, a
 // lost connection) leave the lock as it was: it is lost at its deadline unless a later Extend
@@ -516,7 +533,7 @@ func (l *Lock) extend(ctx context.Context, ms uint32) error {
 	token := l.token
 	l.mu.Unlock()
 
-	res, tSend, err := l.c.extend(ctx, l.key, token, ms)
+	res, err := l.c.extend(ctx, l.key, token, ms)
 	if isNotHeld(err) {
 		l.markLost(ReasonNotHeld, "the server answered NOT_HELD to its extend", err)
 		return l.Err()
@@ -533,10 +550,14 @@ func (l *Lock) extend(ctx context.Context, ms uint32) error {
 	if l.released {
 		return nil
 	}
-	l.lease = durationMs(int64(res.lease))
-	l.deadline = tSend.Add(shrink(l.lease))
-	l.c.armLost(l, l.lostDueLocked())
 	l.extends++
+	if res.id < l.extendID {
+		return nil // a later extend was answered first: the server applied this one before it
+	}
+	l.extendID = res.id
+	l.lease = durationMs(int64(res.lease))
+	l.deadline = res.first + int64(shrink(l.lease))
+	l.c.armLost(l, l.lostDueLocked())
 	return nil
 }
 
@@ -595,11 +616,11 @@ func (l *Lock) keepAlive(fixed, maxHold time.Duration, granted time.Time, stop c
 		case <-lost:
 			return
 		case <-holdEnd:
-			l.c.opts.logger.Info("ticketing: keep-alive reached its max hold; the lock runs out its lease", "key", FormatKey(l.key), "deadline_in", time.Until(l.Deadline()))
+			l.c.opts.logger.Info("ticketing: keep-alive reached its max hold; the lock runs out its lease", "key", FormatKey(l.key), "deadline_in", l.remaining())
 			return
 		}
 		iv := interval()
-		remaining := time.Until(l.Deadline())
+		remaining := l.remaining()
 		if remaining <= 0 {
 			return // lost at the deadline; the timer reports it
 		}
@@ -616,8 +637,8 @@ func (l *Lock) keepAlive(fixed, maxHold time.Duration, granted time.Time, stop c
 		case ctx.Err() != nil, errors.Is(err, ErrLockLost), errors.Is(err, ErrNotHeld), errors.Is(err, ErrClosed):
 			return
 		default:
-			l.c.opts.logger.Warn("ticketing: keep-alive extend failed; retrying", "key", FormatKey(l.key), "err", err, "deadline_in", time.Until(l.Deadline()))
-			t.Reset(max(min(iv/4, time.Until(l.Deadline())/4), time.Millisecond))
+			l.c.opts.logger.Warn("ticketing: keep-alive extend failed; retrying", "key", FormatKey(l.key), "err", err, "deadline_in", l.remaining())
+			t.Reset(max(min(iv/4, l.remaining()/4), time.Millisecond))
 		}
 	}
 }

@@ -307,16 +307,15 @@ func (c *Client) attach(cn *conn, w *wire.Welcome, session [wire.SessionIDSize]b
 	if c.pending.len() > 0 {
 		resend := c.pending.calls(nil)
 		slices.SortFunc(resend, func(a, b *call) int { return cmp.Compare(a.req.ID, b.req.ID) })
-		now := time.Now()
 		for _, cl := range resend {
-			cl.tSend, cl.retried = now, true
+			cl.retried = true // (its first send stays: a lock's deadline counts from it)
 			c.wbuf = appendRequest(c.wbuf, &cl.req, cl.key)
 		}
 		c.opts.logger.Debug("ticketing: session resumed; requests re-sent", "addr", cn.addr, "requests", len(resend))
 	}
 	waiting := c.waiting
 	c.waiting = nil
-	now := time.Now()
+	now := c.clk.now()
 	for _, cl := range waiting {
 		c.sendLocked(cl, now)
 	}
@@ -469,7 +468,7 @@ func (c *Client) answerLocked(cn *conn, r *wire.Response) (answer, bool) {
 		c.sendAckLocked()
 	}
 	if !cl.abandoned && cl.lk != nil && r.Op == wire.OpAcquire && r.Status == wire.StatusOK {
-		c.registerLocked(cl.lk, r.Token, r.Lease, r.Detail, cl.tSend, cl.retried)
+		c.registerLocked(cl.lk, r.Token, r.Lease, r.Detail, cl.tFirst)
 		cl.tGrant = cn.readAt
 	}
 	a := answer{cl: cl, abandoned: cl.abandoned,
@@ -525,7 +524,7 @@ func (c *Client) sendAckLocked() {
 		}
 	}
 	c.ack, c.answers = ack, 0
-	c.sendLocked(ack, time.Now())
+	c.sendLocked(ack, 0)
 }
 
 // push handles a frame with request id 0: EXPIRED, GOAWAY, or an INVALID/LENGTH verdict.

@@ -291,7 +291,8 @@ func TestConstants(t *testing.T) {
 			t.Errorf("size %s = %d in constants.json; client uses %d (%v)", name, v, mv, ok)
 		}
 	}
-	rules := map[string]int{"ACK_EVERY": wire.AckEvery, "CLOCK_RATE_BOUND_PPM": wire.ClockRateBoundPPM, "LOST_MARGIN_MS": wire.LostMarginMs}
+	rules := map[string]int{"ACK_EVERY": wire.AckEvery, "CLOCK_RATE_BOUND_PPM": wire.ClockRateBoundPPM, "LOST_MARGIN_MS": wire.LostMarginMs,
+		"LOST_CHECK_MS": wire.LostCheckMs}
 	if len(tables.ClientRules) != len(rules) {
 		t.Errorf("constants.json has %d client rules, the client follows %d", len(tables.ClientRules), len(rules))
 	}

@@ -300,7 +300,7 @@ func Constants() ConstantsFile {
 		Ops: Ops, Statuses: Statuses, Fields: Fields, Limits: Limits,
 		Expired: ExpiredReasons, Goaway: GoawayReasons, Inspect: InspectFlags,
 		Rules: map[string]uint64{
-			"ACK_EVERY": AckEvery, "CLOCK_RATE_BOUND_PPM": ClockRateBoundPPM, "LOST_MARGIN_MS": LostMarginMs,
+			"ACK_EVERY": AckEvery, "CLOCK_RATE_BOUND_PPM": ClockRateBoundPPM, "LOST_MARGIN_MS": LostMarginMs, "LOST_CHECK_MS": LostCheckMs,
 		},
 	}
 }

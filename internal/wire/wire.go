@@ -147,6 +147,9 @@ const (
 	// LostMarginMs: the lost signal fires this many ms before the local deadline (or a tenth of
 	// the lease when that is shorter), for timer latency.
 	LostMarginMs = 5
+	// LostCheckMs: a client holding locks checks their deadlines against its suspend-counting
+	// clock at least this often (runtime timers stop during a suspend).
+	LostCheckMs = 250
 )
 
 // Decoding errors. ErrShort is not an error on a stream: it means "read more bytes".

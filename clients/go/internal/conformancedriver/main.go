@@ -428,7 +428,8 @@ func (d *driver) handle(cmd *command) (map[string]any, error) {
 		if err != nil {
 			return nil, err
 		}
-		res := map[string]any{"lost": false, "token": strconv.FormatUint(h.lk.Token(), 10)}
+		res := map[string]any{"lost": false, "token": strconv.FormatUint(h.lk.Token(), 10),
+			"deadline_in_ms": float64(time.Until(h.lk.Deadline())) / float64(time.Millisecond)}
 		var lost *ticketing.LockLostError
 		if errors.As(h.lk.Err(), &lost) {
 			res["lost"], res["reason"] = true, reason(lost.Reason)

@@ -22,6 +22,9 @@ import (
 //   - Refuse resets every new connection at once (a server that is down) until Refuse(false);
 //   - NotLeader answers every new connection's HELLO itself with CHALLENGE NOT_LEADER and no
 //     leader hint, then closes it (a cluster electing a leader) until NotLeader(false);
+//   - HoldNew makes every connection accepted from then on relay the server's first frame (the
+//     CHALLENGE) and then hold back what the server sends, as HoldServerBytes does: a test can
+//     hold back a WELCOME and whatever follows it;
 //   - per connection (Conns): HoldServerBytes keeps what the server sends from reaching the
 //     client, ReleaseServerBytes delivers it, and Reset cuts the connection with a TCP RST on
 //     both sides, dropping whatever was held;
@@ -41,6 +44,7 @@ type Proxy struct {
 	cut      bool
 	refuse   bool
 	electing bool // NotLeader
+	holdNew  bool // HoldNew
 	notLed   int  // connections answered NOT_LEADER
 	closed   bool
 	accepted int
@@ -97,7 +101,7 @@ func (p *Proxy) accept() {
 			go p.answerNotLeader(c)
 			continue
 		}
-		pc := &ProxyConn{p: p, ID: p.accepted, Accepted: time.Now(), client: c, done: make(chan struct{})}
+		pc := &ProxyConn{p: p, ID: p.accepted, Accepted: time.Now(), client: c, done: make(chan struct{}), holdAfterFirst: p.holdNew}
 		p.relayed = append(p.relayed, pc)
 		p.conns[c] = struct{}{}
 		cut := p.cut
@@ -211,6 +215,14 @@ func (p *Proxy) Cut() {
 func (p *Proxy) Refuse(on bool) {
 	p.mu.Lock()
 	p.refuse = on
+	p.mu.Unlock()
+}
+
+// HoldNew makes the connections accepted from now on hold back what the server sends after its
+// first frame (see ProxyConn.HoldServerBytes), or, off, relay everything again.
+func (p *Proxy) HoldNew(on bool) {
+	p.mu.Lock()
+	p.holdNew = on
 	p.mu.Unlock()
 }
 
@@ -354,6 +366,10 @@ type ProxyConn struct {
 	reset      bool
 	hold       bool
 	held       []byte
+	// holdAfterFirst: hold (as HoldServerBytes) once the server's first frame has been
+	// relayed; first holds its bytes until its length is known.
+	holdAfterFirst bool
+	first          []byte
 	session    [16]byte
 	hasSession bool
 	tap        [2][]byte // partial frame per direction
@@ -437,6 +453,25 @@ func (c *ProxyConn) writeToClient(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()
+	if c.holdAfterFirst && !c.hold {
+		// Relay up to the end of the first frame, then hold the rest.
+		c.first = append(c.first, b...)
+		if len(c.first) < 4 {
+			c.mu.Unlock()
+			return nil
+		}
+		end := 4 + int(binary.BigEndian.Uint32(c.first))
+		if len(c.first) < end {
+			c.mu.Unlock()
+			return nil
+		}
+		pass := c.first[:end]
+		c.held = append(c.held, c.first[end:]...)
+		c.first, c.holdAfterFirst, c.hold = nil, false, true
+		c.mu.Unlock()
+		_, err := c.client.Write(pass)
+		return err
+	}
 	if c.hold {
 		if !c.reset {
 			c.held = append(c.held, b...)
@@ -475,10 +510,21 @@ func (c *ProxyConn) observe(dir Direction, b []byte) {
 			c.hasSession = true
 		}
 		if len(c.frames) < maxFrames {
-			c.frames = append(c.frames, Frame{At: now, Dir: dir, Held: dir == ServerToClient && c.hold, Bytes: f})
+			held := dir == ServerToClient && (c.hold || c.holdAfterFirst && len(c.frames) > 0 && c.sawServerFrame())
+			c.frames = append(c.frames, Frame{At: now, Dir: dir, Held: held, Bytes: f})
 		}
 	}
 	c.tap[dir] = append(c.tap[dir][:0], buf...)
+}
+
+// sawServerFrame reports whether a server frame was recorded already. c.mu must be held.
+func (c *ProxyConn) sawServerFrame() bool {
+	for _, f := range c.frames {
+		if f.Dir == ServerToClient {
+			return true
+		}
+	}
+	return false
 }
 
 // Frames returns the frames recorded so far on this connection, in the order the proxy saw

@@ -26,6 +26,7 @@ var scenarios = []scenario{
 	{name: "resume_queue_place", needs: []string{"locks"}, run: scResumeQueuePlace},
 	{name: "retry_idempotent", needs: []string{"locks"}, run: scRetryIdempotent, cluster: scRetryIdempotentCluster},
 	{name: "release_retry", needs: []string{"locks"}, run: scReleaseRetry, cluster: scReleaseRetryCluster},
+	{name: "deadline_after_resume", needs: []string{"locks"}, run: scDeadlineAfterResume},
 	{name: "ack_outcomes", needs: []string{"locks"}, run: scAckOutcomes},
 	{name: "unreachable", run: scUnreachable},
 	{name: "connect_election", needs: []string{"connect_election"}, run: scConnectElection},

@@ -278,7 +278,8 @@ func (d *stubDriver) handle(id int64, op string, a args) (map[string]any, error)
 		}
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		m := map[string]any{"lost": l.lost, "token": fmt.Sprint(l.token)}
+		m := map[string]any{"lost": l.lost, "token": fmt.Sprint(l.token),
+			"deadline_in_ms": float64(time.Until(l.deadline)) / float64(time.Millisecond)}
 		if l.lost {
 			m["reason"] = l.reason
 		}
@@ -594,7 +595,9 @@ func (c *stubClient) attach(conn *rawConn) (again bool) {
 	var reqs []wire.Request
 	for _, id := range ids {
 		p := c.pending[id]
-		p.sentAt = now
+		if p.sentAt.IsZero() {
+			p.sentAt = now // first sent now; a re-send keeps the first send (the deadline counts from it)
+		}
 		reqs = append(reqs, p.req)
 	}
 	if len(reqs) > 0 {
@@ -879,30 +882,39 @@ type stubLock struct {
 
 	mu       sync.Mutex
 	timer    *time.Timer
+	deadline time.Time // the local deadline (PROTOCOL.md, "The lost signal")
+	extendID uint64    // the EXTEND whose answer set deadline (0: the ACQUIRE's)
 	lost     bool
 	reason   string
 	released bool
 	stopKA   chan struct{}
 }
 
-// deadlineAfter is PROTOCOL.md's local deadline, less a lost margin, counted from sent. The
-// stub takes a tenth of the lease as its margin, wider than the protocol's minimum (a client may
-// fire lost early, never late): the stub only has to show that the runner can fail, and with the
-// minimum (5 ms) its intact run raced the next holder's grant when a loaded machine delayed its
-// timer (seen once in lost_on_expiry: the lost event 0.1 ms after the grant).
-func deadlineAfter(sent time.Time, queuedMs, leaseMs uint32) time.Time {
-	total := float64(queuedMs+leaseMs) * (1 - 2*float64(wire.ClockRateBoundPPM)/1e6)
-	margin := math.Max(wire.LostMarginMs, float64(leaseMs)/10)
-	return sent.Add(time.Duration((total - margin) * float64(time.Millisecond)))
+// deadlineAfter is PROTOCOL.md's local deadline counted from the request's first send.
+func deadlineAfter(first time.Time, detailMs, leaseMs uint32) time.Time {
+	total := float64(detailMs+leaseMs) * (1 - 2*float64(wire.ClockRateBoundPPM)/1e6)
+	return first.Add(time.Duration(total * float64(time.Millisecond)))
 }
 
-func (l *stubLock) setDeadline(at time.Time) {
+// setDeadline sets the local deadline (from the ACQUIRE, extendID 0, or an EXTEND: only an
+// answer to a later EXTEND than the one that set it moves it) and the lost timer, a margin
+// before it. The stub takes a tenth of the lease as its margin, wider than the protocol's
+// minimum (a client may fire lost early, never late): the stub only has to show that the
+// runner can fail, and with the minimum (5 ms) its intact run raced the next holder's grant
+// when a loaded machine delayed its timer (seen once in lost_on_expiry: the lost event 0.1 ms
+// after the grant).
+func (l *stubLock) setDeadline(at time.Time, leaseMs uint32, extendID uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if extendID != 0 && extendID < l.extendID {
+		return
+	}
+	l.deadline, l.extendID = at, extendID
 	if l.timer != nil {
 		l.timer.Stop()
 	}
-	l.timer = time.AfterFunc(time.Until(at), func() { l.fireLost("expired") })
+	margin := time.Duration(math.Max(wire.LostMarginMs, float64(leaseMs)/10) * float64(time.Millisecond))
+	l.timer = time.AfterFunc(time.Until(at.Add(-margin)), func() { l.fireLost("expired") })
 }
 
 func (l *stubLock) isLost() bool {
@@ -1000,7 +1012,7 @@ func (l *stubLock) extend(lease uint32) (uint32, error) {
 	}
 	switch f.Status {
 	case wire.StatusOK:
-		l.setDeadline(deadlineAfter(p.sentAt, 0, f.Lease))
+		l.setDeadline(deadlineAfter(p.sentAt, 0, f.Lease), f.Lease, p.req.ID)
 		return f.Lease, nil
 	case wire.StatusNotHeld:
 		l.fireLost("not_held")
@@ -1117,7 +1129,7 @@ func (d *stubDriver) acquire(id int64, op string, a args) (map[string]any, error
 		return nil, err
 	}
 	l := &stubLock{d: d, c: c, name: a.str("lock"), key: key, token: f.Token, lease: lease}
-	l.setDeadline(deadlineAfter(p.sentAt, f.Detail, f.Lease))
+	l.setDeadline(deadlineAfter(p.sentAt, f.Detail, f.Lease), f.Lease, 0)
 	c.mu.Lock()
 	c.locks[f.Token] = l
 	c.mu.Unlock()
@@ -1158,7 +1170,7 @@ func (d *stubDriver) withLock(a args) error {
 		return err
 	}
 	l := &stubLock{d: d, c: c, name: "with_lock", key: key, token: f.Token, lease: lease, quiet: true}
-	l.setDeadline(deadlineAfter(p.sentAt, f.Detail, f.Lease))
+	l.setDeadline(deadlineAfter(p.sentAt, f.Detail, f.Lease), f.Lease, 0)
 	c.mu.Lock()
 	c.locks[f.Token] = l
 	c.mu.Unlock()

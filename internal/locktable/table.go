@@ -3,9 +3,9 @@ package locktable
 import (
 	"cmp"
 	"hash/maphash"
-	"slices"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/ticketing/ticketing/internal/wire"
 )

@@ -361,20 +361,20 @@ type ProxyConn struct {
 
 	wmu sync.Mutex // serialises writes to the client (relay and ReleaseServerBytes)
 
-	mu         sync.Mutex
-	server     net.Conn // nil until dialled
-	reset      bool
-	hold       bool
-	held       []byte
+	mu     sync.Mutex
+	server net.Conn // nil until dialled
+	reset  bool
+	hold   bool
+	held   []byte
 	// holdAfterFirst: hold (as HoldServerBytes) once the server's first frame has been
 	// relayed; first holds its bytes until its length is known.
 	holdAfterFirst bool
 	first          []byte
-	session    [16]byte
-	hasSession bool
-	tap        [2][]byte // partial frame per direction
-	tapOff     [2]bool
-	frames     []Frame
+	session        [16]byte
+	hasSession     bool
+	tap            [2][]byte // partial frame per direction
+	tapOff         [2]bool
+	frames         []Frame
 }
 
 func (c *ProxyConn) markDone() { c.doneOnce.Do(func() { close(c.done) }) }

@@ -45,8 +45,7 @@ func startOps(srv *server.Server, o *serverSettings) {
 // serverSettings with the defaults: the generator writes only names found here, and every
 // value it writes is parsed by the setter found here.
 func settingsTable() (map[string]setting, []string) {
-	o := &serverSettings{cfg: server.Default(), startupGrace: "auto", logLevel: "info", logFormat: "text"}
-	o.cluster.Timing, o.cluster.LogStore = 1, "wal"
+	o := newServerSettings()
 	byName := map[string]setting{}
 	var order []string
 	for _, st := range o.list() {

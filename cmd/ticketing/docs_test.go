@@ -22,8 +22,7 @@ func TestOperationsDocListsEverySetting(t *testing.T) {
 			rows[v[1]] = strings.TrimSpace(m[2])
 		}
 	}
-	o := &serverSettings{cfg: defaultServerConfigForDocs(), startupGrace: "auto", logLevel: "info", logFormat: "text"}
-	o.cluster.Timing, o.cluster.LogStore = 1, "wal"
+	o := newServerSettings()
 	known := map[string]bool{"TICKETING_TOKEN": true, "TICKETING_ADMIN_TOKEN": true, "TICKETING_CLUSTER_SECRET": true}
 	for _, st := range o.list() {
 		name := envName(st.name)

@@ -117,6 +117,9 @@ func (o *serverSettings) list() []setting {
 		stringSetting("cluster-secret-file", "cluster: file holding the node-to-node secret (or TICKETING_CLUSTER_SECRET)", &o.secretFile),
 		floatSetting("raft-timing", "cluster: multiplier over the base timing (heartbeat = election timeout = 500ms)", &o.cluster.Timing),
 		stringSetting("raft-store", "cluster: raft log store, wal or bolt", &o.cluster.LogStore),
+		uintSetting("raft-snapshot-threshold", "cluster: take a snapshot of the lock table once this many log entries were applied since the last", &o.cluster.SnapshotThreshold),
+		durationSetting("raft-snapshot-interval", "cluster: how often (this to twice this) a node checks whether a snapshot is due", &o.cluster.SnapshotInterval),
+		uintSetting("raft-trailing-logs", "cluster: log entries kept after a snapshot, for followers that lag (beyond: they get the snapshot)", &o.cluster.TrailingLogs),
 		intSetting("raft-max-pending", "cluster: bytes of client requests the leader holds before Raft takes them; beyond it it stops reading from clients (backpressure)", &c.RaftMaxPending),
 		boolSetting("raft-recover", "cluster: forced recovery after losing a majority for good: replace this node's Raft configuration with --peers (new state id; no grants for the max lease)", &o.cluster.Recover),
 		boolSetting("join", "cluster: join an existing cluster (an operator adds the node with: ticketing cluster add) instead of bootstrapping one", &o.cluster.Join),
@@ -134,14 +137,19 @@ func (o *serverSettings) list() []setting {
 	}
 }
 
-// defaultServerConfigForDocs is server.Default(): the defaults the settings table shows.
-func defaultServerConfigForDocs() server.Config { return server.Default() }
+// newServerSettings is the settings before anything is parsed: every default, as the settings
+// table (docs/operations.md, the deploy generator) shows them.
+func newServerSettings() *serverSettings {
+	o := &serverSettings{cfg: server.Default(), logLevel: "info", logFormat: "text", startupGrace: "auto"}
+	o.cluster.Timing, o.cluster.LogStore = 1, "wal"
+	o.cluster.SnapshotThreshold, o.cluster.SnapshotInterval, o.cluster.TrailingLogs = server.DefaultSnapshotThreshold, server.DefaultSnapshotInterval, server.DefaultTrailingLogs
+	return o
+}
 
 // parseServerSettings reads defaults, then TICKETING_* variables, then flags. The auth token is
 // read from TICKETING_TOKEN or TICKETING_TOKEN_FILE only: a flag would show it in ps.
 func parseServerSettings(args []string, getenv func(string) string) (*serverSettings, error) {
-	o := &serverSettings{cfg: defaultServerConfigForDocs(), logLevel: "info", logFormat: "text", startupGrace: "auto"}
-	o.cluster.Timing, o.cluster.LogStore = 1, "wal"
+	o := newServerSettings()
 	fs := flag.NewFlagSet("ticketing server", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: ticketing server [--flag value ...]\n\nEvery flag is also an environment variable (--max-lease = TICKETING_MAX_LEASE).\nThe auth token comes from TICKETING_TOKEN or TICKETING_TOKEN_FILE, never from a flag.")

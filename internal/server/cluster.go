@@ -46,6 +46,12 @@ type ClusterConfig struct {
 	RaftServerTLS, RaftClientTLS *tls.Config
 	Timing                       float64 // multiplier over the base timing (heartbeat = election = 500 ms); default 1
 	LogStore                     string  // "wal" (default) or "bolt"
+	// Snapshots (hashicorp/raft's settings; 0: the default): a snapshot is taken when this many
+	// entries were applied since the last one, checked every SnapshotInterval to twice that, and
+	// TrailingLogs entries are kept after it for followers that lag.
+	SnapshotThreshold uint64        // default 16384
+	SnapshotInterval  time.Duration // default 30s
+	TrailingLogs      uint64        // default 10240
 	// Join: this node joins an existing cluster (an operator adds it with `ticketing cluster
 	// add`); it never bootstraps, even on a fresh data directory.
 	Join bool
@@ -54,6 +60,20 @@ type ClusterConfig struct {
 	// recovered cluster gets a new state id, tokens above everything the old state could have
 	// issued, and grants nothing for TICKETING_MAX_LEASE (docs/cluster.md).
 	Recover bool
+}
+
+// Snapshot defaults (ClusterConfig).
+const (
+	DefaultSnapshotThreshold = 16384
+	DefaultSnapshotInterval  = 30 * time.Second
+	DefaultTrailingLogs      = 10240
+)
+
+func orDefault[T uint64 | time.Duration](v, d T) T {
+	if v == 0 {
+		return d
+	}
+	return v
 }
 
 // Base timing: heartbeat = election timeout = 500 ms (a median ~1.2 s from a dead leader to
@@ -311,8 +331,9 @@ func (s *Server) startCluster() error {
 	rc.CommitTimeout = 5 * time.Millisecond
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 256
-	rc.SnapshotThreshold = 16384
-	rc.SnapshotInterval = 30 * time.Second
+	rc.SnapshotThreshold = orDefault(cc.SnapshotThreshold, DefaultSnapshotThreshold)
+	rc.SnapshotInterval = orDefault(cc.SnapshotInterval, DefaultSnapshotInterval)
+	rc.TrailingLogs = orDefault(cc.TrailingLogs, DefaultTrailingLogs)
 	rc.Logger = hl
 	if err := raft.ValidateConfig(rc); err != nil {
 		return err

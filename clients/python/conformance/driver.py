@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import ticketing
+import ticketing._clock
 import ticketing.asyncio
 
 FEATURES = ["locks", "cancel", "keepalive", "with_lock", "verify", "refuse_held", "tls", "mtls",
@@ -204,7 +205,9 @@ class Driver:
 
     async def op_lock_state(self, cmd: Json) -> Json:
         lock = self.locks[cmd["lock"]]
-        state: Json = {"lost": lock.lost.is_set(), "token": str(lock.token)}
+        # The deadline itself, not the lost signal's earlier moment (DRIVER.md).
+        deadline_in_ms = (lock._deadline - ticketing._clock.now()) * 1000
+        state: Json = {"lost": lock.lost.is_set(), "token": str(lock.token), "deadline_in_ms": deadline_in_ms}
         if lock.lost_reason is not None:
             state["reason"] = reason_name(lock.lost_reason)
         return state

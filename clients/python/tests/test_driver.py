@@ -105,6 +105,8 @@ def test_basic_and_lost_on_expiry(driver: Driver, server: ServerProcess, key: st
     driver.connect("B", server.addr)
     got = driver.call("acquire", client="A", key=key, lease_ms=400, wait_ms=None, keepalive=False, lock="l1")
     assert got["ok"] and int(got["token"]) > 0 and got["lease_ms"] == 400
+    state = driver.call("lock_state", lock="l1")
+    assert not state["lost"] and 0 < state["deadline_in_ms"] <= 400 * 0.998
     waiting = driver.send("acquire", client="B", key=key, lease_ms=5000, wait_ms=5000, keepalive=False, lock="l2")
     event = driver.wait_event()
     assert event == {"event": "lost", "lock": "l1", "reason": "expired"}
@@ -112,8 +114,9 @@ def test_basic_and_lost_on_expiry(driver: Driver, server: ServerProcess, key: st
     assert b["ok"] and int(b["token"]) > int(got["token"])
     rel = driver.call("release", lock="l1")
     assert rel["error"]["kind"] == "lock_lost" and rel["error"]["reason"] == "expired"
-    assert driver.call("lock_state", lock="l1") == {"id": driver._next, "ok": True, "lost": True,
-                                                    "reason": "expired", "token": got["token"]}
+    state = driver.call("lock_state", lock="l1")
+    assert state.pop("deadline_in_ms") < 0  # the deadline itself, passed
+    assert state == {"id": driver._next, "ok": True, "lost": True, "reason": "expired", "token": got["token"]}
     assert driver.call("release", lock="l2")["ok"]
     info = driver.call("inspect", client="A", key=key)
     assert info["ok"] and not info["held"] and info["waiters"] == 0

@@ -14,8 +14,19 @@ from collections.abc import Callable
 import pytest
 
 import ticketing
+import ticketing._clock
 from ticketing import LostReason
-from ticketing.constants import AUTH_SIZE, HELLO_SIZE, ExpiredReason, GoawayReason, Op, Status
+from ticketing._clock import FallbackClock
+from ticketing.constants import (
+    AUTH_SIZE,
+    CLOCK_RATE_BOUND_PPM,
+    HELLO_SIZE,
+    LOST_CHECK_MS,
+    ExpiredReason,
+    GoawayReason,
+    Op,
+    Status,
+)
 from ticketing.protocol import Challenge, Response, Welcome
 
 from .fakeserver import FakeConn, FakeServer, leader, serve
@@ -66,7 +77,7 @@ def test_resume_resends_with_original_ids() -> None:
         acquires = [r for r in fake.requests if r.op == Op.ACQUIRE]
         assert len(acquires) == 2 and acquires[0] == acquires[1]  # same id, same fields
         assert [h.session_id for h in fake.hellos] == [client.session_id] * 2
-        assert lock.deadline > t0 + 9.9  # t_send(retry) + lease * (1 - 2 rho) - margin
+        assert lock.deadline > t0 + 9.9  # t_first + lease * (1 - 2 rho) - margin
         client.ping()
         assert fake.requests[-1].id > acquires[0].id
         assert not fake.errors
@@ -516,8 +527,8 @@ def test_expired_push_fires_lost(reason: int, want: LostReason) -> None:
 
 
 def test_lost_fires_before_the_server_expiry() -> None:
-    """The local deadline: t_send + (queued + lease) * (1 - 2 rho) - min(5 ms, lease/10). The
-    server's lease ends no earlier than t_send + queued + lease."""
+    """The local deadline: t_first + (queued + lease) * (1 - 2 rho) - min(5 ms, lease/10). The
+    server's lease ends no earlier than t_first + queued + lease."""
     def script(c: FakeConn) -> None:
         c.handshake()
         acq = c.recv()
@@ -535,6 +546,104 @@ def test_lost_fires_before_the_server_expiry() -> None:
         assert lock.deadline - t0 <= want + 0.001
         assert fired[0] - t0 < 0.4  # before the earliest moment the server can expire it
         assert fired[0] >= lock.deadline
+
+
+#: (1 - 2 rho): the share of a lease a client counts (PROTOCOL.md, "The lost signal").
+SPAN = 1 - 2 * CLOCK_RATE_BOUND_PPM / 1_000_000
+
+#: (hold, wait_after_resend) of :func:`resent_acquire`.
+RESENT = [pytest.param(0.3, 0.0, id="granted-before-the-resend"),
+          pytest.param(0.0, 1.0, id="granted-long-after-the-resend")]
+
+
+def resent_acquire(hold: float, wait_after_resend: float, seen: dict[str, float]) -> Callable[[FakeConn], None]:
+    """A server that loses the answer to an ACQUIRE: it drops the connection ``hold`` s after the
+    ACQUIRE arrived (``seen["arrived"]``, on the lock clock), then answers the re-send on the
+    resumed session ``wait_after_resend`` s after it arrives, with ``detail`` (``seen["detail"]``)
+    the ms from the first arrival to the grant: 50 when the grant was decided before the re-send
+    went out (its answer is read after it), else the time queued since the first arrival."""
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        if len(c.server.conns) == 1:
+            c.recv()
+            seen["arrived"] = ticketing._clock.now()
+            time.sleep(hold)
+            return
+        retry = c.recv()
+        time.sleep(wait_after_resend)
+        seen["detail"] = round((ticketing._clock.now() - seen["arrived"]) * 1000) if wait_after_resend else 50
+        c.answer(retry, token=7, lease_ms=retry.lease_ms, detail=int(seen["detail"]))
+        serve(c)
+
+    return script
+
+
+def crossed_extends(go: threading.Event) -> Callable[[FakeConn], None]:
+    """A server that grants the ACQUIRE, takes two EXTENDs and answers the later one (the higher
+    request id) first, and the earlier one once ``go`` is set."""
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        acq = c.recv()
+        c.answer(acq, token=9, lease_ms=acq.lease_ms)
+        older, newer = c.recv(), c.recv()
+        c.answer(newer, token=9, lease_ms=newer.lease_ms)
+        go.wait(5)
+        c.answer(older, token=9, lease_ms=older.lease_ms)
+        serve(c)
+
+    return script
+
+
+@pytest.mark.parametrize(("hold", "wait_after_resend"), RESENT)
+def test_deadline_counts_from_the_first_send(hold: float, wait_after_resend: float) -> None:
+    """Every ACQUIRE OK sets deadline = t_first + (detail + lease) * (1 - 2 rho), t_first the first
+    send of the request id: a grant decided before the re-send must not count from the re-send
+    (300 ms late: two holders), and a waiter granted long after its re-send counts its time
+    queued (else a second early)."""
+    seen: dict[str, float] = {}
+    with FakeServer(resent_acquire(hold, wait_after_resend, seen)) as fake, ticketing.Client(fake.addr) as client:
+        t0 = ticketing._clock.now()
+        lock = client.acquire("k", 10)
+        assert fake.ops().count(Op.ACQUIRE) == 2
+        span = (seen["detail"] + 10_000) * SPAN / 1000
+        assert t0 + span <= lock._deadline <= seen["arrived"] + span
+        assert not fake.errors
+
+
+def test_an_older_extend_answered_later_does_not_move_the_deadline() -> None:
+    """The server applies EXTENDs in request-id order: the deadline follows the answer with the
+    highest id, even when an older one's (here longer) is processed after it."""
+    go = threading.Event()
+    with FakeServer(crossed_extends(go)) as fake, ticketing.Client(fake.addr) as client:
+        lock = client.acquire("k", 30)
+        older, older_out = in_thread(lambda: lock.extend(60))
+        wait_for(lambda: fake.ops().count(Op.EXTEND) == 1)
+        newer, newer_out = in_thread(lambda: lock.extend(10))
+        newer.join(5)
+        assert newer_out == [10.0]
+        go.set()
+        older.join(5)
+        assert older_out == [60.0]
+        assert lock.lease == 10.0 and lock.remaining() <= 10 * SPAN
+        assert not fake.errors
+
+
+def test_a_suspend_makes_the_lock_lost_within_lost_check_ms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the fallback clock a suspend shows as the wall clock running ahead of the monotonic
+    clock, whose timers stopped: the timer thread looks at the clock every LOST_CHECK_MS, so a
+    lock whose lease ran out during the suspend is lost within that of the resume."""
+    suspended = [0.0]
+    monkeypatch.setattr(ticketing._clock, "now", FallbackClock(wall=lambda: time.time() + suspended[0]))
+    with FakeServer(leader) as fake, ticketing.Client(fake.addr) as client:
+        lock = client.acquire("k", 30)
+        fired = threading.Event()
+        lock.on_lost(lambda _lk: fired.set())
+        suspended[0] = 60.0
+        resumed = time.monotonic()
+        assert fired.wait(5)
+        assert time.monotonic() - resumed < LOST_CHECK_MS / 1000 + 0.1
+        assert lock.lost_reason is LostReason.EXPIRED
+        assert not fake.errors
 
 
 def test_scoped_helper_raises_when_the_lock_was_lost() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ticketing import ConnectionLost, LostReason, ServerRestarted
-from ticketing._common import lost_at
+from ticketing._common import lock_deadline, lost_margin
 from ticketing._session import Call, Expired, Follow, Restarted, Session
 from ticketing.constants import WELCOME_RESUMED, ExpiredReason, GoawayReason, Op, Status
 from ticketing.protocol import Request, Response, Welcome, decode_request
@@ -56,7 +56,7 @@ def test_ids_in_submit_order_and_backlog_waits_for_the_connection() -> None:
     reqs = sent(s)
     assert [r.id for r in reqs] == [1, 2, 3]
     assert [r.op for r in reqs] == [Op.PING, Op.INSPECT, Op.ACQUIRE]
-    assert late.t_send == 2.0 and not late.retried
+    assert late.t_first == late.t_send == 2.0
 
 
 def test_resume_resends_unanswered_in_id_order_before_anything_new() -> None:
@@ -74,7 +74,8 @@ def test_resume_resends_unanswered_in_id_order_before_anything_new() -> None:
     again = sent(s)
     assert [(r.op, r.id) for r in again] == [(Op.ACQUIRE, 1), (Op.RELEASE, 3), (Op.INSPECT, 4)]
     assert again[0] == first[0] and again[1] == first[2]  # the same fields, the same ids
-    assert calls[0].retried and calls[0].t_send == 3.0 and not new.retried
+    assert calls[0].t_first == 1.0 and calls[0].t_send == 3.0  # a re-send keeps its first send
+    assert new.t_first == new.t_send == 3.0  # first sent when the connection came
 
 
 def test_restart_fails_everything_and_starts_a_new_session() -> None:
@@ -224,19 +225,12 @@ def test_shutting_down_moves_to_the_next_endpoint_when_there_is_one() -> None:
     assert c.done and c.response is not None and c.response.status == Status.SHUTTING_DOWN
 
 
-@pytest.mark.parametrize(("queued", "lease", "want"), [
-    (0, 30_000, 30 * 0.998 - 0.005),
-    (1500, 1, (1500 + 1) * 0.998 / 1000 - 0.0001),  # margin lease/10 for short leases
-    (0, 400, 0.4 * 0.998 - 0.005),
+@pytest.mark.parametrize(("detail", "lease", "deadline", "margin"), [
+    (0, 30_000, 30 * 0.998, 0.005),
+    (1500, 1, (1500 + 1) * 0.998 / 1000, 0.0001),  # margin lease/10 for short leases
+    (0, 400, 0.4 * 0.998, 0.005),
+    (8_000, 10_000, 18 * 0.998, 0.005),  # a waiter granted after 8 s queued, or a retry 8 s after the first arrival
 ])
-def test_lost_at(queued: int, lease: int, want: float) -> None:
-    assert lost_at(100.0, queued, lease) == pytest.approx(100.0 + want)
-
-
-def test_lost_at_after_a_retry() -> None:
-    # held by the session when the retry arrived: queued 0, lease = the time left
-    assert lost_at(105.0, 0, 10_000, first_send=100.0) == pytest.approx(105.0 + 10 * 0.998 - 0.005)
-    # still queued at the retry, granted 8 s after the original arrived: not before the retry
-    # (here queued time is mostly before it), and never before first_send + queued
-    assert lost_at(105.0, 8_000, 10_000, first_send=100.0) == pytest.approx(100.0 + 18 * 0.998 - 0.005)
-    assert lost_at(105.0, 2_000, 10_000, first_send=100.0) == pytest.approx(105.0 + 10 * 0.998 - 0.005)
+def test_lock_deadline(detail: int, lease: int, deadline: float, margin: float) -> None:
+    assert lock_deadline(100.0, detail, lease) == pytest.approx(100.0 + deadline)
+    assert lost_margin(lease) == pytest.approx(margin)

@@ -251,25 +251,22 @@ def describe_wait(wait_timeout: float | None) -> str:
 # --- the lost signal ------------------------------------------------------------------------
 
 
-def lost_at(t_send: float, queued_ms: int, granted_ms: int, *, first_send: float | None = None) -> float:
-    """When the lost signal fires, in ``time.monotonic()`` seconds: ``deadline - margin`` with
-    ``deadline = t_send + (queued + lease) * (1 - 2 rho)`` and ``margin = min(5 ms, lease / 10)``
-    (PROTOCOL.md, "The lost signal"). ``t_send`` is when the request went to the wire; pass
-    ``queued_ms = 0`` for an EXTEND.
+def lock_deadline(t_first: float, detail_ms: int, lease_ms: int) -> float:
+    """A lock's local deadline on the lock clock (:mod:`._clock`), PROTOCOL.md's "The lost
+    signal": ``t_first + (detail + lease) * (1 - 2 rho)``, never after the server's lease end.
+    ``t_first`` is when the request id was first sent: a re-send (after a resume, to the
+    leader) never changes it, because a grant may be decided before the re-send and read after
+    it. The server counts ``detail`` from the request's first arrival, so the one formula holds
+    for every ``ACQUIRE OK``, whichever transmission it answers (a waiter's time queued, or the
+    time since the first arrival with the lease left for a retry answered from the lock table).
+    ``detail_ms = 0`` for an ``EXTEND OK``."""
+    return t_first + (detail_ms + lease_ms) * (1 - 2 * _RHO) / 1000
 
-    For a retried ACQUIRE (``first_send``: when the original went out; ``t_send``: the retry)
-    the grant happened no earlier than both the retry and ``first_send + queued`` (whichever
-    arrival ``queued`` counts from), so ``deadline = max(first_send + queued * (1 - 2 rho),
-    t_send) + lease * (1 - 2 rho)``. For a lock the session already held (``queued`` 0, ``lease``
-    = time left) that is PROTOCOL.md's ``t_send(retry) + lease * (1 - 2 rho)``; for a waiter that
-    was still queued and granted after the retry it keeps the time queued after the retry."""
-    factor = 1 - 2 * _RHO
-    if first_send is None:
-        start = t_send + queued_ms * factor / 1000
-    else:
-        start = max(first_send + queued_ms * factor / 1000, t_send)
-    deadline = start + granted_ms * factor / 1000
-    return deadline - min(LOST_MARGIN_MS, granted_ms / 10) / 1000
+
+def lost_margin(lease_ms: int) -> float:
+    """How long before the deadline the lost signal fires, in seconds: ``min(5 ms, lease / 10)``,
+    for timer latency."""
+    return min(LOST_MARGIN_MS, lease_ms / 10) / 1000
 
 
 class RecentTokens:

@@ -2,10 +2,10 @@
 
 A :class:`Session` is one client process's identity on the server: its id, the request id
 counter, the state id of the first WELCOME, and every request not answered yet. It never touches
-a socket or a clock: the caller passes ``now`` in, takes the bytes to write from :attr:`Session.out`,
-the calls that finished from :attr:`Session.finished` and what else happened from
-:attr:`Session.events`, and serialises every call (the blocking client holds its lock; the
-asyncio client runs on one loop).
+a socket or a clock: the caller passes ``now`` in (on the lock clock, :mod:`._clock`), takes the
+bytes to write from :attr:`Session.out`, the calls that finished from :attr:`Session.finished`
+and what else happened from :attr:`Session.events`, and serialises every call (the blocking
+client holds its lock; the asyncio client runs on one loop).
 
 The rules it implements (PROTOCOL.md, "Sessions" and "State id and restarts"):
 
@@ -58,7 +58,7 @@ class Call:
     (any status but NOT_LEADER, which leaves the call waiting), or with ``error`` set.
     """
 
-    __slots__ = ("op", "key", "token", "lease_ms", "wait_ms", "id", "t_send", "retried", "may_have_run",
+    __slots__ = ("op", "key", "token", "lease_ms", "wait_ms", "id", "t_send", "may_have_run",
                  "abandoned", "internal", "done", "response", "error", "callbacks", "cancel_sent", "cleanup",
                  "failovers", "epoch", "t_first")
 
@@ -71,12 +71,11 @@ class Call:
         self.wait_ms = wait_ms
         #: The request id; 0 until the call is queued for the wire.
         self.id = 0
-        #: Monotonic time of the last send (original or retry).
+        #: When it was last sent (original or retry), on the lock clock.
         self.t_send = 0.0
-        #: Monotonic time of the first send with the current id.
+        #: When it was first sent with the current id, on the lock clock: a lock's deadline
+        #: counts from it, whichever send the answer is for.
         self.t_first = 0.0
-        #: The last send was a retry (on a resumed session).
-        self.retried = False
         #: Sent on a connection that may have run it (not answered NOT_LEADER).
         self.may_have_run = False
         #: The caller stopped waiting; the answer is used for clean-up only.
@@ -181,12 +180,11 @@ class Session:
         self.next_id += 1
         self.pending[call.id] = call
         call.t_first = now
-        self._write(call, now, retry=False)
+        self._write(call, now)
 
-    def _write(self, call: Call, now: float, *, retry: bool) -> None:
+    def _write(self, call: Call, now: float) -> None:
         self.out += encode_request(call.request())
         call.t_send = now
-        call.retried = retry
         call.may_have_run = True
         call.epoch = self.restarts
 
@@ -384,7 +382,7 @@ class Session:
         self.state_id = w.state_id
         if w.resumed and not first:
             for call in calls:
-                self._write(call, now, retry=True)
+                self._write(call, now)
             for call in calls:
                 if call.op == Op.ACQUIRE and call.abandoned:
                     self._cancel(call, now)
@@ -392,7 +390,7 @@ class Session:
             for call in calls:
                 keep = (not call.may_have_run and not call.abandoned) or (call.internal and call.op == Op.RELEASE)
                 if keep:
-                    self._write(call, now, retry=False)
+                    self._write(call, now)
                     continue
                 del self.pending[call.id]
                 if call.internal or call.abandoned:

@@ -1,6 +1,8 @@
 """One timer thread per blocking client: fires each held lock's lost signal, the heartbeat and the
 session grace without a thread per timer. The thread starts on first use and ends after a second
-with nothing scheduled."""
+with nothing scheduled. Timers run on the lock clock (:mod:`._clock`), which counts the time the
+host was suspended; the thread's waits run on the monotonic clock, which stops during a suspend,
+so the client keeps a timer due within LOST_CHECK_MS while it holds a lock (its lost watch)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,9 @@ import heapq
 import itertools
 import logging
 import threading
-import time
 from collections.abc import Callable
+
+from . import _clock
 
 log = logging.getLogger("ticketing")
 
@@ -32,7 +35,7 @@ class Timer:
 
 
 class Scheduler:
-    """Runs callbacks at ``time.monotonic()`` instants on one daemon thread. Callbacks must be
+    """Runs callbacks at instants of the lock clock on one daemon thread. Callbacks must be
     short; they run one after another."""
 
     def __init__(self, name: str = "ticketing-timers") -> None:
@@ -43,7 +46,7 @@ class Scheduler:
         self._thread: threading.Thread | None = None
 
     def call_at(self, when: float, fn: Callable[[], None]) -> Timer:
-        """Run ``fn()`` at monotonic time ``when`` (at once if it has passed)."""
+        """Run ``fn()`` at ``when`` on the lock clock (at once if it has passed)."""
         timer = Timer(when, fn)
         with self._cond:
             heapq.heappush(self._heap, (when, next(self._seq), timer))
@@ -55,7 +58,7 @@ class Scheduler:
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> Timer:
         """Run ``fn()`` in ``delay`` seconds."""
-        return self.call_at(time.monotonic() + delay, fn)
+        return self.call_at(_clock.now() + delay, fn)
 
     def _run(self) -> None:
         while True:
@@ -70,7 +73,7 @@ class Scheduler:
                             self._thread = None
                             return
                         continue
-                    wait = heap[0][0] - time.monotonic()
+                    wait = heap[0][0] - _clock.now()
                     if wait <= 0:
                         timer = heapq.heappop(heap)[2]
                         break

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Protocol, TypeVar
 
+from . import _clock
 from ._common import (
     BACKOFF_MAX,
     BACKOFF_MIN,
@@ -30,7 +31,7 @@ from ._common import (
     key_bytes,
     key_info,
     lease_ms,
-    lost_at,
+    lock_deadline,
     parse_endpoint,
     parse_endpoints,
     refused_not_leader,
@@ -44,7 +45,7 @@ from ._common import (
 from ._session import Call, Event, Expired, Follow, Restarted, Session
 from ._timers import Scheduler, Timer
 from .connection import Connection, _Transport, dial
-from .constants import InspectFlag, LostReason, Op, Status
+from .constants import LOST_CHECK_MS, InspectFlag, LostReason, Op, Status
 from .exceptions import (
     AlreadyHeld,
     AuthFailed,
@@ -153,6 +154,7 @@ class Client(ForkAware):
         self._connect_calls: list[Call] = []  # connect()'s PINGs waiting for the next round
         self._grace_timer: Timer | None = None
         self._locks: dict[int, Lock] = {}
+        self._lost_watch: Timer | None = None
         self._early_lost = RecentTokens()
         self._timers = Scheduler()
         self._closed = False
@@ -373,7 +375,7 @@ class Client(ForkAware):
         resp = self._request(call, self._request_timeout)
         if resp.status != Status.OK:
             raise error_for_status(resp.status, resp.detail, resp.data)
-        return max(0.0, time.monotonic() - call.t_send)
+        return max(0.0, _clock.now() - call.t_send)
 
     def inspect(self, key: KeyLike) -> KeyInfo:
         """What the server knows about ``key`` now (see :class:`KeyInfo`). Changes nothing;
@@ -389,18 +391,30 @@ class Client(ForkAware):
 
     def _new_lock(self, key: KeyLike, k: bytes, call: Call, resp: Response, requested_ms: int, keepalive: bool,
                   max_hold: float | None) -> Lock:
-        fire_at = lost_at(call.t_send, resp.detail, resp.lease_ms, first_send=call.t_first if call.retried else None)
-        lock = Lock(self, key, k, resp.token, requested_ms, resp.lease_ms, fire_at)
+        deadline = lock_deadline(call.t_first, resp.detail, resp.lease_ms)
+        lock = Lock(self, key, k, resp.token, requested_ms, resp.lease_ms, deadline)
         with self._mu:
             if self._session.restarts != call.epoch:
                 reason: str | None = LostReason.SERVER_RESTARTED
             else:
                 reason = self._early_lost.pop(resp.token)
             self._locks[resp.token] = lock
+            if self._lost_watch is None:
+                self._lost_watch = self._timers.call_later(LOST_CHECK_MS / 1000, self._watch_locks)
         lock._start(keepalive and not self._closed, max_hold)
         if reason is not None:
             lock._set_lost(LostReason(reason))
         return lock
+
+    def _watch_locks(self) -> None:
+        """Every LOST_CHECK_MS while a lock is held. The timer thread waits on the monotonic
+        clock, which stops while the host is suspended; this timer keeps its waits that short, so
+        that after a resume the thread sees the lock clock's jump and fires the lost signals
+        that came due (each lock's own timer) within LOST_CHECK_MS."""
+        with self._mu:
+            self._lost_watch = None
+            if self._locks:
+                self._lost_watch = self._timers.call_later(LOST_CHECK_MS / 1000, self._watch_locks)
 
     def _holds(self, k: bytes) -> bool:
         with self._mu:
@@ -428,7 +442,7 @@ class Client(ForkAware):
         try:
             answered = ev.wait(timeout)
         except BaseException:  # KeyboardInterrupt: withdraw it, release a grant that raced it
-            self._locked(lambda: self._session.abandon(call, time.monotonic()))
+            self._locked(lambda: self._session.abandon(call, _clock.now()))
             if interruptible_cleanup:
                 self._wait_cleanup(call)
             raise
@@ -445,7 +459,7 @@ class Client(ForkAware):
         """With the lock held: abandon ``call`` unless it finished meanwhile."""
         if call.done:
             return False
-        self._session.abandon(call, time.monotonic())
+        self._session.abandon(call, _clock.now())
         return True
 
     def _wait_cleanup(self, call: Call) -> None:
@@ -472,7 +486,7 @@ class Client(ForkAware):
         with self._mu:
             if self._closed or (self._closing and call.op != Op.RELEASE):
                 raise ClientClosed(f"the client is closed ({call.describe()})")
-            self._session.submit(call, time.monotonic())
+            self._session.submit(call, _clock.now())
             if not self._session.ready:
                 # Before the first connection a call starts a round at once (and fails with it,
                 # unless a node answered NOT_LEADER: an election, see _election_pause);
@@ -531,7 +545,7 @@ class Client(ForkAware):
         with self._mu:
             if self._conn is not conn:
                 return
-            now = time.monotonic()
+            now = _clock.now()
             for frame in frames:
                 self._session.on_response(frame, now)
             self._flush_locked()
@@ -577,7 +591,7 @@ class Client(ForkAware):
         with self._mu:
             if self._conn is not conn or self._closed:
                 return
-            now = time.monotonic()
+            now = _clock.now()
             hb = self._session.heartbeat
             if hb is not None and now - hb.t_send >= self._hb_timeout:
                 dead = f"no answer to a heartbeat PING within {self._hb_timeout:g} s"
@@ -715,7 +729,7 @@ class Client(ForkAware):
             if self._closed:
                 _shutdown_any(transport.sock)
                 return True
-            now = time.monotonic()
+            now = _clock.now()
             ok = self._session.welcome(welcome, now)
             conn: Connection | None = None
             if ok:

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from . import _clock
 from ._common import Endpoint, format_endpoint, not_leader_unavailable
 from .constants import WELCOME_SIZE
 from .exceptions import NotLeader, ProtocolError, TicketingError, TLSError, Unavailable
@@ -226,8 +227,8 @@ class Connection:
                  on_closed: Callable[[Connection, str], None]) -> None:
         self.endpoint = endpoint
         self.welcome = welcome
-        #: Monotonic time anything was last received (for the heartbeat).
-        self.last_received = time.monotonic()
+        #: When anything was last received, on the lock clock (for the heartbeat).
+        self.last_received = _clock.now()
         self._transport = transport
         self._on_frames = on_frames
         self._on_closed = on_closed
@@ -303,7 +304,7 @@ class Connection:
             self._leftover = b""
             while True:
                 if data:
-                    self.last_received = time.monotonic()
+                    self.last_received = _clock.now()
                     frames = self._frames.feed(data)
                     if frames:
                         self._on_frames(self, frames)

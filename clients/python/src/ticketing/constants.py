@@ -36,6 +36,7 @@ __all__ = [
     "ACK_EVERY",
     "CLOCK_RATE_BOUND_PPM",
     "LOST_MARGIN_MS",
+    "LOST_CHECK_MS",
     "DEFAULT_PORT",
 ]
 
@@ -145,6 +146,7 @@ WELCOME_RESUMED = 0x01  #: WELCOME flag bit: the session named in HELLO was resu
 ACK_EVERY = 1024  #: the client sends ACK at least once per this many answers
 CLOCK_RATE_BOUND_PPM = 1000  #: bound on each clock's rate error, parts per million (rho = 0.001)
 LOST_MARGIN_MS = 5  #: the lost signal fires min(5 ms, lease / 10) before the local deadline
+LOST_CHECK_MS = 250  #: while holding a lock, compare its deadline with the clock at least this often
 DEFAULT_PORT = 7070  #: the server's default port
 
 

@@ -13,13 +13,26 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 import ticketing
+import ticketing._clock
 import ticketing.asyncio
 from ticketing import LostReason
-from ticketing.constants import AUTH_SIZE, HELLO_SIZE, ExpiredReason, GoawayReason, Op, Status
+from ticketing._clock import FallbackClock
+from ticketing.constants import AUTH_SIZE, HELLO_SIZE, LOST_CHECK_MS, ExpiredReason, GoawayReason, Op, Status
 from ticketing.protocol import Challenge, Response, Welcome
 
 from ..fakeserver import FakeConn, FakeServer, leader, serve
-from ..test_fake import BAD_KEYS, BAD_LEASES, BAD_TOKENS, BAD_WAITS, NOT_LEADER_CHALLENGE, not_leader
+from ..test_fake import (
+    BAD_KEYS,
+    BAD_LEASES,
+    BAD_TOKENS,
+    BAD_WAITS,
+    NOT_LEADER_CHALLENGE,
+    RESENT,
+    SPAN,
+    crossed_extends,
+    not_leader,
+    resent_acquire,
+)
 
 
 def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
@@ -625,6 +638,65 @@ def test_lost_fires_before_the_server_expiry() -> None:
 
     with FakeServer(script) as fake:
         run(main)
+
+
+@pytest.mark.parametrize(("hold", "wait_after_resend"), RESENT)
+def test_deadline_counts_from_the_first_send(hold: float, wait_after_resend: float) -> None:
+    seen: dict[str, float] = {}
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            t0 = ticketing._clock.now()
+            lock = await client.acquire("k", 10)
+            assert fake.ops().count(Op.ACQUIRE) == 2
+            span = (seen["detail"] + 10_000) * SPAN / 1000
+            assert t0 + span <= lock._deadline <= seen["arrived"] + span
+
+    with FakeServer(resent_acquire(hold, wait_after_resend, seen)) as fake:
+        run(main)
+        assert not fake.errors
+
+
+def test_an_older_extend_answered_later_does_not_move_the_deadline() -> None:
+    go = threading.Event()
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            lock = await client.acquire("k", 30)
+            older = asyncio.create_task(lock.extend(60))
+            await wait_for(lambda: fake.ops().count(Op.EXTEND) == 1)
+            assert await lock.extend(10) == 10.0
+            go.set()
+            assert await older == 60.0
+            assert lock.lease == 10.0 and lock.remaining() <= 10 * SPAN
+
+    with FakeServer(crossed_extends(go)) as fake:
+        run(main)
+        assert not fake.errors
+
+
+def test_a_suspend_makes_the_lock_lost_within_lost_check_ms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop's timers stop during a suspend: the client's lost watch looks at the clock every
+    LOST_CHECK_MS, and a call that asks about a lock looks at once."""
+    suspended = [0.0]
+    monkeypatch.setattr(ticketing._clock, "now", FallbackClock(wall=lambda: time.time() + suspended[0]))
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            watched = await client.acquire("a", 30)
+            asked = await client.acquire("b", 30)
+            fired = asyncio.Event()
+            watched.on_lost(lambda _lk: fired.set())
+            suspended[0] = 60.0
+            resumed = time.monotonic()
+            assert asked.lost_reason is LostReason.EXPIRED and not fired.is_set()
+            await asyncio.wait_for(fired.wait(), 5)
+            assert time.monotonic() - resumed < LOST_CHECK_MS / 1000 + 0.1
+            assert watched.lost_reason is LostReason.EXPIRED
+
+    with FakeServer(leader) as fake:
+        run(main)
+        assert not fake.errors
 
 
 def test_scoped_helper_raises_when_the_lock_was_lost() -> None:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from types import TracebackType
 
+from .. import _clock
 from .._common import (
     BACKOFF_MAX,
     BACKOFF_MIN,
@@ -30,7 +31,7 @@ from .._common import (
     key_bytes,
     key_info,
     lease_ms,
-    lost_at,
+    lock_deadline,
     parse_endpoint,
     parse_endpoints,
     register_for_fork,
@@ -51,7 +52,7 @@ from ..client import (
     _round_text,
     _timeout_error,
 )
-from ..constants import InspectFlag, LostReason, Op, Status
+from ..constants import LOST_CHECK_MS, InspectFlag, LostReason, Op, Status
 from ..exceptions import (
     AlreadyHeld,
     ClientClosed,
@@ -133,6 +134,7 @@ class Client(ForkAware):
         self._connect_calls: list[Call] = []  # connect()'s PINGs waiting for the next round
         self._grace_timer: asyncio.TimerHandle | None = None
         self._locks: dict[int, Lock] = {}
+        self._lost_watch: asyncio.TimerHandle | None = None
         self._early_lost = RecentTokens()
         self._closed = False
         self._closing = False
@@ -355,7 +357,7 @@ class Client(ForkAware):
         resp = await self._request(call, self._request_timeout)
         if resp.status != Status.OK:
             raise error_for_status(resp.status, resp.detail, resp.data)
-        return max(0.0, time.monotonic() - call.t_send)
+        return max(0.0, _clock.now() - call.t_send)
 
     async def inspect(self, key: KeyLike) -> KeyInfo:
         """What the server knows about ``key`` now (see :class:`KeyInfo`). Changes nothing;
@@ -371,17 +373,29 @@ class Client(ForkAware):
 
     def _new_lock(self, key: KeyLike, k: bytes, call: Call, resp: Response, requested_ms: int, keepalive: bool,
                   max_hold: float | None) -> Lock:
-        fire_at = lost_at(call.t_send, resp.detail, resp.lease_ms, first_send=call.t_first if call.retried else None)
-        lock = Lock(self, key, k, resp.token, requested_ms, resp.lease_ms, fire_at)
+        deadline = lock_deadline(call.t_first, resp.detail, resp.lease_ms)
+        lock = Lock(self, key, k, resp.token, requested_ms, resp.lease_ms, deadline)
         if self._session.restarts != call.epoch:
             reason: str | None = LostReason.SERVER_RESTARTED
         else:
             reason = self._early_lost.pop(resp.token)
         self._locks[resp.token] = lock
+        if self._lost_watch is None:
+            self._lost_watch = asyncio.get_running_loop().call_later(LOST_CHECK_MS / 1000, self._watch_locks)
         lock._start(keepalive and not self._closed, max_hold)
         if reason is not None:
             lock._set_lost(LostReason(reason))
         return lock
+
+    def _watch_locks(self) -> None:
+        """Every LOST_CHECK_MS while a lock is held: the loop's timers run on the monotonic
+        clock, which stops while the host is suspended, so each lock's own timer may fire late
+        after a resume; this look at the lock clock fires the lost signals due within that."""
+        for lock in list(self._locks.values()):
+            lock._check_deadline()
+        self._lost_watch = None
+        if self._locks:
+            self._lost_watch = asyncio.get_running_loop().call_later(LOST_CHECK_MS / 1000, self._watch_locks)
 
     def _holds(self, k: bytes) -> bool:
         return any(lk._key_bytes == k and lk._is_held() for lk in self._locks.values())
@@ -422,12 +436,12 @@ class Client(ForkAware):
                 await asyncio.shield(fut)
         except TimeoutError:
             if not call.done:
-                self._session.abandon(call, time.monotonic())
+                self._session.abandon(call, _clock.now())
                 self._flush_and_handle()
                 err = self._timeout_error(call, timeout)
                 raise err from err.__cause__  # the last connect error, if any; not asyncio's TimeoutError
         except asyncio.CancelledError:  # withdraw it, release a grant that raced it
-            self._session.abandon(call, time.monotonic())
+            self._session.abandon(call, _clock.now())
             self._flush_and_handle()
             if cleanup_on_cancel:
                 await self._wait_cleanup(call)
@@ -452,7 +466,7 @@ class Client(ForkAware):
     def _submit(self, call: Call, *, connect: bool = False) -> None:
         if self._closed or (self._closing and call.op != Op.RELEASE):
             raise ClientClosed(f"the client is closed ({call.describe()})")
-        self._session.submit(call, time.monotonic())
+        self._session.submit(call, _clock.now())
         if not self._session.ready:
             # Before the first connection a call starts a round at once (and fails with it,
             # unless a node answered NOT_LEADER: an election, see _election_pause);
@@ -502,7 +516,7 @@ class Client(ForkAware):
         """Reader task: frames received on ``conn``."""
         if self._conn is not conn:
             return
-        now = time.monotonic()
+        now = _clock.now()
         for frame in frames:
             self._session.on_response(frame, now)
         self._flush()
@@ -539,7 +553,7 @@ class Client(ForkAware):
         unanswered for ``request_timeout`` s."""
         if self._conn is not conn or self._closed:
             return
-        now = time.monotonic()
+        now = _clock.now()
         hb = self._session.heartbeat
         if hb is not None and now - hb.t_send >= self._hb_timeout:
             conn.close(f"no answer to a heartbeat PING within {self._hb_timeout:g} s")
@@ -548,7 +562,7 @@ class Client(ForkAware):
             hb = self._session.send_heartbeat(now)
             self._flush()
         due = hb.t_send + self._hb_timeout if hb is not None else conn.last_received + self._heartbeat
-        asyncio.get_running_loop().call_at(max(due, now + 0.01), self._heartbeat_check, conn)
+        asyncio.get_running_loop().call_later(max(due - now, 0.01), self._heartbeat_check, conn)
 
     def _follow(self, ev: Follow, conn: Connection | None) -> None:
         """GOAWAY, NOT_LEADER, or SHUTTING_DOWN with another endpoint: reconnect elsewhere."""
@@ -667,7 +681,7 @@ class Client(ForkAware):
         if self._closed:
             writer.transport.abort()
             return True
-        ok = self._session.welcome(welcome, time.monotonic())
+        ok = self._session.welcome(welcome, _clock.now())
         conn: Connection | None = None
         if ok:
             conn = Connection(ep, reader, writer, welcome, on_frames=self._on_frames, on_closed=self._on_conn_closed)

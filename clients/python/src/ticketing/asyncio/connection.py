@@ -12,9 +12,9 @@ import logging
 import os
 import socket
 import ssl as _ssl
-import time
 from collections.abc import Callable
 
+from .. import _clock
 from .._common import Endpoint, format_endpoint, not_leader_unavailable
 from ..constants import WELCOME_SIZE
 from ..exceptions import NotLeader, ProtocolError, TicketingError, TLSError, Unavailable
@@ -123,8 +123,8 @@ class Connection:
                  on_closed: Callable[[Connection, str], None]) -> None:
         self.endpoint = endpoint
         self.welcome = welcome
-        #: Monotonic time anything was last received (for the heartbeat).
-        self.last_received = time.monotonic()
+        #: When anything was last received, on the lock clock (for the heartbeat).
+        self.last_received = _clock.now()
         self._reader = reader
         self._writer = writer
         self._on_frames = on_frames
@@ -198,7 +198,7 @@ class Connection:
                 data = await self._reader.read(_RECV_SIZE)
                 if not data:
                     break
-                self.last_received = time.monotonic()
+                self.last_received = _clock.now()
                 frames = self._frames.feed(data)
                 if frames:
                     self._on_frames(self, frames)

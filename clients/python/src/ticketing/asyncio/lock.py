@@ -14,7 +14,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from .._common import KeyLike, lease_ms, lost_at
+from .. import _clock
+from .._common import KeyLike, lease_ms, lock_deadline, lost_margin
 from .._session import Call
 from ..constants import LostReason, Op, Status
 from ..exceptions import ClientClosed, LockLost, TicketingError, describe_key, error_for_status
@@ -34,25 +35,26 @@ class Lock:
 
     The lock is *lost* — :attr:`lost` (an :class:`asyncio.Event`) is set, :attr:`lost_reason`
     says why and the :meth:`on_lost` callbacks run, once — at the first of: its local deadline
-    (:attr:`deadline`, before the server's expiry even with clocks that drift), the server's
-    EXPIRED notice for the token, a NOT_HELD answer to :meth:`extend` or :meth:`release`, or a
-    reconnect to a server that restarted. Once lost it stays lost; a successful :meth:`release`
-    never makes it lost. A dropped connection does not lose it.
+    (:attr:`deadline`, before the server's expiry even with clocks that drift or a host that was
+    suspended), the server's EXPIRED notice for the token, a NOT_HELD answer to :meth:`extend`
+    or :meth:`release`, or a reconnect to a server that restarted. Once lost it stays lost; a
+    successful :meth:`release` never makes it lost. A dropped connection does not lose it.
 
     Any task may call any method: the owner is the token, not a task.
     """
 
     def __init__(self, client: Client, key: KeyLike, key_bytes: bytes, token: int, requested_ms: int,
-                 granted_ms: int, fire_at: float) -> None:
+                 granted_ms: int, deadline: float) -> None:
         self._client = client
         self._key = key
         self._key_bytes = key_bytes
         self._token = token
         self._lease_ms = requested_ms  # what keep-alive and extend() ask for
         self._granted_ms = granted_ms  # the lease the server last granted
-        self._fire_at = fire_at
-        #: Set when the lock is lost (never by a release).
-        self.lost = asyncio.Event()
+        self._deadline = deadline  # on the lock clock (ticketing._clock)
+        self._fire_at = deadline - lost_margin(granted_ms)  # when the lost signal fires
+        self._extend_id = 0  # the request id of the EXTEND whose answer set the deadline
+        self._lost = asyncio.Event()
         self._lost_reason: LostReason | None = None
         self._deferred_lost: LostReason | None = None
         self._released = False
@@ -82,15 +84,23 @@ class Lock:
 
     @property
     def deadline(self) -> float:
-        """When the lost signal fires unless the lease is extended, in ``time.monotonic()``
-        seconds: ``t_send + (queued + lease) * (1 - 0.002) - min(5 ms, lease / 10)``, where
-        ``t_send`` is when the ACQUIRE (or the last EXTEND) went out."""
-        return self._fire_at
+        """When the lost signal fires unless the lease is extended, as a ``time.monotonic()``
+        instant (should the host not be suspended meanwhile): ``t_first + (queued + lease) *
+        (1 - 0.002) - min(5 ms, lease / 10)``, where ``t_first`` is when the ACQUIRE (or the
+        EXTEND with the highest request id answered) was first sent, re-sends aside."""
+        return _clock.to_monotonic(self._fire_at)
+
+    @property
+    def lost(self) -> asyncio.Event:
+        """Set when the lock is lost (never by a release)."""
+        self._check_deadline()
+        return self._lost
 
     @property
     def lost_reason(self) -> LostReason | None:
         """Why the lock was lost (a :class:`LostReason`: ``"expired"``, ``"not held"``,
         ``"server restarted"``, ``"server stopping"``); None while not lost."""
+        self._check_deadline()
         return self._lost_reason
 
     @property
@@ -101,13 +111,15 @@ class Lock:
     @property
     def held(self) -> bool:
         """Neither released nor lost."""
+        self._check_deadline()
         return self._is_held()
 
     def remaining(self) -> float:
         """Seconds until :attr:`deadline` (0.0 once passed, released or lost)."""
+        self._check_deadline()
         if not self._is_held():
             return 0.0
-        return max(0.0, self._fire_at - time.monotonic())
+        return max(0.0, self._fire_at - _clock.now())
 
     # --- operations ---------------------------------------------------------------------------
 
@@ -122,6 +134,7 @@ class Lock:
         async with self._release_mutex:
             if self._released:
                 return
+            self._check_deadline()
             self._releasing = True
             self._stop_keepalive()
             try:
@@ -199,6 +212,7 @@ class Lock:
         return not self._released and self._lost_reason is None
 
     def _check_usable(self) -> None:
+        self._check_deadline()
         if self._lost_reason is not None:
             raise LockLost(self._lost_reason, self._key_bytes, self._token)
         if self._released:
@@ -213,25 +227,36 @@ class Lock:
                 self._keepalive_loop(), name=f"ticketing-keepalive-{self._token}")
 
     def _schedule(self) -> None:
-        """Arm the lost timer (the loop's clock is ``time.monotonic()``)."""
+        """Arm the lost timer (the loop's clock is ``time.monotonic()``, which stops during a
+        suspend: the client's lost watch covers that)."""
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = asyncio.get_running_loop().call_at(self._fire_at, self._on_deadline)
+        self._timer = asyncio.get_running_loop().call_later(max(0.0, self._fire_at - _clock.now()),
+                                                            self._on_deadline)
 
     def _on_deadline(self) -> None:
         self._timer = None
-        if time.monotonic() < self._fire_at:  # the loop's clock ran a hair early
+        if _clock.now() < self._fire_at:  # the loop's clock ran a hair early
             if self._is_held():
                 self._schedule()
             return
         self._set_lost(LostReason.EXPIRED)
 
+    def _check_deadline(self) -> None:
+        """Fire the lost signal now if its time has passed: after a suspend, the timer may not
+        have run yet."""
+        if self._is_held() and _clock.now() >= self._fire_at:
+            self._set_lost(LostReason.EXPIRED)
+
     def _extended(self, call: Call, resp: Response) -> None:
-        """EXTEND ``call`` was answered OK: move the deadline."""
-        if self._lost_reason is not None or self._released:
+        """EXTEND ``call`` was answered OK: move the deadline, unless the answer to a later
+        EXTEND (a higher request id: the server applies them in id order) has moved it."""
+        if self._lost_reason is not None or self._released or call.id < self._extend_id:
             return
+        self._extend_id = call.id
         self._granted_ms = resp.lease_ms
-        self._fire_at = lost_at(call.t_send, 0, resp.lease_ms)
+        self._deadline = lock_deadline(call.t_first, 0, resp.lease_ms)
+        self._fire_at = self._deadline - lost_margin(resp.lease_ms)
         self._schedule()
 
     def _end_release(self, *, ok: bool) -> LostReason | None:
@@ -271,7 +296,7 @@ class Lock:
         self._cancel_timer()
         self._stop_keepalive()
         self._client._unregister(self)
-        self.lost.set()
+        self._lost.set()
         log.info("lock on %s (token %d) lost: %s", describe_key(self._key_bytes), self._token, reason)
         callbacks, self._callbacks = self._callbacks, []
         for cb in callbacks:
@@ -287,7 +312,9 @@ class Lock:
 
     def _stop_keepalive(self) -> None:
         task, self._keepalive = self._keepalive, None
-        if task is not None and task is not asyncio.current_task():
+        # done() first: a lock asked about after its loop ended (and found lost) has no running
+        # loop for current_task().
+        if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()
 
     async def _keepalive_loop(self) -> None:

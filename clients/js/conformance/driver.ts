@@ -193,7 +193,9 @@ async function run(cmd: Command): Promise<Reply> {
       return { lease_ms: await theLock(cmd.lock).extend(cmd.lease_ms) };
     case 'lock_state': {
       const l = theLock(cmd.lock);
-      return { lost: l.isLost, ...(l.lostReason ? { reason: reasonName(l.lostReason) } : {}), token: l.token.toString() };
+      // remainingMs is exact (the deadline clock) but stops at 0; once passed, the wall clock says by how much.
+      const deadlineInMs = l.remainingMs || l.deadline - Date.now();
+      return { lost: l.isLost, ...(l.lostReason ? { reason: reasonName(l.lostReason) } : {}), token: l.token.toString(), deadline_in_ms: deadlineInMs };
     }
     case 'verify':
       return { held: await theLock(cmd.lock).verify() };

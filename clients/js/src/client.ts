@@ -444,8 +444,9 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
         token: res.token,
         leaseMs: lease,
         grantedMs: res.leaseMs || lease,
+        detailMs: res.detail,
         queuedMs: a.retried ? 0 : res.detail,
-        tSend: a.tSend,
+        tFirst: a.tFirst,
         keepAlive,
         maxHoldMs,
         throwOnLost,
@@ -529,11 +530,11 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
     const lease = leaseArg('leaseMs', leaseMs);
     const what = `extend ${describeKey(key)} token ${t}`;
     this.#checkOpen(what);
-    const { res, tSend } = await this.#call({ op: Op.EXTEND, key: keyBytes, token: t, leaseMs: lease, what }, options);
+    const { res, id, tFirst } = await this.#call({ op: Op.EXTEND, key: keyBytes, token: t, leaseMs: lease, what }, options);
     const handle = this.#handle(keyBytes, t);
     if (res.status === Status.NOT_HELD) handle?.markLost('not held');
     if (res.status !== Status.OK) throw errorForStatus(res.status, res.detail, res.data, what);
-    handle?.markExtended(tSend, res.leaseMs || lease, lease);
+    handle?.markExtended(id, tFirst, res.leaseMs || lease, lease);
     return res.leaseMs || lease;
   }
 

@@ -6,6 +6,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
+import { clock } from './clock.js';
 import { LockLostError, NotHeldError, ProtocolError, errorForStatus, type LostReason } from './errors.js';
 import { ClientRules, InspectFlag, Op, Status, decodeInspectData } from './protocol.js';
 import type { Answer } from './session.js';
@@ -46,10 +47,12 @@ export interface LockGrant {
   leaseMs: number;
   /** The answer's lease_ms: the lease now running (ms left, for a retried acquire). */
   grantedMs: number;
-  /** ms the ACQUIRE spent queued (the answer's `detail`; 0 for a retried acquire). */
+  /** The answer's detail: ms from the ACQUIRE's first arrival to the instant `grantedMs` counts from. */
+  detailMs: number;
+  /** What {@link Lock.queuedMs} shows: `detailMs`, or 0 for a retried acquire. */
   queuedMs: number;
-  /** Monotonic ms (performance.now()) when the ACQUIRE was (last) written. */
-  tSend: number;
+  /** When the ACQUIRE was first written, on the deadline clock (clock.ts). */
+  tFirst: number;
   keepAlive: boolean;
   /** Keep-alive stops this long after the grant; 0: never. */
   maxHoldMs: number;
@@ -60,11 +63,13 @@ export interface LockGrant {
 export const CLOCK_RATE_FACTOR = 1 - (2 * ClientRules.CLOCK_RATE_BOUND_PPM) / 1_000_000;
 
 /**
- * The local deadline, in the clock of `tSend`: `tSend + (queuedMs + leaseMs)·(1 − 2ρ)`. For an
- * EXTEND, or a retried ACQUIRE, `queuedMs` is 0 and `tSend` is when that request was written.
+ * The local deadline, in the clock of `tFirst`: `tFirst + (detailMs + leaseMs)·(1 − 2ρ)`, where
+ * `tFirst` is when the request was first sent (a re-send after a reconnect keeps it), and
+ * `detailMs` and `leaseMs` the `detail` and `lease_ms` of its `ACQUIRE OK`, whichever
+ * transmission it answers. For an EXTEND, `detailMs` is 0.
  */
-export function localDeadline(tSend: number, queuedMs: number, leaseMs: number): number {
-  return tSend + (queuedMs + leaseMs) * CLOCK_RATE_FACTOR;
+export function localDeadline(tFirst: number, detailMs: number, leaseMs: number): number {
+  return tFirst + (detailMs + leaseMs) * CLOCK_RATE_FACTOR;
 }
 
 /** How long before the local deadline the lost signal fires: `min(5 ms, lease / 10)`, for timer latency. */
@@ -114,7 +119,11 @@ export class Lock extends EventEmitter {
   readonly keyBytes: Buffer;
   readonly #owner: LockOwner;
   #leaseMs: number;
-  #deadlineMono = 0;
+  /** The local deadline, and when the lost signal fires (min(5 ms, lease/10) before it), on the deadline clock. */
+  #deadline = 0;
+  #lostAt = 0;
+  /** The request id of the EXTEND whose answer set the deadline (0: the grant's). */
+  #extendId = 0n;
   #timer: NodeJS.Timeout | undefined;
   #keepAlive: boolean;
   #keepAliveTimer: NodeJS.Timeout | undefined;
@@ -139,7 +148,7 @@ export class Lock extends EventEmitter {
     this.#keepAliveUntil = g.maxHoldMs > 0 ? performance.now() + g.maxHoldMs : Infinity;
     this.#throwOnLost = g.throwOnLost;
     this.lost = new Promise((resolve) => (this.#resolveLost = resolve));
-    this.#setDeadline(localDeadline(g.tSend, g.queuedMs, g.grantedMs), g.grantedMs);
+    this.#setDeadline(localDeadline(g.tFirst, g.detailMs, g.grantedMs), g.grantedMs);
     if (this.#keepAlive) this.#scheduleKeepAlive();
   }
 
@@ -151,24 +160,27 @@ export class Lock extends EventEmitter {
   /**
    * The local deadline as epoch milliseconds (comparable with `Date.now()`): the server's lease
    * cannot end before it, allowing for clock-rate differences of up to 0.1% on either side. The
-   * lost signal fires `min(5 ms, lease/10)` before it, unless the lock is extended first.
+   * lost signal fires `min(5 ms, lease/10)` before it, unless the lock is extended first. Like the
+   * server's lease, it counts the time the host spends suspended.
    */
   get deadline(): number {
-    return performance.timeOrigin + this.#deadlineMono;
+    return performance.timeOrigin + this.#deadline;
   }
 
   /** ms left until {@link Lock.deadline} (0 once passed). */
   get remainingMs(): number {
-    return Math.max(0, this.#deadlineMono - performance.now());
+    return Math.max(0, this.#deadline - clock.exactNow());
   }
 
   /** True once the lock is lost (and was not released first). */
   get isLost(): boolean {
+    this.#check(false);
     return this.#lostError !== undefined;
   }
 
   /** Why the lock was lost, or `undefined` while it is not. */
   get lostReason(): LostReason | undefined {
+    this.#check(false);
     return this.#lostError?.reason;
   }
 
@@ -179,11 +191,13 @@ export class Lock extends EventEmitter {
 
   /** True while the lock is held as far as this client knows: neither released nor lost. */
   get isHeld(): boolean {
+    this.#check(false);
     return !this.#released && !this.#lostError;
   }
 
   /** An AbortSignal that aborts, with the {@link LockLostError} as reason, when the lock is lost. Pass it to the work the lock protects. */
   get signal(): AbortSignal {
+    this.#check(false);
     if (!this.#abort) {
       this.#abort = new AbortController();
       if (this.#lostError) this.#abort.abort(this.#lostError);
@@ -196,6 +210,7 @@ export class Lock extends EventEmitter {
    * function that unsubscribes.
    */
   onLost(cb: (err: LockLostError) => void): () => void {
+    this.#check(false);
     if (this.#lostError) {
       const e = this.#lostError;
       let on = true;
@@ -233,6 +248,7 @@ export class Lock extends EventEmitter {
   release(options?: CallOptions): Promise<void> {
     if (this.#released) return Promise.resolve();
     if (this.#releasing) return this.#releasing;
+    this.#check(false);
     this.#stopKeepAlive();
     const what = `release ${describe(this)}`;
     const p = (async () => {
@@ -271,6 +287,7 @@ export class Lock extends EventEmitter {
   async extend(leaseMs: number = this.#leaseMs, options?: CallOptions): Promise<number> {
     const what = `extend ${describe(this)}`;
     const lease = leaseArg('leaseMs', leaseMs);
+    this.#check(false);
     if (this.#lostError) throw this.#lostFor(what);
     if (this.#released) throw new NotHeldError(`${what}: the lock was released`);
     let a: Answer;
@@ -280,12 +297,12 @@ export class Lock extends EventEmitter {
       if (this.#lostError) throw this.#lostFor(what, err);
       throw err;
     }
-    const { res, tSend } = a;
+    const { res } = a;
     if (res.status === Status.OK) {
       if (this.#lostError) throw this.#lostFor(what);
       if (this.#released) throw new NotHeldError(`${what}: the lock was released`);
       const granted = res.leaseMs || lease;
-      this.markExtended(tSend, granted, lease);
+      this.markExtended(a.id, a.tFirst, granted, lease);
       return granted;
     }
     if (res.status === Status.NOT_HELD) {
@@ -338,11 +355,16 @@ export class Lock extends EventEmitter {
     this.#owner.forget(this);
   }
 
-  /** @internal An EXTEND of this lock sent at `tSend` (monotonic ms) was granted `grantedMs`; later extends ask for `leaseMs`. */
-  markExtended(tSend: number, grantedMs: number, leaseMs: number): void {
-    if (this.#released || this.#lostError) return;
+  /**
+   * @internal The EXTEND of this lock with request id `id`, first sent at `tFirst` (deadline
+   * clock), was granted `grantedMs`; later extends ask for `leaseMs`. The server applies extends
+   * in request-id order, so the answer to an older one, read after a newer one's, changes nothing.
+   */
+  markExtended(id: bigint, tFirst: number, grantedMs: number, leaseMs: number): void {
+    if (this.#released || this.#lostError || id < this.#extendId) return;
+    this.#extendId = id;
     this.#leaseMs = leaseMs;
-    this.#setDeadline(localDeadline(tSend, 0, grantedMs), grantedMs);
+    this.#setDeadline(localDeadline(tFirst, 0, grantedMs), grantedMs);
   }
 
   /** @internal Stops the keep-alive (the client is closing). */
@@ -376,17 +398,55 @@ export class Lock extends EventEmitter {
     return new LockLostError(`${what}: lock lost: ${LOST_TEXT[e.reason]}`, e.reason, cause === undefined ? { cause: e } : { cause });
   }
 
-  #setDeadline(deadlineMono: number, leaseMs: number): void {
-    this.#deadlineMono = deadlineMono;
+  #setDeadline(deadline: number, leaseMs: number): void {
+    this.#deadline = deadline;
+    this.#lostAt = deadline - lostMargin(leaseMs);
+    this.#arm(clock.now());
+    Lock.#watched.add(this);
+    Lock.#watch ??= setInterval(() => Lock.#checkSuspend(), ClientRules.LOST_CHECK_MS).unref();
+  }
+
+  /** Sets the lost timer for the lost time, from `now` on the deadline clock. */
+  #arm(now: number): void {
     if (this.#timer) clearTimeout(this.#timer);
-    const fireAt = deadlineMono - lostMargin(leaseMs);
-    this.#timer = setTimeout(() => this.markLost('expired'), Math.max(0, Math.floor(fireAt - performance.now())));
+    this.#timer = setTimeout(() => this.#check(true), Math.max(0, Math.floor(this.#lostAt - now)));
     this.#timer.unref();
+  }
+
+  /**
+   * Fires the lost signal if its time has come on the deadline clock: the timer may be late, for
+   * runtime timers stop while the host is suspended. Else, with `rearm`, sets the timer again.
+   */
+  #check(rearm: boolean): void {
+    if (this.#released || this.#lostError) return;
+    const now = clock.exactNow();
+    if (now >= this.#lostAt) this.markLost('expired');
+    else if (rearm) this.#arm(now);
+  }
+
+  /** Locks whose lost timer runs; while there are any, #watch looks at the deadline clock every LOST_CHECK_MS. */
+  static readonly #watched = new Set<Lock>();
+  static #watch: NodeJS.Timeout | undefined;
+  /** The clock's suspend time when #checkSuspend last looked. */
+  static #suspendSeen = 0;
+
+  /**
+   * The lost timers run on the monotonic clock, which stops while the host is suspended, and
+   * they are exact while the deadline clock advances with it. When it has seen suspend time (or
+   * a wall clock stepped ahead) since the last look, every lock's deadline is checked against it
+   * and its timer set again: after a resume, lost fires within LOST_CHECK_MS.
+   */
+  static #checkSuspend(): void {
+    clock.exactNow();
+    if (clock.suspendedMs === Lock.#suspendSeen) return;
+    Lock.#suspendSeen = clock.suspendedMs;
+    for (const l of [...Lock.#watched]) l.#check(true);
   }
 
   #scheduleKeepAlive(): void {
     this.#stopKeepAlive();
-    if (!this.#keepAlive || !this.isHeld) return;
+    // Not isHeld, which may fire the lost signal: the constructor calls this before the client registered the lock.
+    if (!this.#keepAlive || this.#released || this.#lostError) return;
     const every = Math.max(1, Math.floor(this.#leaseMs / 3));
     if (performance.now() + every > this.#keepAliveUntil) return; // max hold reached: run out the lease
     this.#keepAliveTimer = setTimeout(() => {
@@ -410,6 +470,11 @@ export class Lock extends EventEmitter {
   #stopTimers(): void {
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = undefined;
+    Lock.#watched.delete(this);
+    if (Lock.#watched.size === 0 && Lock.#watch) {
+      clearInterval(Lock.#watch);
+      Lock.#watch = undefined;
+    }
     this.#stopKeepAlive();
   }
 

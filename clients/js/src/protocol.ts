@@ -152,6 +152,8 @@ export const ClientRules = {
   ACK_EVERY: 1024,
   /** ρ in parts per million: the bound on the rate error of each of the client's and the server's clocks. */
   CLOCK_RATE_BOUND_PPM: 1000,
+  /** While a lock is held, its deadline is compared with the suspend-counting clock at least this often (ms): runtime timers stop during a suspend. */
+  LOST_CHECK_MS: 250,
   /** The lost signal fires `min(LOST_MARGIN_MS, lease / 10)` before the local deadline. */
   LOST_MARGIN_MS: 5,
 } as const;

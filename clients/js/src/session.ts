@@ -25,6 +25,7 @@
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type * as tls from 'node:tls';
+import { clock } from './clock.js';
 import { Connection, formatEndpoint, tryParseEndpoint, type Endpoint } from './connection.js';
 import {
   AuthFailedError,
@@ -87,8 +88,10 @@ export interface CallSpec {
 /** An answer and how it was obtained. */
 export interface Answer {
   res: Response;
-  /** Monotonic ms (performance.now()) when the request was last written. */
-  tSend: number;
+  /** The request id the answer is for. */
+  id: bigint;
+  /** When the request was first written, on the deadline clock (clock.ts); re-sends keep it. */
+  tFirst: number;
   /** True when the answer is to a re-sent request (after a resume). */
   retried: boolean;
 }
@@ -106,7 +109,8 @@ interface ConnectWaiter {
 export class Call {
   id = 0n;
   state: 'queued' | 'sent' | 'done' = 'queued';
-  tSend = 0;
+  /** When it was first written (0: not yet), on the deadline clock: the time a lock's deadline counts from. */
+  tFirst = 0;
   retried = false;
   /** Answered NOT_LEADER (it did not run): re-sent on the next connection. */
   notRun = false;
@@ -232,7 +236,9 @@ export class Session {
     const first = call.state === 'queued';
     if (call.id === 0n) call.id = this.#nextId++;
     call.state = 'sent';
-    call.tSend = performance.now();
+    // A re-send (after a resume, to the leader, or to another endpoint as a new request) keeps
+    // the first send: the server counts a grant's lease from the request's first arrival.
+    if (call.tFirst === 0) call.tFirst = clock.now();
     call.retried = retry;
     this.#sent.set(call.id, call);
     const s = call.spec;
@@ -421,7 +427,7 @@ export class Session {
     else if (call.internal) {
       if (call.spec.op === Op.RELEASE) this.#cleanupDone();
       call.internal(r);
-    } else this.#settle(call, () => call.resolve({ res: r, tSend: call.tSend, retried: call.retried }));
+    } else this.#settle(call, () => call.resolve({ res: r, id: r.id, tFirst: call.tFirst, retried: call.retried }));
     this.#maybeAck();
   }
 

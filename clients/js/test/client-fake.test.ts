@@ -445,27 +445,74 @@ describe('sessions and resume', () => {
     assert.ok(r !== 'pending' && !r.ok && r.error instanceof ConnectionLostError);
   });
 
-  test('a retried ACQUIRE answered OK: the deadline counts from the retry, without the queued time', async () => {
-    let n = 0;
+  /** Asserts that `lock`'s deadline is `tFirst + (detail + lease)(1 − 2ρ)` for a first send at some time in [from, to] (performance.now()). */
+  function assertDeadline(lock: { deadline: number }, from: number, to: number, detail: number, lease: number): void {
+    const d = lock.deadline - performance.timeOrigin;
+    const lo = localDeadline(from, detail, lease);
+    const hi = localDeadline(to, detail, lease);
+    assert.ok(d >= lo - 1 && d <= hi + 1, `deadline ${(d - lo).toFixed(1)} ms after the earliest the rule allows, ${(d - hi).toFixed(1)} ms after the latest`);
+  }
+
+  for (const fromTable of [false, true]) {
+    test(`a grant decided before the re-send and read after it (${fromTable ? 'the retry answered from the table' : 'the original answer'}): the deadline counts from the first send`, async () => {
+      let first = 0;
+      const { srv, client } = await setup({
+        onRequest: (c, r) => {
+          if (r.op !== Op.ACQUIRE) return defaultAnswer(c, r);
+          if (!c.resumed) {
+            first = performance.now(); // queued; handed over 100 ms later, and that answer is lost with the connection
+            return;
+          }
+          // Read 300 ms after the re-send: the original answer (queued 100 ms, the full lease),
+          // or the retry's from the table (the time since the first arrival, the lease left).
+          setTimeout(() => {
+            const since = Math.floor(performance.now() - first);
+            c.send({ op: r.op, id: r.id, token: 77n, ...(fromTable ? { detail: since, leaseMs: 10_000 - (since - 100) } : { detail: 100, leaseMs: 10_000 }) });
+          }, 300);
+        },
+      });
+      await client.connect();
+      const t0 = performance.now();
+      const acq = client.acquire('k', { leaseMs: 10_000 });
+      await (await srv.conn(0)).next((r) => r.op === Op.ACQUIRE);
+      await sleep(400);
+      srv.dropAll();
+      const lock = await acq;
+      assert.equal(lock.token, 77n);
+      assert.equal(lock.queuedMs, 0);
+      assert.equal(lock.leaseMs, 10_000, 'extend and keep-alive still ask for the lease given');
+      // The server's lease ends 10,100 ms after the first arrival; counted from the re-send
+      // (400 ms later) the deadline would be about 300 ms late.
+      assertDeadline(lock, t0, first, 100, 10_000);
+    });
+  }
+
+  test('a waiter granted long after its re-send: the deadline counts its queued time from the first send', async () => {
+    let first = 0;
+    let detail = 0;
     const { srv, client } = await setup({
       onRequest: (c, r) => {
         if (r.op !== Op.ACQUIRE) return defaultAnswer(c, r);
-        if (n++ === 0) return; // the first answer is lost with the connection
-        c.send({ op: r.op, id: r.id, token: 77n, leaseMs: 8000, detail: 0 }); // held: 8000 ms left
+        if (!c.resumed) {
+          first = performance.now();
+          return;
+        }
+        setTimeout(() => {
+          detail = Math.floor(performance.now() - first); // queued since the first arrival
+          c.send({ op: r.op, id: r.id, token: 78n, leaseMs: 10_000, detail });
+        }, 1000);
       },
     });
+    await client.connect();
+    const t0 = performance.now();
     const acq = client.acquire('k', { leaseMs: 10_000 });
     await (await srv.conn(0)).next((r) => r.op === Op.ACQUIRE);
     await sleep(50);
-    const tDrop = performance.now();
     srv.dropAll();
     const lock = await acq;
-    const tGot = performance.now();
-    assert.equal(lock.token, 77n);
-    assert.equal(lock.queuedMs, 0);
-    assert.equal(lock.leaseMs, 10_000, 'extend and keep-alive still ask for the lease given');
-    const deadline = lock.deadline - performance.timeOrigin;
-    assert.ok(deadline >= tDrop + 8000 * 0.998 - 1 && deadline <= tGot + 8000 * 0.998 + 1, `deadline ${deadline - tDrop} ms after the drop`);
+    assert.ok(detail >= 1000, `detail ${detail}`);
+    // Counted from the re-send without the queued time, it would be about a second early.
+    assertDeadline(lock, t0, first, detail, 10_000);
   });
 
   test('an acquire whose answer is lost and which times out is cancelled and its grant released on resume', async () => {
@@ -960,7 +1007,7 @@ describe('lock', () => {
     assert.deepEqual(events, [e], 'lost fires once');
   });
 
-  test('the local deadline: t_send + (queued + lease)(1 - 2ρ), lost fires min(5 ms, lease/10) before it', async () => {
+  test('the local deadline: t_first + (detail + lease)(1 - 2ρ), lost fires min(5 ms, lease/10) before it', async () => {
     assert.equal(localDeadline(1000, 40, 100), 1000 + 140 * 0.998);
     assert.equal(lostMargin(30_000), 5);
     assert.equal(lostMargin(20), 2);
@@ -996,7 +1043,7 @@ describe('lock', () => {
     await assert.rejects(client.release('n3', 5n), (e: unknown) => e instanceof NotHeldError && e.message === 'release "n3" token 5: not held');
   });
 
-  test('extend moves the deadline from its own send time', async () => {
+  test('extend moves the deadline from its own first send', async () => {
     const { srv, client } = await setup();
     const lock = await client.acquire('x', { leaseMs: 1000 });
     const t0 = performance.now();
@@ -1009,6 +1056,33 @@ describe('lock', () => {
     assert.equal(ext.token, lock.token);
     assert.equal(ext.leaseMs, 60_000);
     assert.equal(ext.key.toString(), 'x');
+  });
+
+  test('an older EXTEND answered after a newer one: the deadline follows the higher request id', async () => {
+    let held: Request | undefined;
+    const { srv, client } = await setup({
+      onRequest: (c, r) => {
+        if (r.op !== Op.EXTEND) return defaultAnswer(c, r);
+        if (!held) {
+          held = r;
+          return;
+        }
+        defaultAnswer(c, r); // the newer one's answer comes first ...
+        defaultAnswer(c, held); // ... and the older one's, longer, is read after it
+      },
+    });
+    const lock = await client.acquire('x', { leaseMs: 30_000 });
+    const t0 = performance.now();
+    const older = lock.extend(60_000);
+    const newer = lock.extend(1000);
+    assert.deepEqual(await Promise.all([older, newer]), [60_000, 1000]);
+    const t1 = performance.now();
+    const ids = (await srv.conn(0)).requests.filter((r) => r.op === Op.EXTEND).map((r) => [r.id, r.leaseMs]);
+    assert.ok(ids[0]![0]! < ids[1]![0]! && ids[0]![1] === 60_000, 'the 60 s extend went first');
+    // The server applied the 60 s extend, then the 1 s one: the lease ends 1 s after the latter.
+    const d = lock.deadline - performance.timeOrigin;
+    assert.ok(d >= t0 + 1000 * 0.998 && d <= t1 + 1000 * 0.998, `deadline ${d - t0} ms after t0`);
+    assert.equal(lock.leaseMs, 1000, 'keep-alive asks for the newer lease');
   });
 
   test('keep-alive extends every lease/3 and stops at release', async () => {

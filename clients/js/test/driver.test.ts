@@ -78,8 +78,9 @@ describe('conformance driver', () => {
     assert.equal(a.ok, true, JSON.stringify(a));
     assert.match(a.token, /^\d+$/);
     assert.equal(a.lease_ms, 5000);
-    const { id: _id, ...state } = await d.send('lock_state', { lock: 'l1' });
+    const { id: _id, deadline_in_ms: deadlineIn, ...state } = await d.send('lock_state', { lock: 'l1' });
     assert.deepEqual(state, { ok: true, lost: false, token: a.token });
+    assert.ok(typeof deadlineIn === 'number' && deadlineIn > 4000 && deadlineIn <= 5000 * 0.998, `deadline_in_ms ${deadlineIn}`);
     const ins = await d.send('inspect', { client: 'B', key: 'k' });
     assert.equal(ins.held, true);
     assert.equal(ins.waiters, 0);

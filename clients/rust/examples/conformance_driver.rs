@@ -240,7 +240,16 @@ impl Driver {
             }
             "lock_state" => {
                 let lock = self.lock(&cmd)?;
-                let mut v = json!({ "lost": lock.is_lost(), "token": lock.token().to_string() });
+                let (deadline, now) = (lock.deadline(), std::time::Instant::now());
+                let deadline_in_ms = match deadline.checked_duration_since(now) {
+                    Some(d) => d.as_secs_f64() * 1e3,
+                    None => -(now - deadline).as_secs_f64() * 1e3,
+                };
+                let mut v = json!({
+                    "lost": lock.is_lost(),
+                    "token": lock.token().to_string(),
+                    "deadline_in_ms": deadline_in_ms,
+                });
                 if let Some(r) = lock.lost_reason() {
                     v["reason"] = json!(reason_name(r));
                 }

@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::acquire::Acquire;
+use crate::clock::{SuspendClock, Tick};
 use crate::conn::{self, Dialer};
 use crate::error::{Error, key_text};
 use crate::lock::{Held, ReleaseFuture};
@@ -66,13 +67,15 @@ pub(crate) enum Answer {
 /// A response, owned.
 #[derive(Debug)]
 pub(crate) struct Reply {
+    /// The request's id.
+    pub id: u64,
     pub status: Status,
     pub token: u64,
     pub lease_ms: u32,
     pub detail: u32,
     pub data: Vec<u8>,
-    /// When the request was (last) queued for the wire.
-    pub t_send: Instant,
+    /// When the request was first queued for the wire, on the lease clock.
+    pub t_first: Tick,
 }
 
 /// A key, owned: up to [`Key::INLINE`] bytes in place, longer ones shared. Most keys are short:
@@ -159,11 +162,11 @@ impl Req {
 /// A request without its answer yet.
 pub(crate) struct Pending {
     pub req: Req,
-    /// When the request was first queued for the wire.
-    pub first_sent: Instant,
-    /// When it was last queued (its first send, or its re-send after a resume).
-    pub t_send: Instant,
-    /// Sent again after a resume (an `ACQUIRE OK` then also bounds its deadline from the re-send).
+    /// When the request was first queued for the wire, on the lease clock: a lock's
+    /// deadline counts from it, whichever send of the request its answer answers (a re-send
+    /// after a resume, or to another node, keeps it).
+    pub first_sent: Tick,
+    /// Sent again after a resume (a `NOT_HELD` to an `ACQUIRE` then means nothing is held for it).
     pub retried: bool,
     /// `None` for the client's own requests and for acquires whose caller gave up (a grant that
     /// still arrives for those is released).
@@ -237,14 +240,16 @@ pub(crate) struct State {
     pub locks: IdTable<Held>,
     /// Bumped when the server is found restarted (see [`Held::era`]).
     pub era: u32,
-    /// The lost times of the held locks, by token, for the client's one timer task
-    /// ([`run_timers`]): a task and a timer per lock cost a spawn, an abort and two updates of
-    /// tokio's timer wheel.
-    pub timers: Deadlines,
+    /// The lease clock: the locks' deadlines run on it (it counts suspends; see [`SuspendClock`]).
+    pub lease_clock: SuspendClock,
+    /// The lost times of the held locks, on `lease_clock`, by token, for the client's one timer
+    /// task ([`run_timers`]): a task and a timer per lock cost a spawn, an abort and two updates
+    /// of tokio's timer wheel.
+    pub timers: Deadlines<Tick>,
     /// The deadlines of the requests callers wait for (`Pending::deadline`), by id, for the same
     /// task: a tokio timer per request (registered and removed under the timer driver's lock)
     /// cost more than the rest of the call.
-    pub deadlines: Deadlines,
+    pub deadlines: Deadlines<Instant>,
     /// What the client's timer task ([`run_timers`]) sleeps until (`None`: until notified).
     pub timer_armed: Option<Instant>,
     pub answers_since_ack: u32,
@@ -367,8 +372,8 @@ impl State {
             out.due = true;
             out.wake.notify_one();
         }
-        let p =
-            Pending { req, first_sent: now, t_send: now, retried: false, waiter, needs_cancel: false, deadline, late };
+        let first_sent = self.lease_clock.at(now);
+        let p = Pending { req, first_sent, retried: false, waiter, needs_cancel: false, deadline, late };
         self.pending.insert(id, p);
         Ok(id)
     }
@@ -466,9 +471,13 @@ impl State {
         self.deadlines.drop_dead(|at, id| request_live(pending, at, id));
     }
 
-    /// The earliest instant the timer task has to act at.
-    fn next_timer(&self) -> Option<Instant> {
-        match (self.timers.first(), self.deadlines.first()) {
+    /// The earliest instant the timer task has to act at, from `now`: a lock's lost time, at
+    /// the latest [`wire::LOST_CHECK_MS`] from now while a lock is held (tokio's timers stop
+    /// while the host is suspended; the lease clock does not), or a request's deadline.
+    fn next_timer(&self, now: Instant) -> Option<Instant> {
+        let check = now + Duration::from_millis(wire::LOST_CHECK_MS.into());
+        let lock = self.timers.first().map(|at| self.lease_clock.to_instant(at).min(check));
+        match (lock, self.deadlines.first()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -699,7 +708,7 @@ impl Inner {
     ) -> Result<Queued, Error> {
         let mut st = self.lock_state();
         if let Some(g) = gate {
-            st.gate(g)?;
+            st.gate(g, now)?;
         }
         if st.closed {
             return Err(Error::Closed);
@@ -828,7 +837,8 @@ impl Inner {
 }
 
 /// The client's one timer task: sleeps until the earliest of the locks' lost times
-/// (`State::timers`) and the requests' deadlines (`State::deadlines`), fires the locks and fails
+/// (`State::timers`; while a lock is held, at most [`wire::LOST_CHECK_MS`]) and the requests'
+/// deadlines (`State::deadlines`), fires the locks whose time came on the lease clock and fails
 /// the requests whose time came, and sleeps again. `wake` is notified when something is due
 /// earlier than what it sleeps until, and when the client goes away. A task and a timer per lock,
 /// and a timer per request, cost far more.
@@ -848,9 +858,10 @@ pub(crate) async fn run_timers(weak: Weak<Inner>, wake: Arc<Notify>) {
         let Some(inner) = weak.upgrade() else { return };
         let now = Instant::now();
         let mut st = inner.lock_state();
-        st.fire_due_locks(now);
+        let tick = st.lease_clock.now();
+        st.fire_due_locks(tick);
         st.expire(now, inner.opts.request_timeout);
-        next = st.next_timer();
+        next = st.next_timer(now);
         st.timer_armed = next;
     }
 }
@@ -1109,6 +1120,7 @@ impl Client {
             deferred: Vec::new(),
             locks: IdTable::default(),
             era: 0,
+            lease_clock: SuspendClock::new(options.wall_clock.clone()),
             timers: Deadlines::default(),
             deadlines: Deadlines::default(),
             timer_armed: None,

@@ -448,9 +448,9 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
                 let mut ids: Vec<u64> = st.pending.keys().collect();
                 ids.sort_unstable();
                 for id in ids {
+                    // Its first send stays its time: an answer may be decided before this one.
                     if let Some(p) = st.pending.get_mut(id) {
                         p.req_encode(id, &mut buf);
-                        p.t_send = now;
                         p.retried = true;
                     }
                 }
@@ -868,14 +868,10 @@ fn handle(inner: &Arc<Inner>, st: &mut crate::client::State, res: &Response<'_>,
         st.ack_outstanding = false;
     }
     if p.req.op == Op::ACQUIRE && res.status == Status::OK {
-        let lease = u64::from(res.lease_ms);
-        let mut deadline = local_deadline(p.first_sent, u64::from(res.detail) + lease);
-        if p.retried {
-            // Answered after a resume: either held already (lease_ms = what is left, detail 0) or
-            // re-attached and granted later (a full lease after `detail` ms queued). Both bounds
-            // are safe in both cases; the later one is the better estimate.
-            deadline = deadline.max(local_deadline(p.t_send, lease));
-        }
+        // From the first send, whichever send this answers: `detail` counts from the request's
+        // first arrival (for a retry answered from the table, with the lease left), and a grant
+        // read after a re-send may have been decided before it.
+        let deadline = local_deadline(p.first_sent, u64::from(res.detail) + u64::from(res.lease_ms));
         // The request's key moves on (to the lock, or to the release): a clone would be two more
         // updates of its reference count.
         match p.waiter.take() {
@@ -894,12 +890,13 @@ fn handle(inner: &Arc<Inner>, st: &mut crate::client::State, res: &Response<'_>,
     }
     if let Some(w) = p.waiter.take() {
         let reply = Reply {
+            id: res.id,
             status: res.status,
             token: res.token,
             lease_ms: res.lease_ms,
             detail: res.detail,
             data: res.data.to_vec(),
-            t_send: p.t_send,
+            t_first: p.first_sent,
         };
         let retried_acquire_not_held = p.req.op == Op::ACQUIRE && p.retried && res.status == Status::NOT_HELD;
         let answer = if retried_acquire_not_held {

@@ -1,9 +1,11 @@
 #![doc = include_str!("../README.md")]
-#![forbid(unsafe_code)]
+// One unsafe call: clock_gettime(CLOCK_BOOTTIME) (src/clock.rs), which std does not offer.
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod acquire;
 mod client;
+mod clock;
 mod conn;
 mod error;
 mod lock;
@@ -14,6 +16,9 @@ pub mod wire;
 
 pub use acquire::{Acquire, AcquireFuture};
 pub use client::{Client, Inspection};
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[doc(hidden)]
+pub use clock::boottime;
 pub use error::{Error, LostReason};
 pub use lock::{Lock, LockGuard};
 pub use options::{

@@ -11,7 +11,7 @@ use std::fmt;
 use std::future::Future;
 use std::ops::Deref;
 use std::pin::Pin;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, MutexGuard, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -20,19 +20,21 @@ use tokio::task::AbortHandle;
 use tokio::time::{Instant, sleep};
 
 use crate::client::{Bound, Client, Gate, Inner, Key, Reply, Req, State, lease_ms, reply_of, status_error};
+use crate::clock::Tick;
 use crate::error::{Error, LostReason, key_text};
 use crate::wire::{self, Op, Status};
 
 /// Microseconds of local time per millisecond of lease: `1000 · (1 − 2ρ)`.
 const MICROS_PER_LEASE_MS: u64 = 1000 - 2 * wire::CLOCK_RATE_BOUND_PPM as u64 / 1000;
 
-/// `t_send + total_ms · (1 − 2ρ)`: never later than the server's deadline.
-pub(crate) fn local_deadline(t_send: Instant, total_ms: u64) -> Instant {
-    t_send + Duration::from_micros(total_ms.saturating_mul(MICROS_PER_LEASE_MS))
+/// `t_first + total_ms · (1 − 2ρ)`, `t_first` being when the request was first sent: never later
+/// than the server's lease end, which is `total_ms` after the request's first arrival.
+pub(crate) fn local_deadline(t_first: Tick, total_ms: u64) -> Tick {
+    t_first + Duration::from_micros(total_ms.saturating_mul(MICROS_PER_LEASE_MS))
 }
 
 /// When the lost signal fires for a deadline: `min(5 ms, lease / 10)` before it.
-pub(crate) fn lost_at(deadline: Instant, lease_ms: u32) -> Instant {
+pub(crate) fn lost_at(deadline: Tick, lease_ms: u32) -> Tick {
     let margin = Duration::from_micros((u64::from(lease_ms) * 100).min(u64::from(wire::LOST_MARGIN_MS) * 1000));
     deadline.checked_sub(margin).unwrap_or(deadline)
 }
@@ -45,10 +47,15 @@ pub(crate) struct Held {
     /// server the client saw restart from those of the new one).
     pub era: u32,
     pub lease_ms: u32,
-    pub deadline: Instant,
+    /// On the lease clock (`State::lease_clock`).
+    pub deadline: Tick,
+    /// The request id of the `EXTEND OK` that set `lease_ms` and `deadline` (0: the grant). The
+    /// server applies a lock's extends in id order, so an older one's answer, read or handled
+    /// after a newer one's, changes nothing.
+    pub extend_id: u64,
     /// Its entry in the client's deadline timers (`State::timers`): the lost time, and where it
     /// went (see `Deadlines::insert`). `None` once released or lost.
-    pub timer: Option<(Instant, bool)>,
+    pub timer: Option<(Tick, bool)>,
     pub released: bool,
     pub releasing: bool,
     pub lost: Option<LostReason>,
@@ -78,7 +85,7 @@ impl Held {
 }
 
 /// Whether the lock `token` is in the deadline timers at `at`.
-pub(crate) fn lock_live(locks: &crate::table::IdTable<Held>, at: Instant, token: u64) -> bool {
+pub(crate) fn lock_live(locks: &crate::table::IdTable<Held>, at: Tick, token: u64) -> bool {
     locks.get(token).is_some_and(|h| h.timer.is_some_and(|(t, _)| t == at))
 }
 
@@ -90,7 +97,7 @@ impl State {
     /// Registers a lock just granted, its lost signal due `min(5 ms, lease/10)` before
     /// `deadline`; returns the era it belongs to.
     #[inline]
-    pub fn register(&mut self, inner: &Inner, token: u64, key: Key, lease_ms: u32, deadline: Instant) -> u32 {
+    pub fn register(&mut self, inner: &Inner, token: u64, key: Key, lease_ms: u32, deadline: Tick) -> u32 {
         let at = lost_at(deadline, lease_ms);
         let late = self.add_timer(at, token);
         let era = self.era;
@@ -99,6 +106,7 @@ impl State {
             era,
             lease_ms,
             deadline,
+            extend_id: 0,
             timer: Some((at, late)),
             released: false,
             releasing: false,
@@ -107,11 +115,11 @@ impl State {
             keepalive: None,
         };
         self.locks.insert(token, held);
-        self.arm(inner, at);
+        self.arm(inner, self.lease_clock.to_instant(at));
         era
     }
 
-    fn add_timer(&mut self, at: Instant, token: u64) -> bool {
+    fn add_timer(&mut self, at: Tick, token: u64) -> bool {
         let locks = &self.locks;
         self.timers.insert(at, token, None, locks.len(), |at, token| lock_live(locks, at, token))
     }
@@ -146,13 +154,27 @@ impl State {
     }
 
     /// Fires lost for every lock whose lost time passed by `now`.
-    pub fn fire_due_locks(&mut self, now: Instant) {
+    pub fn fire_due_locks(&mut self, now: Tick) {
         while let Some((at, token)) = self.timers.pop_due(now) {
             let Some(h) = self.locks.get_mut(token) else { continue };
             if h.timer.is_some_and(|(t, _)| t == at) {
                 h.timer = None;
                 self.fire_lost(token, LostReason::Expired);
             }
+        }
+        // The timer task wakes every LOST_CHECK_MS while an entry is left: drop those of the
+        // locks released or dropped meanwhile.
+        let locks = &self.locks;
+        self.timers.drop_dead(|at, token| lock_live(locks, at, token));
+    }
+
+    /// Fires lost for the lock `token` of `era` if its lost time passed by `now`: a call that
+    /// asks about a lock sees it lost at once, though the timer task may wake up to
+    /// `LOST_CHECK_MS` after a suspend.
+    pub fn fire_if_due(&mut self, token: u64, era: u32, now: Tick) {
+        let due = self.lock_entry(token, era).and_then(|h| h.timer).is_some_and(|(at, _)| at <= now);
+        if due {
+            self.fire_lost(token, LostReason::Expired);
         }
     }
 
@@ -207,7 +229,7 @@ impl State {
     }
 
     /// Moves the deadline timer of the lock `token` (still held) to `at`.
-    fn move_timer(&mut self, inner: &Inner, token: u64, at: Instant) {
+    fn move_timer(&mut self, inner: &Inner, token: u64, at: Tick) {
         let Some((old, old_late)) = self.locks.get(token).and_then(|h| h.timer) else { return };
         if old == at {
             return;
@@ -218,11 +240,15 @@ impl State {
         }
         let locks = &self.locks;
         self.timers.remove(old, token, old_late, |at, token| lock_live(locks, at, token));
-        self.arm(inner, at);
+        self.arm(inner, self.lease_clock.to_instant(at));
     }
 
-    /// Checks that a request may be sent for the lock `g` (neither lost nor being released).
-    pub fn gate(&mut self, g: &Gate<'_>) -> Result<(), Error> {
+    /// Checks that a request may be sent for the lock `g` (neither lost nor being released) at
+    /// `now` (`None`: [`stamp`](State::stamp)).
+    pub fn gate(&mut self, g: &Gate<'_>, now: Option<Instant>) -> Result<(), Error> {
+        let now = now.unwrap_or_else(|| self.stamp());
+        let now = self.lease_clock.at(now);
+        self.fire_if_due(g.token, g.era, now);
         let Some(h) = self.lock_entry(g.token, g.era) else {
             return Err(lost_error(g.key, g.token, LostReason::ServerRestarted));
         };
@@ -235,9 +261,11 @@ impl State {
         Ok(())
     }
 
-    /// The release's first step: marks the lock releasing (stops keep-alive) and returns the
-    /// reason it was lost before, or the outcome when there is nothing to send.
-    fn begin_release(&mut self, g: &Gate<'_>) -> Result<Option<LostReason>, Result<(), Error>> {
+    /// The release's first step, at `now`: marks the lock releasing (stops keep-alive) and
+    /// returns the reason it was lost before, or the outcome when there is nothing to send.
+    fn begin_release(&mut self, g: &Gate<'_>, now: Instant) -> Result<Option<LostReason>, Result<(), Error>> {
+        let now = self.lease_clock.at(now);
+        self.fire_if_due(g.token, g.era, now);
         let Some(h) = self.lock_entry(g.token, g.era) else {
             return Err(Err(lost_error(g.key, g.token, LostReason::ServerRestarted)));
         };
@@ -312,10 +340,15 @@ impl State {
                 if h.released {
                     return Err(Error::NotHeld { key: key_text(key), token });
                 }
-                h.lease_ms = r.lease_ms;
-                h.deadline = local_deadline(r.t_send, u64::from(r.lease_ms));
-                let at = lost_at(h.deadline, h.lease_ms);
-                self.move_timer(inner, token, at);
+                // Checked under the mutex the deadline is set under: the keep-alive's extends
+                // and the application's may be answered, and handled, in any order.
+                if r.id > h.extend_id {
+                    h.extend_id = r.id;
+                    h.lease_ms = r.lease_ms;
+                    h.deadline = local_deadline(r.t_first, u64::from(r.lease_ms));
+                    let at = lost_at(h.deadline, h.lease_ms);
+                    self.move_timer(inner, token, at);
+                }
                 Ok(Duration::from_millis(r.lease_ms.into()))
             }
             Status::NOT_HELD => Err(match h.lost {
@@ -426,7 +459,8 @@ impl<'a> Future for ReleaseFuture<'a> {
         match this.step {
             ReleaseStep::Start => {
                 let mut st = inner.lock_state();
-                let lost_before = match st.begin_release(&g) {
+                let now = st.stamp();
+                let lost_before = match st.begin_release(&g, now) {
                     Ok(l) => l,
                     Err(outcome) => {
                         this.step = ReleaseStep::Done;
@@ -443,7 +477,7 @@ impl<'a> Future for ReleaseFuture<'a> {
                 let bound = Bound::After(inner.opts.request_timeout);
                 // Queued with this task's waker, in this poll (as `Inner::call` does); its answer
                 // wakes this task: no need to look now.
-                match st.queue_call(inner, req, Some(cx.waker()), None, bound) {
+                match st.queue_call(inner, req, Some(cx.waker()), Some(now), bound) {
                     Ok((id, ticket)) => {
                         this.step = ReleaseStep::Waiting { id, ticket, lost_before };
                         Poll::Pending
@@ -496,11 +530,12 @@ pub(crate) async fn release_unclaimed(inner: &Inner, g: Gate<'_>, deadline: Inst
 /// than the highest it has seen (fencing): that is what makes a holder that woke up late, its
 /// lease gone, harmless.
 ///
-/// The lock is **lost** at the first of: its local deadline (the lease measured from when the
-/// request was sent, a little early, so never after the server's), an `EXPIRED` notice from the
-/// server, a `NOT_HELD` answer to an extend or release, or a reconnect that finds the server
-/// restarted. Watch for it with [`lost`](Lock::lost) or [`lost_watch`](Lock::lost_watch), and stop
-/// the work that needed the lock when it fires. It never fires after a successful release.
+/// The lock is **lost** at the first of: its local deadline (the lease counted from when the
+/// request was first sent, a little early, so never after the server's), an `EXPIRED` notice
+/// from the server, a `NOT_HELD` answer to an extend or release, or a reconnect that finds the
+/// server restarted. Watch for it with [`lost`](Lock::lost) or [`lost_watch`](Lock::lost_watch),
+/// and stop the work that needed the lock when it fires. It never fires after a successful
+/// release.
 ///
 /// Dropping a `Lock` does **not** release it (the server reclaims it when the lease ends, and
 /// keep-alive stops); call [`release`](Lock::release), or turn it into a [`LockGuard`] that
@@ -532,10 +567,18 @@ impl Lock {
         Lock { client, key, token, era }
     }
 
+    /// The client's state, this lock's lost signal fired first if its time has come (see
+    /// [`State::fire_if_due`]).
+    fn checked_state(&self) -> MutexGuard<'_, State> {
+        let mut st = self.client.inner().lock_state();
+        let now = st.lease_clock.now();
+        st.fire_if_due(self.token, self.era, now);
+        st
+    }
+
     /// Runs `f` with the lock's state (`None`: a server restart replaced it, see [`Held::era`]).
     fn state<T>(&self, f: impl FnOnce(Option<&mut Held>) -> T) -> T {
-        let mut st = self.client.inner().lock_state();
-        f(st.lock_entry(self.token, self.era))
+        f(self.checked_state().lock_entry(self.token, self.era))
     }
 
     fn gate(&self) -> Gate<'_> {
@@ -557,11 +600,19 @@ impl Lock {
         Duration::from_millis(self.state(|h| h.map_or(0, |h| h.lease_ms)).into())
     }
 
-    /// The local deadline: the end of the lease measured from when its request was sent, never
-    /// later than the server's. A successful extend moves it. The lost signal fires
+    /// The local deadline: the end of the lease counted from when its request was first sent,
+    /// never later than the server's. A successful extend moves it. The lost signal fires
     /// `min(5 ms, lease / 10)` before it.
+    ///
+    /// The deadline runs on a clock that counts the time the host spends suspended, as the
+    /// server's lease does; the `Instant` (whose clock may not) is when it comes if the host is
+    /// not suspended meanwhile.
     pub fn deadline(&self) -> std::time::Instant {
-        self.state(|h| h.map_or_else(Instant::now, |h| h.deadline)).into_std()
+        let mut st = self.checked_state();
+        match st.lock_entry(self.token, self.era).map(|h| h.deadline) {
+            Some(d) => st.lease_clock.to_instant(d).into_std(),
+            None => std::time::Instant::now(),
+        }
     }
 
     /// Why the lock was lost, or `None` while it is not lost.
@@ -625,7 +676,8 @@ impl Lock {
 
     /// Sets the lease to `lease` from now (it may shorten it) and moves the local deadline;
     /// returns the lease granted. Fails with [`Error::LockLost`] when the lock is lost or the
-    /// server answers `NOT_HELD` (which makes it lost).
+    /// server answers `NOT_HELD` (which makes it lost). Of concurrent extends (keep-alive's and
+    /// yours), the one sent last sets the lease and the deadline, as on the server.
     pub async fn extend(&self, lease: Duration) -> Result<Duration, Error> {
         extend_lock(self.client.inner(), self.gate(), lease).await
     }

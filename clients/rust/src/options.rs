@@ -3,9 +3,11 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio_rustls::rustls;
+
+use crate::clock::WallClock;
 
 /// The endpoint tried when none is given: a single node on loopback.
 pub const DEFAULT_ENDPOINT: &str = "127.0.0.1:7070";
@@ -70,6 +72,8 @@ pub struct ClientOptions {
     /// it) before returning; the clean-up then finishes in the background. (A dropped acquire
     /// future cannot wait: its clean-up always runs in the background.) Default: 5 s.
     pub cleanup_timeout: Duration,
+    /// See [`wall_clock`](Self::wall_clock).
+    pub(crate) wall_clock: Option<WallClock>,
 }
 
 impl Default for ClientOptions {
@@ -85,6 +89,7 @@ impl Default for ClientOptions {
             reconnect_backoff_max: DEFAULT_RECONNECT_BACKOFF_MAX,
             release_on_close: false,
             cleanup_timeout: DEFAULT_CLEANUP_TIMEOUT,
+            wall_clock: None,
         }
     }
 }
@@ -174,6 +179,16 @@ impl ClientOptions {
     /// Makes [`Client::close`](crate::Client::close) release every lock still held.
     pub fn release_on_close(mut self, on: bool) -> Self {
         self.release_on_close = on;
+        self
+    }
+
+    /// For the crate's tests, not part of the API: the locks' deadlines count suspend time from
+    /// this wall clock, as on a system without CLOCK_BOOTTIME (each interval counts as the larger
+    /// of the monotonic clock's and this clock's advance), so that a test can make the host look
+    /// suspended, or step the wall clock back.
+    #[doc(hidden)]
+    pub fn wall_clock(mut self, wall: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
+        self.wall_clock = Some(Arc::new(wall));
         self
     }
 }

@@ -5,19 +5,23 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
-use tokio::time::Instant;
-
-/// Instants with keys (request ids, lock tokens), earliest first. One added no earlier than the
-/// last goes to the back of a queue; any other to an ordered set. The owner keeps the live
-/// entries (its table says which are); taking one out of the queue is lazy: a dead entry leaves
-/// when it reaches the front, or when the queue is compacted.
-#[derive(Default)]
-pub(crate) struct Deadlines {
-    queue: VecDeque<(Instant, u64)>,
-    late: BTreeSet<(Instant, u64)>,
+/// Instants `T` with keys (request ids on tokio's clock, lock tokens on the lease clock),
+/// earliest first. One added no earlier than the last goes to the back of a queue; any other to
+/// an ordered set. The owner keeps the live entries (its table says which are); taking one out of
+/// the queue is lazy: a dead entry leaves when it reaches the front, or when the queue is
+/// compacted.
+pub(crate) struct Deadlines<T> {
+    queue: VecDeque<(T, u64)>,
+    late: BTreeSet<(T, u64)>,
 }
 
-impl Deadlines {
+impl<T> Default for Deadlines<T> {
+    fn default() -> Self {
+        Deadlines { queue: VecDeque::new(), late: BTreeSet::new() }
+    }
+}
+
+impl<T: Copy + Ord> Deadlines<T> {
     /// Adds `key` at `at`; returns whether it went to the ordered set, to pass to
     /// [`remove`](Deadlines::remove). Past `in_order_until` it goes there too: an entry much later
     /// than the usual would hold every usual one after it out of the queue. `live_count` (how
@@ -26,11 +30,11 @@ impl Deadlines {
     #[inline]
     pub fn insert(
         &mut self,
-        at: Instant,
+        at: T,
         key: u64,
-        in_order_until: Option<Instant>,
+        in_order_until: Option<T>,
         live_count: usize,
-        live: impl Fn(Instant, u64) -> bool,
+        live: impl Fn(T, u64) -> bool,
     ) -> bool {
         let late = self.queue.back().is_some_and(|&(last, _)| at < last) || in_order_until.is_some_and(|u| at > u);
         if late {
@@ -49,7 +53,7 @@ impl Deadlines {
     /// the front of the queue (the usual case) it leaves at once; elsewhere it stays, dead, and
     /// the dead entries at the front leave instead (one look at the owner's table when none).
     #[inline]
-    pub fn remove(&mut self, at: Instant, key: u64, late: bool, live: impl Fn(Instant, u64) -> bool) {
+    pub fn remove(&mut self, at: T, key: u64, late: bool, live: impl Fn(T, u64) -> bool) {
         if late {
             self.late.remove(&(at, key));
         } else if self.queue.front() == Some(&(at, key)) {
@@ -60,7 +64,7 @@ impl Deadlines {
     }
 
     /// Drops the dead entries at the front of the queue.
-    pub fn drop_dead(&mut self, live: impl Fn(Instant, u64) -> bool) {
+    pub fn drop_dead(&mut self, live: impl Fn(T, u64) -> bool) {
         while let Some(&(at, key)) = self.queue.front() {
             if live(at, key) {
                 break;
@@ -70,7 +74,7 @@ impl Deadlines {
     }
 
     /// The earliest entry, if it is due by `now` (dead or not: the caller checks).
-    pub fn pop_due(&mut self, now: Instant) -> Option<(Instant, u64)> {
+    pub fn pop_due(&mut self, now: T) -> Option<(T, u64)> {
         let q = self.queue.front().copied().filter(|&(at, _)| at <= now);
         let l = self.late.first().copied().filter(|&(at, _)| at <= now);
         match (q, l) {
@@ -82,7 +86,7 @@ impl Deadlines {
     }
 
     /// The earliest instant (of an entry that may be dead).
-    pub fn first(&self) -> Option<Instant> {
+    pub fn first(&self) -> Option<T> {
         let q = self.queue.front().map(|&(at, _)| at);
         let l = self.late.first().map(|&(at, _)| at);
         match (q, l) {

@@ -65,6 +65,9 @@ pub const ACK_EVERY: u32 = 1024;
 pub const CLOCK_RATE_BOUND_PPM: u32 = 1000;
 /// The lost signal fires `min(LOST_MARGIN_MS, lease / 10)` before the local deadline.
 pub const LOST_MARGIN_MS: u32 = 5;
+/// While it holds a lock, a client compares its deadlines with the clock at least this often
+/// (timers stop while the host is suspended; the clock of the deadlines does not).
+pub const LOST_CHECK_MS: u32 = 250;
 
 macro_rules! code_set {
     (

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use ticketing::wire::{ExpiredReason, GoawayReason, Op, Response, Status};
+use ticketing::wire::{self, ExpiredReason, GoawayReason, Op, Response, Status};
 use ticketing::{Client, ClientOptions, Error, Lock, LostReason};
 
 use crate::support::{FakeConn, FakeOpts, FakeServer, eventually};
@@ -317,6 +317,94 @@ async fn a_request_made_after_a_pause_counts_its_lease_from_then() {
     let lock = task.await.unwrap().expect("granted");
     let lease = lock.deadline() - asked;
     assert!(lease >= Duration::from_millis(990), "the lease counts from before the pause: {lease:?}");
+}
+
+/// `(detail + lease) · (1 − 2ρ)`: how long after the first send of an `ACQUIRE` its deadline comes.
+fn rule(detail_ms: u32, lease_ms: u32) -> Duration {
+    Duration::from_micros(u64::from(detail_ms + lease_ms) * (1000 - 2 * u64::from(wire::CLOCK_RATE_BOUND_PPM) / 1000))
+}
+
+#[tokio::test]
+async fn a_grant_read_after_a_resend_counts_from_the_first_send() {
+    // PROTOCOL.md, "The lost signal": whichever send an ACQUIRE OK answers, the deadline is the
+    // first send + (detail + lease)(1 − 2ρ), `detail` counting from the request's first arrival.
+    let fake = FakeServer::bind().await;
+    let (client, mut conn) = connect(&fake, opts(&fake.addr), &FakeOpts::default()).await;
+    let resumed = FakeOpts { resumed: true, ..FakeOpts::default() };
+    let tolerance = Duration::from_millis(5);
+
+    // A hand-off decided 100 ms after the first arrival, before the re-send, and read after the
+    // re-send 300 ms later: counted from the re-send, the deadline would be ~200 ms late.
+    let c = client.clone();
+    let start = std::time::Instant::now();
+    let task = tokio::spawn(async move { c.acquire("k", Duration::from_secs(3)).await });
+    let first = conn.read_op(Op::ACQUIRE).await;
+    let sent = std::time::Instant::now(); // after the first send
+    drop(conn);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut conn = fake.accept(&resumed).await;
+    let again = conn.read_op(Op::ACQUIRE).await;
+    assert_eq!(again, first, "re-sent with its id");
+    conn.grant(&again, 7, 100).await;
+    let lock = task.await.unwrap().expect("granted after the resume");
+    let deadline = lock.deadline();
+    assert!(deadline <= sent + rule(100, 3000), "{:?} late", deadline - (sent + rule(100, 3000)));
+    assert!(deadline + tolerance >= start + rule(100, 3000), "{:?} early", start + rule(100, 3000) - deadline);
+
+    // A waiter re-sent after a reconnect and granted a second later: its `detail` counts the
+    // time queued before the re-send too, and so does its deadline.
+    let c = client.clone();
+    let start = std::time::Instant::now();
+    let task = tokio::spawn(async move { c.acquire("k2", Duration::from_secs(3)).await });
+    let first = conn.read_op(Op::ACQUIRE).await;
+    let sent = std::time::Instant::now();
+    drop(conn);
+    let mut conn = fake.accept(&resumed).await;
+    let again = conn.read_op(Op::ACQUIRE).await;
+    assert_eq!(again, first, "re-sent with its id");
+    tokio::time::sleep(SECOND).await;
+    let detail = u32::try_from(sent.elapsed().as_millis()).expect("ms");
+    conn.grant(&again, 8, detail).await;
+    let lock2 = task.await.unwrap().expect("granted after the resume");
+    let deadline = lock2.deadline();
+    assert!(deadline <= sent + rule(detail, 3000), "{:?} late", deadline - (sent + rule(detail, 3000)));
+    let earliest = start + rule(detail, 3000);
+    assert!(deadline + tolerance >= earliest, "{:?} early", earliest - deadline);
+    assert!(!lock.is_lost() && !lock2.is_lost());
+}
+
+#[tokio::test]
+async fn an_older_extends_answer_handled_after_a_newer_ones_does_not_move_the_deadline() {
+    // Keep-alive and the application may extend one lock at once; the server applies extends in
+    // id order, so the lease is the newest one's, whatever order the answers are handled in.
+    let fake = FakeServer::bind().await;
+    let (client, mut conn) = connect(&fake, opts(&fake.addr), &FakeOpts::default()).await;
+    let lock = std::sync::Arc::new(hold(&client, &mut conn, "k", 9).await);
+    let extend = |lease: Duration| {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.extend(lease).await })
+    };
+    let older = extend(Duration::from_secs(60));
+    let e_older = conn.read_op(Op::EXTEND).await;
+    let newer = extend(Duration::from_secs(2));
+    let e_newer = conn.read_op(Op::EXTEND).await;
+    assert!(e_newer.id > e_older.id);
+    let sent = Instant::now(); // after the newer one's send
+    let answer = |e: &crate::support::Req| Response {
+        op: Op::EXTEND,
+        status: Status::OK,
+        id: e.id,
+        token: 9,
+        lease_ms: e.lease_ms,
+        ..Response::default()
+    };
+    conn.send(answer(&e_newer)).await;
+    assert_eq!(newer.await.unwrap().expect("extended"), Duration::from_secs(2));
+    conn.send(answer(&e_older)).await;
+    assert_eq!(older.await.unwrap().expect("extended"), Duration::from_secs(60), "the server did extend it");
+    assert_eq!(lock.lease(), Duration::from_secs(2), "the newer extend's lease stays");
+    let limit = sent.into_std() + Duration::from_micros(2000 * 998);
+    assert!(lock.deadline() <= limit, "the deadline moved to the older extend's: {:?} late", lock.deadline() - limit);
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
-//! The client's tests: the protocol vectors, a fake server for the failure paths a real single
-//! node cannot easily produce, and the real server.
+//! The client's tests: the protocol vectors, the lease clock, a fake server for the failure paths
+//! a real single node cannot easily produce, and the real server.
 
+mod clock;
 mod driver;
 mod fake;
 mod server;

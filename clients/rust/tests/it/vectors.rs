@@ -103,10 +103,11 @@ fn sizes_and_client_rules_match_constants_json() {
     assert_eq!(ours, theirs, "sizes differ from constants.json");
 
     let rules = &c["client_rules"];
-    assert_eq!(rules.as_object().expect("client_rules").len(), 3, "a new client rule to implement");
+    assert_eq!(rules.as_object().expect("client_rules").len(), 4, "a new client rule to implement");
     assert_eq!(u32_of(rules, "ACK_EVERY"), wire::ACK_EVERY);
     assert_eq!(u32_of(rules, "CLOCK_RATE_BOUND_PPM"), wire::CLOCK_RATE_BOUND_PPM);
     assert_eq!(u32_of(rules, "LOST_MARGIN_MS"), wire::LOST_MARGIN_MS);
+    assert_eq!(u32_of(rules, "LOST_CHECK_MS"), wire::LOST_CHECK_MS);
 }
 
 #[test]

@@ -265,7 +265,8 @@ json run(const json &c, int64_t id)
     if (op == "lock_state") {
         auto e = lock_of(c);
         auto lost = e->lock.lost();
-        json r = {{"lost", lost.has_value()}, {"token", std::to_string(e->lock.token())}};
+        json r = {{"lost", lost.has_value()}, {"token", std::to_string(e->lock.token())},
+                  {"deadline_in_ms", e->lock.deadline_in().count() / 1000.0}};
         if (lost)
             r["reason"] = reason_name(*lost);
         return r;

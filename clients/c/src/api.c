@@ -243,9 +243,14 @@ int tk_async_timeout_ms(const tk_async *ac)
     tk_timer *top = tk__heap_top(&ac->heap);
     if (top && top->at < t)
         t = top->at;
+    int64_t now = tk__now_us();
+    /* A poll timeout stops while the host is suspended; the lock deadlines do not: with locks
+     * held, look at them at least every LOST_CHECK_MS (after a resume, lost fires within it). */
+    if (ac->n_held > 0 && t - now > (int64_t)TK_LOST_CHECK_MS * 1000)
+        t = now + (int64_t)TK_LOST_CHECK_MS * 1000;
     if (t == INT64_MAX)
         return -1;
-    int64_t d = t - tk__now_us();
+    int64_t d = t - now;
     if (d <= 0)
         return 0;
     d = (d + 999) / 1000;

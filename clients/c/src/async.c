@@ -176,8 +176,10 @@ static void req_encode(tk_async *ac, tk_req *r, int64_t now)
     }
     tk_encode_request(&q, ac->wbuf.p + ac->wbuf.len, n);
     ac->wbuf.len += n;
-    r->retry = r->ever_sent;
-    r->t_send = now;
+    /* A re-send (resume, another node) keeps t_first: the server counts from the first arrival.
+     * (ever_sent is cleared only when the session was lost: the server then has nothing of it.) */
+    if (!r->ever_sent)
+        r->t_first = now;
     if (r->op == TK_OP_ACQUIRE && r->kind == TK__R_USER && !r->ever_sent && !r->abandoned) {
         /* the request timeout now covers only what is not queue time: wait + request timeout */
         if (r->wait_ms == TK_WAIT_FOREVER_MS)
@@ -544,7 +546,6 @@ void tk__session_lost(tk_async *ac, tk_err code, const char *why)
         default:
             /* releases of tokens we hold: send them again, as new requests */
             r->ever_sent = false;
-            r->retry = false;
             break;
         }
     }
@@ -714,8 +715,9 @@ static void on_acquire(tk_async *ac, tk_req *r, const tk_response *resp)
         tk__fmt_key(k, sizeof k, r->key, r->key_len);
     switch (resp->status) {
     case TK_STATUS_OK: {
-        int64_t deadline = r->retry ? tk__deadline_us(r->t_send, 0, resp->lease_ms)
-                                    : tk__deadline_us(r->t_send, resp->detail, resp->lease_ms);
+        /* one rule for every transmission: detail counts from the request's first arrival (for a
+         * retry answered from the server's table, lease_ms is what is left of the lease) */
+        int64_t deadline = tk__deadline_us(r->t_first, resp->detail, resp->lease_ms);
         tk_lock *l = tk__lock_new(ac, r, resp->token, resp->lease_ms, deadline);
         if (!l) {
             r->abandon_code = TK_ERR_NO_MEMORY;
@@ -828,7 +830,7 @@ static void on_extend(tk_async *ac, tk_req *r, const tk_response *resp)
             return;
         }
         if (l && !l->released)
-            tk__lock_extended(ac, l, resp->lease_ms, r->t_send);
+            tk__lock_extended(ac, l, r->id, resp->lease_ms, r->t_first);
         if (r->ev) {
             r->ev->reply.token = resp->token;
             r->ev->reply.lease_ms = resp->lease_ms;
@@ -1168,6 +1170,7 @@ tk_err tk__simple(tk_async *ac, uint8_t op, const void *key, size_t key_len, uin
     r->lease_ms = op == TK_OP_EXTEND ? (uint32_t)lease_ms : 0;
     r->verify = verify;
     if (lock) {
+        tk__lock_check_deadline(ac, lock); /* its lost timer may have slept through a suspend */
         /* answers that need no server */
         if (op == TK_OP_RELEASE && lock->released) {
             tk__complete(ac, r, TK_OK, NULL);

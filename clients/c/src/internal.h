@@ -25,8 +25,25 @@
 
 /* ---- small utilities (util.c) ------------------------------------------------------------ */
 
-/** Monotonic clock in microseconds. */
+/** The engine's clock in microseconds: CLOCK_BOOTTIME, which keeps counting while the host is
+ *  suspended (without it, the monotonic clock plus the wall clock's larger advances). Every
+ *  timer, request time and lock deadline is on it. */
 int64_t tk__now_us(void);
+
+/** The fallback's readings at its last look (no CLOCK_BOOTTIME). */
+typedef struct tk_clock_pair {
+    int64_t mono_us, wall_us;
+    bool set;
+} tk_clock_pair;
+
+/** The fallback: the time the monotonic clock missed since the readings in *last (the wall
+ *  clock's advance beyond the monotonic clock's, or 0: a wall clock stepped back is ignored, one
+ *  stepped forward only makes deadlines earlier); stores the new readings in *last. */
+int64_t tk__clock_missed_us(tk_clock_pair *last, int64_t mono_us, int64_t wall_us);
+
+/** Moves the BOOTTIME (or wall clock) reading of every later look ahead by us: tests play a host
+ *  suspend with it. */
+void tk__clock_skew(int64_t us);
 
 /** getpid(), cached: a fork() handler clears the cache in the child (no system call per check). */
 pid_t tk__getpid(void);
@@ -106,7 +123,7 @@ tk_err tk__check_wait(int64_t wait_ms, tk_error *err);
 void tk__opts_discard(const tk_acquire_opts *opts);
 
 /** The lost deadline rules (PROTOCOL.md "The lost signal"), in microseconds. */
-int64_t tk__deadline_us(int64_t t_send_us, uint32_t queued_ms, uint32_t lease_ms);
+int64_t tk__deadline_us(int64_t t_first_us, uint32_t detail_ms, uint32_t lease_ms);
 int64_t tk__lost_margin_us(uint32_t lease_ms);
 
 /* ---- requests and locks ------------------------------------------------------------------ */
@@ -167,7 +184,6 @@ struct tk_req {
     bool sent;             /* written (or queued in wbuf) on the current connection */
     bool ever_sent;        /* reached some connection: the server may know this id */
     bool not_run;          /* answered NOT_LEADER: the server did not run it */
-    bool retry;            /* re-sent after a resume (ACQUIRE OK: deadline from this send) */
     bool abandoned;        /* ACQUIRE: the caller cancelled or timed out; clean-up in progress */
     bool completed;        /* the caller's callback has been queued */
     bool verify;           /* INSPECT for tk_lock_verify */
@@ -177,7 +193,8 @@ struct tk_req {
     uint32_t lease_ms, wait_ms;
     uint8_t *key;
     size_t key_len;
-    int64_t t_submit, t_send;
+    int64_t t_submit;
+    int64_t t_first;       /* first written or queued for the wire (re-sends keep it): the deadlines' start */
     tk_timer deadline;     /* request timeout */
     tk_timer cleanup;      /* abandoned acquire: complete the caller at the latest then */
     tk_lock *lock;         /* the lock this request acts on (a reference), or NULL */
@@ -205,6 +222,7 @@ struct tk_lock {
     uint64_t token;
     uint32_t lease_ms;
     int64_t deadline_us;    /* local deadline; lost fires at deadline - margin */
+    uint64_t extend_id;     /* the EXTEND whose OK set deadline_us (0: the grant's) */
     int64_t ka_stop_us;     /* keep-alive stops at this time (INT64_MAX: never) */
     bool keepalive;
     tk_timer lost_timer;
@@ -302,6 +320,7 @@ struct tk_async {
 
     /* locks */
     tk_lock *locks;          /* every lock whose ac is this context */
+    unsigned n_held;         /* of them, held (in the held set) */
     tk_heap heap;
 
     /* recycled objects (bounded free lists; freed with the context) */
@@ -380,11 +399,12 @@ void tk__lock_ref(tk_lock *l);
 void tk__lock_unref(tk_lock *l);
 void tk__lock_lost(tk_async *ac, tk_lock *l, tk_lost_reason reason);
 void tk__lock_released(tk_async *ac, tk_lock *l);
-void tk__lock_extended(tk_async *ac, tk_lock *l, uint32_t lease_ms, int64_t t_send);
+void tk__lock_extended(tk_async *ac, tk_lock *l, uint64_t id, uint32_t lease_ms, int64_t t_first);
 void tk__lock_timer(tk_async *ac, tk_lock *l, tk_timer *t, int64_t now);
 void tk__lock_detach_all(tk_async *ac); /* the context is being freed */
 void tk__lock_stop_keepalive(tk_async *ac, tk_lock *l);
 void tk__lock_release_failed(tk_async *ac, tk_lock *l); /* a RELEASE of it failed: back to held */
+bool tk__lock_check_deadline(tk_async *ac, tk_lock *l); /* lost now if its timer is overdue; true if lost */
 tk_lock *tk__lock_by_token(tk_async *ac, uint64_t token);
 tk_lock *tk__lock_by_key(tk_async *ac, const uint8_t *key, size_t len);
 

@@ -74,6 +74,7 @@ tk_lock *tk__lock_new(tk_async *ac, const tk_req *acq, uint64_t token, uint32_t 
     l->ac = ac;
     l->refs = 2; /* the user's handle and the held set */
     l->held = true;
+    ac->n_held++;
     l->token = token;
     l->lease_ms = lease_ms;
     l->deadline_us = deadline_us;
@@ -126,6 +127,7 @@ static void lock_unhold(tk_async *ac, tk_lock *l)
     l->keepalive = false;
     if (l->held) {
         l->held = false;
+        ac->n_held--;
         tk__lock_unref(l);
     }
 }
@@ -164,17 +166,24 @@ void tk__lock_released(tk_async *ac, tk_lock *l)
     lock_unhold(ac, l);
 }
 
-void tk__lock_extended(tk_async *ac, tk_lock *l, uint32_t lease_ms, int64_t t_send)
+void tk__lock_extended(tk_async *ac, tk_lock *l, uint64_t id, uint32_t lease_ms, int64_t t_first)
 {
-    if (l->lost || l->released)
+    /* The server applies extends in id order: an older extend's answer read after a newer one's
+     * changes nothing, even when its lease is longer. */
+    if (l->lost || l->released || id < l->extend_id)
         return;
+    l->extend_id = id;
     l->lease_ms = lease_ms;
-    int64_t d = tk__deadline_us(t_send, 0, lease_ms);
-    /* a slower answer to an older extend never moves the deadline back */
-    if (d > l->deadline_us || !tk__timer_armed(&l->lost_timer))
-        l->deadline_us = d;
+    l->deadline_us = tk__deadline_us(t_first, 0, lease_ms);
     if (!l->releasing)
         arm_lost(ac, l);
+}
+
+bool tk__lock_check_deadline(tk_async *ac, tk_lock *l)
+{
+    if (l->held && !l->lost && !l->releasing && tk__now_us() >= l->deadline_us - tk__lost_margin_us(l->lease_ms))
+        tk__lock_lost(ac, l, TK_LOST_EXPIRED);
+    return l->lost;
 }
 
 void tk__lock_release_failed(tk_async *ac, tk_lock *l)
@@ -182,9 +191,7 @@ void tk__lock_release_failed(tk_async *ac, tk_lock *l)
     l->releasing = false;
     if (!l->held || l->lost)
         return;
-    if (tk__now_us() >= l->deadline_us - tk__lost_margin_us(l->lease_ms))
-        tk__lock_lost(ac, l, TK_LOST_EXPIRED); /* the deadline passed while the release was in flight */
-    else
+    if (!tk__lock_check_deadline(ac, l)) /* the deadline may have passed while the release was in flight */
         arm_lost(ac, l);
 }
 
@@ -242,6 +249,7 @@ void tk__lock_detach_all(tk_async *ac)
         }
     }
     ac->locks = NULL;
+    ac->n_held = 0;
 }
 
 tk_lock *tk__lock_by_token(tk_async *ac, uint64_t token)
@@ -313,6 +321,18 @@ int64_t tk_lock_remaining_ms(const tk_lock *lock)
     if (c)
         tk__client_unlock(c);
     return left > 0 ? left : 0;
+}
+
+int64_t tk_lock_deadline_in_us(const tk_lock *lock)
+{
+    if (!lock)
+        return 0;
+    tk_client *c = owner_of(lock);
+    tk__client_lock(c);
+    int64_t in = lock->deadline_us - tk__now_us();
+    if (c)
+        tk__client_unlock(c);
+    return in;
 }
 
 int tk_lock_released(const tk_lock *lock)

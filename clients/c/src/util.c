@@ -1,4 +1,5 @@
-/* Buffers, the timer heap, error values, argument checks and the lost-deadline arithmetic. */
+/* The clock, buffers, the timer heap, error values, argument checks and the lost-deadline
+ * arithmetic. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -9,11 +10,78 @@
 
 #include "internal.h"
 
-int64_t tk__now_us(void)
+/* ---- the clock --------------------------------------------------------------------------- */
+
+/* Deadlines run on a clock that keeps counting while the host is suspended, as the server's
+ * leases do (PROTOCOL.md "The lost signal"): CLOCK_BOOTTIME on Linux. Kernels whose vDSO lacks
+ * BOOTTIME (before 5.3) make it a system call, and the request path reads the clock for every
+ * request, so tk__now_us is CLOCK_MONOTONIC (same rate, but it stops during a suspend) plus the
+ * suspend time seen so far, which a look at BOOTTIME raises at most every LOOK_EVERY_US (as the
+ * server's internal/clock/since.go does). Without BOOTTIME, a look adds the wall clock's advance
+ * beyond the monotonic clock's since the previous look (tk__clock_missed_us). */
+#define LOOK_EVERY_US 20000
+
+static struct {
+    _Atomic int64_t suspend_us; /* BOOTTIME - MONOTONIC as last seen; only grows after the first look */
+    _Atomic int64_t look_us;    /* monotonic time of the last look */
+    _Atomic int64_t skew_us;    /* tk__clock_skew */
+    atomic_flag looking;        /* a thread is looking: the others use the offset as it is */
+    pthread_once_t once;        /* the first look, which every reader waits for */
+    tk_clock_pair wall;         /* without BOOTTIME: the readings of the last look */
+} clk = {.look_us = INT64_MIN / 2, .looking = ATOMIC_FLAG_INIT, .once = PTHREAD_ONCE_INIT};
+
+static int64_t clock_us(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    if (clock_gettime(id, &ts) != 0)
+        return INT64_MIN;
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t tk__clock_missed_us(tk_clock_pair *last, int64_t mono_us, int64_t wall_us)
+{
+    int64_t missed = last->set ? (wall_us - last->wall_us) - (mono_us - last->mono_us) : 0;
+    last->mono_us = mono_us;
+    last->wall_us = wall_us;
+    last->set = true;
+    return missed > 0 ? missed : 0;
+}
+
+static void clock_look(bool first)
+{
+    int64_t skew = atomic_load(&clk.skew_us);
+    int64_t boot = INT64_MIN;
+#ifdef __linux__ /* (FreeBSD's CLOCK_BOOTTIME is its uptime, which stops during a suspend) */
+    boot = clock_us(CLOCK_BOOTTIME);
+#endif
+    if (boot != INT64_MIN) {
+        /* the monotonic clock is read after BOOTTIME: the difference never overstates the suspend */
+        int64_t d = boot + skew - clock_us(CLOCK_MONOTONIC);
+        if (first || d > atomic_load(&clk.suspend_us))
+            atomic_store(&clk.suspend_us, d);
+    } else {
+        int64_t m = clock_us(CLOCK_MONOTONIC);
+        int64_t missed = tk__clock_missed_us(&clk.wall, m, clock_us(CLOCK_REALTIME) + skew);
+        atomic_store(&clk.suspend_us, atomic_load(&clk.suspend_us) + missed);
+    }
+    atomic_store(&clk.look_us, clock_us(CLOCK_MONOTONIC));
+}
+
+static void clock_first_look(void) { clock_look(true); }
+
+void tk__clock_skew(int64_t us) { atomic_fetch_add(&clk.skew_us, us); }
+
+int64_t tk__now_us(void)
+{
+    int64_t m = clock_us(CLOCK_MONOTONIC);
+    if (m - atomic_load(&clk.look_us) >= LOOK_EVERY_US) {
+        pthread_once(&clk.once, clock_first_look);
+        if (m - atomic_load(&clk.look_us) >= LOOK_EVERY_US && !atomic_flag_test_and_set(&clk.looking)) {
+            clock_look(false);
+            atomic_flag_clear(&clk.looking);
+        }
+    }
+    return m + atomic_load(&clk.suspend_us);
 }
 
 /* The process id, cached. glibc makes getpid() a system call each time; every public call checks
@@ -22,7 +90,11 @@ int64_t tk__now_us(void)
 static atomic_int pid_cache;
 static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
 
-static void pid_forked(void) { atomic_store_explicit(&pid_cache, 0, memory_order_relaxed); }
+static void pid_forked(void)
+{
+    atomic_store_explicit(&pid_cache, 0, memory_order_relaxed);
+    atomic_flag_clear(&clk.looking); /* a thread of the parent may have been looking */
+}
 
 static void pid_register(void) { pthread_atfork(NULL, NULL, pid_forked); }
 
@@ -467,12 +539,12 @@ tk_err tk__check_wait(int64_t wait_ms, tk_error *err)
     return TK_OK;
 }
 
-int64_t tk__deadline_us(int64_t t_send_us, uint32_t queued_ms, uint32_t lease_ms)
+int64_t tk__deadline_us(int64_t t_first_us, uint32_t detail_ms, uint32_t lease_ms)
 {
-    /* (queued + lease) * (1 - 2 * rho) with rho = CLOCK_RATE_BOUND_PPM / 1e6, in microseconds */
-    uint64_t ms = (uint64_t)queued_ms + lease_ms;
+    /* (detail + lease) * (1 - 2 * rho) with rho = CLOCK_RATE_BOUND_PPM / 1e6, in microseconds */
+    uint64_t ms = (uint64_t)detail_ms + lease_ms;
     uint64_t factor = 1000000u - 2u * TK_CLOCK_RATE_BOUND_PPM; /* parts per million */
-    return t_send_us + (int64_t)(ms * factor / 1000u);
+    return t_first_us + (int64_t)(ms * factor / 1000u);
 }
 
 int64_t tk__lost_margin_us(uint32_t lease_ms)

@@ -1,5 +1,7 @@
-// Unit tests of the engine's pure parts: the lost deadline, the timer heap, key formatting,
+// Unit tests of the engine's pure parts: the lost deadline, the clock, the timer heap, key formatting,
 // argument checks, endpoint parsing, error names, and option validation.
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -14,7 +16,7 @@ extern "C" {
 
 TEST(Deadline, FollowsTheProtocolFormula)
 {
-    // deadline = t_send + (queued + lease) * (1 - 2 * 0.001)
+    // deadline = t_first + (detail + lease) * (1 - 2 * 0.001)
     EXPECT_EQ(tk__deadline_us(0, 0, 1000), 998000);
     EXPECT_EQ(tk__deadline_us(5000000, 1500, 1), 5000000 + 1501 * 998);
     EXPECT_EQ(tk__deadline_us(0, 0, 30000), 29940000);
@@ -28,6 +30,62 @@ TEST(Deadline, MarginIsFiveMsOrATenthOfTheLease)
     EXPECT_EQ(tk__lost_margin_us(50), 5000);
     EXPECT_EQ(tk__lost_margin_us(40), 4000);
     EXPECT_EQ(tk__lost_margin_us(1), 100);
+}
+
+// The fallback clock (no CLOCK_BOOTTIME): each interval between two looks counts as the larger
+// of the monotonic clock's and the wall clock's advance.
+TEST(Clock, FallbackCountsTheWallClocksLargerAdvance)
+{
+    tk_clock_pair last{};
+    EXPECT_EQ(tk__clock_missed_us(&last, 10000000, 100000000), 0) << "the first look has nothing to compare";
+    EXPECT_EQ(tk__clock_missed_us(&last, 11000000, 101000000), 0) << "both advanced alike";
+    // a 30 s suspend: the monotonic clock advanced 1 s, the wall clock 31 s
+    EXPECT_EQ(tk__clock_missed_us(&last, 12000000, 132000000), 30000000);
+    EXPECT_EQ(tk__clock_missed_us(&last, 12500000, 132400000), 0) << "a slower wall clock adds nothing";
+}
+
+TEST(Clock, FallbackIgnoresAWallClockSteppedBack)
+{
+    tk_clock_pair last{};
+    tk__clock_missed_us(&last, 10000000, 100000000);
+    EXPECT_EQ(tk__clock_missed_us(&last, 11000000, 40000000), 0) << "stepped back 61 s";
+    // the next interval counts from the stepped-back reading, not from the one before it
+    EXPECT_EQ(tk__clock_missed_us(&last, 12000000, 41000000), 0);
+    EXPECT_EQ(tk__clock_missed_us(&last, 13000000, 47000000), 5000000);
+}
+
+// The engine's clock is CLOCK_BOOTTIME on Linux: in a time namespace whose boottime runs
+// 100,000 s ahead of its monotonic clock (what a long suspend looks like), tk__now_us agrees with
+// /proc/uptime, not with the monotonic clock. The test runs itself again in such a namespace.
+TEST(Clock, IsBoottime)
+{
+    if (getenv("TICKETING_CLOCK_CHILD")) {
+        double uptime = 0;
+        FILE *f = fopen("/proc/uptime", "r");
+        ASSERT_NE(f, nullptr);
+        ASSERT_EQ(fscanf(f, "%lf", &uptime), 1);
+        fclose(f);
+        double now = double(tk__now_us()) / 1e6;
+        EXPECT_GT(uptime, 100000.0) << "not in the namespace";
+        EXPECT_NEAR(now, uptime, 1.0) << "tk__now_us is not CLOCK_BOOTTIME";
+        return;
+    }
+    if (system("unshare --time --fork --boottime 100000 true > /dev/null 2>&1") != 0)
+        GTEST_SKIP() << "unshare --time is refused here (needs root and time namespaces): the clock source is not checked";
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    ASSERT_GT(n, 0);
+    self[n] = '\0';
+    std::string cmd = std::string("TICKETING_CLOCK_CHILD=1 unshare --time --fork --boottime 100000 '") + self +
+                      "' --gtest_filter=Clock.IsBoottime 2>&1";
+    FILE *p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[512];
+    while (fgets(buf, sizeof buf, p))
+        out += buf;
+    int status = pclose(p);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
 }
 
 // pop_all_in_order takes every armed timer off h, checking they come out in deadline order and

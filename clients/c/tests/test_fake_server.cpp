@@ -13,6 +13,10 @@
 
 #include "support.h"
 
+extern "C" {
+#include "internal.h" // tk__clock_skew: plays a host suspend
+}
+
 using namespace tt;
 
 namespace {
@@ -982,6 +986,182 @@ TEST(FakeLost, BlockingCallsFromTheIoThreadAreRefusedNotDeadlocked)
     cx.conn->push(TK_OP_EXPIRED, 1, TK_EXPIRED_LEASE, "k");
     ASSERT_TRUE(wait_until([&] { return ctx.rc != -1; }));
     EXPECT_EQ(ctx.rc.load(), TK_ERR_INVALID_ARGUMENT);
+}
+
+// ---- the local deadline (PROTOCOL.md "The lost signal") ---------------------------------------
+
+using Clock = std::chrono::steady_clock;
+
+// The lock's local deadline as a steady_clock interval [lo, hi] (the reading's own duration).
+std::pair<Clock::time_point, Clock::time_point> deadline_of(tk_lock *l)
+{
+    auto before = Clock::now();
+    auto in = std::chrono::microseconds(tk_lock_deadline_in_us(l));
+    auto after = Clock::now();
+    return {before + in, after + in};
+}
+
+// d in milliseconds (for readable failures).
+double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// (detail + lease) * (1 - 2 * rho): the span a grant's deadline counts from its first send.
+std::chrono::microseconds span_of(uint32_t detail_ms, uint32_t lease_ms)
+{
+    return std::chrono::microseconds((uint64_t(detail_ms) + lease_ms) * (1000000 - 2 * TK_CLOCK_RATE_BOUND_PPM) / 1000);
+}
+
+// The connection drops while an acquire waits; the client resumes and re-sends it.
+std::unique_ptr<FakeConn> drop_and_resume(FakeServer &fs, Connected &cx, const FakeConn::Req &q)
+{
+    cx.conn->close();
+    auto n = fs.accept();
+    n->handshake(S1, true);
+    auto retry = n->read_request();
+    EXPECT_EQ(retry.r.id, q.r.id) << "re-sent with its original id";
+    return n;
+}
+
+// A grant decided before the re-send and read after it (its answer was held back): the deadline
+// counts from the first send with the answer's detail, not from the re-send (300 ms late before).
+TEST(FakeDeadline, GrantReadAfterTheResendCountsFromTheFirstSend)
+{
+    FakeServer fs;
+    Connected cx(fs);
+    Reply r;
+    auto sent = Clock::now();
+    acquire_async(cx.c, "k", 3000, TK_WAIT_FOREVER, r);
+    auto q = cx.conn->read_request();
+    auto arrived = Clock::now();
+    std::this_thread::sleep_for(300ms); // granted 100 ms after it arrived; the answer never comes
+    auto n = drop_and_resume(fs, cx, q);
+    n->respond(q, TK_STATUS_OK, 7, 3000, 100); // the original grant: 100 ms queued, the whole lease
+    ASSERT_TRUE(r.wait());
+    ASSERT_EQ(r.code, TK_OK) << r.err.message;
+    auto [lo, hi] = deadline_of(r.lock);
+    EXPECT_LE(ms(hi - (arrived + span_of(100, 3000))), 2.0) << "ms after the server's lease end";
+    EXPECT_GE(ms(lo - (sent + span_of(100, 3000))), -2.0) << "ms earlier than the rule allows";
+}
+
+// A waiter granted a second after its re-send: the server's detail counts the whole time since
+// the first arrival, and so does the deadline (a second early before: the re-send's time with the
+// lease alone).
+TEST(FakeDeadline, WaiterGrantedLongAfterItsResendCountsItsQueuedTime)
+{
+    FakeServer fs;
+    Connected cx(fs);
+    Reply r;
+    auto sent = Clock::now();
+    acquire_async(cx.c, "k", 3000, TK_WAIT_FOREVER, r);
+    auto q = cx.conn->read_request();
+    auto arrived = Clock::now();
+    auto n = drop_and_resume(fs, cx, q);
+    std::this_thread::sleep_for(1000ms);
+    auto queued = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - arrived);
+    n->respond(q, TK_STATUS_OK, 7, 3000, uint32_t(queued.count()));
+    ASSERT_TRUE(r.wait());
+    ASSERT_EQ(r.code, TK_OK) << r.err.message;
+    auto span = span_of(uint32_t(queued.count()), 3000);
+    auto [lo, hi] = deadline_of(r.lock);
+    EXPECT_LE(ms(hi - (arrived + span)), 2.0) << "ms after the server's lease end";
+    EXPECT_GE(ms(lo - (sent + span)), -2.0) << "ms earlier than the rule allows";
+}
+
+// Two extends in flight: the server applies them in id order, so the deadline follows the newer
+// one's answer even when the older one's, longer, is read after it (one hour before).
+TEST(FakeDeadline, OlderExtendAnsweredAfterANewerOneLeavesTheDeadline)
+{
+    FakeServer fs;
+    Connected cx(fs);
+    Reply r;
+    acquire_async(cx.c, "k", 3000, TK_WAIT_FOREVER, r);
+    auto q = cx.conn->read_request();
+    cx.conn->respond(q, TK_STATUS_OK, 7, 3000);
+    ASSERT_TRUE(r.wait());
+    ASSERT_EQ(r.code, TK_OK) << r.err.message;
+    tk_error e1, e2;
+    auto older = std::async(std::launch::async, [&] { return tk_lock_extend(r.lock, 3600000, &e1); });
+    auto x1 = cx.conn->read_request();
+    auto newer_sent = Clock::now();
+    auto newer = std::async(std::launch::async, [&] { return tk_lock_extend(r.lock, 2000, &e2); });
+    auto x2 = cx.conn->read_request();
+    auto newer_arrived = Clock::now();
+    ASSERT_EQ(x1.r.op, TK_OP_EXTEND);
+    ASSERT_EQ(x2.r.op, TK_OP_EXTEND);
+    ASSERT_LT(x1.r.id, x2.r.id);
+    ASSERT_EQ(x2.r.lease_ms, 2000u);
+    cx.conn->respond(x2, TK_STATUS_OK, 7, 2000);
+    EXPECT_EQ(newer.get(), TK_OK) << e2.message;
+    cx.conn->respond(x1, TK_STATUS_OK, 7, 3600000);
+    EXPECT_EQ(older.get(), TK_OK) << e1.message;
+    auto [lo, hi] = deadline_of(r.lock);
+    EXPECT_LE(ms(hi - (newer_arrived + span_of(0, 2000))), 2.0) << "ms after the newer extend's lease end";
+    EXPECT_GE(ms(lo - (newer_sent + span_of(0, 2000))), -2.0) << "ms earlier than the newer extend allows";
+    EXPECT_EQ(tk_lock_lease_ms(r.lock), 2000u);
+}
+
+// A host suspend (the clock jumps; the I/O thread's poll timeout does not count it): a held lock
+// whose lease ran out meanwhile is lost within LOST_CHECK_MS, not when its timer would have woken
+// (30 s later before).
+TEST(FakeDeadline, SuspendLongerThanTheLeaseLosesTheLockWithinTheCheckPeriod)
+{
+    FakeServer fs;
+    LostLog lost;
+    Connected cx(fs, [&](tk_options &o) {
+        o.on_lost = LostLog::cb;
+        o.on_lost_data = &lost;
+    });
+    Reply r;
+    acquire_async(cx.c, "k", 30000, TK_WAIT_FOREVER, r);
+    auto q = cx.conn->read_request();
+    cx.conn->respond(q, TK_STATUS_OK, 7, 30000);
+    ASSERT_TRUE(r.wait());
+    std::this_thread::sleep_for(50ms); // the I/O thread sleeps in poll()
+    auto resumed = Clock::now();
+    tk__clock_skew(60000000); // 60 s suspended (for the rest of this process: the clock never goes back)
+    ASSERT_TRUE(wait_until([&] { return lost.count() == 1; }, 2000ms));
+    EXPECT_LE(Clock::now() - resumed, std::chrono::milliseconds(TK_LOST_CHECK_MS) + 150ms);
+    EXPECT_EQ(lost.reason_of(7), TK_LOST_EXPIRED);
+    EXPECT_LT(tk_lock_deadline_in_us(r.lock), -29000000);
+}
+
+// After a suspend, a call on the lock looks at its deadline at once: its lost timer has not run
+// yet (nothing has called tk_async_process), and the extend fails without a round trip (it was
+// sent before).
+TEST(FakeDeadline, ExtendAfterASuspendIsLostAtOnce)
+{
+    FakeServer fs;
+    LostLog lost;
+    tk_async *ac = new_async(fs.addr(), [&](tk_options &o) {
+        o.on_lost = LostLog::cb;
+        o.on_lost_data = &lost;
+    });
+    AsyncReply conn, ext;
+    tk_async_connect(ac, AsyncReply::connected, &conn);
+    auto fc = fs.accept();
+    pump(ac, [&] { return fc->has_frame(); });
+    fc->read_hello();
+    fc->send_challenge();
+    pump(ac, [&] { return fc->has_frame(); });
+    fc->read_auth();
+    fc->send_welcome(S1, false);
+    ASSERT_TRUE(pump(ac, [&] { return conn.done; }));
+    tk_lock *lock = nullptr;
+    auto got = [](tk_async *, const tk_reply *r, void *data) { *static_cast<tk_lock **>(data) = r->lock; };
+    ASSERT_EQ(tk_async_acquire(ac, "k", 1, 30000, TK_WAIT_FOREVER, nullptr, got, &lock, nullptr), TK_OK);
+    pump(ac, [&] { return fc->has_frame(); });
+    auto q = fc->read_request();
+    fc->respond(q, TK_STATUS_OK, 7, 30000);
+    ASSERT_TRUE(pump(ac, [&] { return lock != nullptr; }));
+    tk__clock_skew(60000000);
+    std::this_thread::sleep_for(30ms); // the clock looks for suspend time at most every 20 ms
+    ASSERT_EQ(tk_async_extend(ac, lock, 30000, AsyncReply::cb, &ext), TK_OK);
+    EXPECT_TRUE(ext.done);
+    EXPECT_EQ(ext.code, TK_ERR_LOCK_LOST) << ext.message;
+    EXPECT_EQ(lost.reason_of(7), TK_LOST_EXPIRED);
+    pump(ac, [] { return false; }, 50ms);
+    EXPECT_TRUE(fc->quiet_for(50ms)) << "the extend went to the server";
+    tk_lock_free(lock);
+    tk_async_free(ac);
 }
 
 // ---- ACK, bad frames, misc --------------------------------------------------------------------

@@ -138,8 +138,9 @@ TEST(Constants, SizesAndClientRulesMatchConstantsJson)
     const json &rules = constants().at("client_rules");
     EXPECT_EQ(rules.at("ACK_EVERY").get<int>(), TK_ACK_EVERY);
     EXPECT_EQ(rules.at("CLOCK_RATE_BOUND_PPM").get<int>(), TK_CLOCK_RATE_BOUND_PPM);
+    EXPECT_EQ(rules.at("LOST_CHECK_MS").get<int>(), TK_LOST_CHECK_MS);
     EXPECT_EQ(rules.at("LOST_MARGIN_MS").get<int>(), TK_LOST_MARGIN_MS);
-    EXPECT_EQ(rules.size(), 3u);
+    EXPECT_EQ(rules.size(), 4u);
 }
 
 TEST(Vectors, EveryRequestEncodesAndDecodes)

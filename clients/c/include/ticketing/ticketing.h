@@ -278,6 +278,10 @@ tk_lost_reason tk_lock_lost(const tk_lock *lock);
 /** Milliseconds until the lost signal fires by the local deadline (0 when lost or released). */
 int64_t tk_lock_remaining_ms(const tk_lock *lock);
 
+/** Microseconds from now to the local deadline itself (the lost signal fires up to
+ *  TK_LOST_MARGIN_MS before it); negative once it has passed. */
+int64_t tk_lock_deadline_in_us(const tk_lock *lock);
+
 /** Non-zero once the lock was released successfully. */
 int tk_lock_released(const tk_lock *lock);
 
@@ -353,7 +357,8 @@ int tk_async_want_read(const tk_async *ac);
 /** Non-zero when the loop should poll the fd for writing. */
 int tk_async_want_write(const tk_async *ac);
 
-/** Milliseconds until tk_async_process must run again at the latest (timers), or -1 for none. */
+/** Milliseconds until tk_async_process must run again at the latest (timers; at most
+ *  TK_LOST_CHECK_MS while a lock is held), or -1 for none. */
 int tk_async_timeout_ms(const tk_async *ac);
 
 /* Readiness bits for tk_async_process (translate poll()'s revents, or your loop's, into these). */

@@ -330,6 +330,12 @@ public:
     }
     /// Time until the lost signal fires by the local deadline.
     Milliseconds remaining() const noexcept { return Milliseconds(tk_lock_remaining_ms(l_)); }
+    /// Time from now to the local deadline itself (lost fires up to 5 ms before it); negative
+    /// once it has passed.
+    std::chrono::microseconds deadline_in() const noexcept
+    {
+        return std::chrono::microseconds(tk_lock_deadline_in_us(l_));
+    }
     /// Releases now. Throws LockLost when the lock had been lost (the server is still told) or
     /// the server answers NOT_HELD. A second release is a no-op.
     void release()

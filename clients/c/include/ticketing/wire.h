@@ -44,6 +44,7 @@ extern "C" {
 /* Client rules (constants.json "client_rules"). */
 #define TK_ACK_EVERY 1024              /**< send ACK at least once per this many answers */
 #define TK_CLOCK_RATE_BOUND_PPM 1000   /**< bound on each clock's rate error, parts per million */
+#define TK_LOST_CHECK_MS 250           /**< while locks are held, deadlines are checked this often */
 #define TK_LOST_MARGIN_MS 5            /**< lost fires this much (at most lease/10) before the deadline */
 
 /** Operation codes (byte 4 of every frame). */

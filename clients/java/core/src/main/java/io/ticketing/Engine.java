@@ -43,6 +43,7 @@ final class Engine implements Connection.Listener {
     private static final AtomicInteger CLIENTS = new AtomicInteger();
 
     final ClientOptions opts;
+    final SuspendClock clock;
     final ScheduledThreadPoolExecutor timer;
     private final ThreadPoolExecutor callbacks;
     private final List<Endpoint> endpoints;
@@ -60,6 +61,8 @@ final class Engine implements Connection.Listener {
     private final TreeMap<Long, Req> inflight = new TreeMap<>(Long::compareUnsigned);
     private final ArrayDeque<Req> unsent = new ArrayDeque<>();
     private final Map<Long, Lock> held = new HashMap<>();
+    private ScheduledFuture<?> lostCheck; // runs while held is not empty
+    private long suspendSeen; // clock.suspended() at the last lost check
     private Connection conn;
     private Thread connector;
     private Socket dialing;
@@ -76,8 +79,9 @@ final class Engine implements Connection.Listener {
     private boolean closing;
     private boolean closed;
 
-    Engine(ClientOptions opts) {
+    Engine(ClientOptions opts, SuspendClock clock) {
         this.opts = opts;
+        this.clock = clock;
         this.name = Integer.toString(CLIENTS.incrementAndGet());
         List<Endpoint> eps = new ArrayList<>();
         for (String e : opts.endpoints()) {
@@ -385,7 +389,6 @@ final class Engine implements Connection.Listener {
             d.close();
             return false;
         }
-        long now = System.nanoTime();
         var w = d.welcome();
         if (stateId != null && !Arrays.equals(stateId, w.stateId())) {
             LOG.log(System.Logger.Level.INFO, "server at {0} has a new state id: every lock is lost", d.endpoint());
@@ -423,7 +426,6 @@ final class Engine implements Connection.Listener {
         if (w.resumed()) {
             for (Req r : inflight.values()) {
                 r.notRun = false;
-                r.lastSent = now;
                 conn.enqueue(r.encode());
             }
             for (Req r : new ArrayList<>(inflight.values())) {
@@ -437,7 +439,6 @@ final class Engine implements Connection.Listener {
             for (Req r : new ArrayList<>(inflight.values())) {
                 if (r.notRun) {
                     r.notRun = false;
-                    r.lastSent = now;
                     conn.enqueue(r.encode());
                 } else {
                     inflight.remove(r.id);
@@ -486,10 +487,9 @@ final class Engine implements Connection.Listener {
 
     /** mu must be held and conn set. Takes the next id (unless it has one) and queues the frame. */
     private void sendLocked(Req r) {
-        long now = System.nanoTime();
         if (r.id == 0) {
             r.id = nextId++;
-            r.firstSent = now;
+            r.firstSent = clock.now();
             r.generation = generation;
             if (r.op == Op.ACQUIRE) {
                 r.cancelTimer();
@@ -499,7 +499,6 @@ final class Engine implements Connection.Listener {
                 }
             }
         }
-        r.lastSent = now;
         inflight.put(r.id, r);
         conn.enqueue(r.encode());
     }
@@ -798,7 +797,39 @@ final class Engine implements Connection.Listener {
                 return false;
             }
             held.put(l.token(), l);
+            if (lostCheck == null) {
+                suspendSeen = clock.suspended();
+                lostCheck = timer.scheduleWithFixedDelay(this::checkDeadlines, Protocol.LOST_CHECK_MS,
+                        Protocol.LOST_CHECK_MS, TimeUnit.MILLISECONDS);
+            }
             return true;
+        }
+    }
+
+    /**
+     * Checks every held lock's deadline against the clock, every {@link Protocol#LOST_CHECK_MS}
+     * while any is held: the locks' own timers run on the monotonic clock, which stops while the
+     * host is suspended, so after a resume they would fire late. Stops once no lock is held.
+     */
+    private void checkDeadlines() {
+        List<Lock> locks;
+        boolean suspendedMore;
+        long now = clock.nowChecked();
+        synchronized (mu) {
+            if (held.isEmpty()) {
+                if (lostCheck != null) {
+                    lostCheck.cancel(false);
+                    lostCheck = null;
+                }
+                return;
+            }
+            locks = new ArrayList<>(held.values());
+            long suspended = clock.suspended();
+            suspendedMore = suspended != suspendSeen;
+            suspendSeen = suspended;
+        }
+        for (Lock l : locks) {
+            l.checkDeadline(now, suspendedMore);
         }
     }
 
@@ -810,14 +841,17 @@ final class Engine implements Connection.Listener {
 
     /** Tells whether this client holds a lock on the key that is not lost. */
     boolean holds(byte[] key) {
+        List<Lock> locks;
         synchronized (mu) {
-            for (Lock l : held.values()) {
-                if (Arrays.equals(l.keyBytesUnsafe(), key) && !l.isLost()) {
-                    return true;
-                }
-            }
-            return false;
+            locks = new ArrayList<>(held.values());
         }
+        // isLost() checks the deadline, and may unregister the lock: outside mu.
+        for (Lock l : locks) {
+            if (Arrays.equals(l.keyBytesUnsafe(), key) && !l.isLost()) {
+                return true;
+            }
+        }
+        return false;
     }
 
     // ---- closing ----

@@ -26,10 +26,11 @@ import java.util.function.Consumer;
  * } // released here; raises LockLostException if the lock was lost meanwhile
  * }</pre>
  *
- * <p><b>Lost.</b> The lock is lost at the first of: its local deadline (the lease measured from
- * when the acquire was sent, slowed by the clock-rate bound, minus a few milliseconds: never later
- * than the server's), the server's {@code EXPIRED} notice, a {@code NOT_HELD} answer to an extend or
- * release, or a reconnect to a restarted server. Then {@link #lost()} completes and every
+ * <p><b>Lost.</b> The lock is lost at the first of: its local deadline (the time queued plus the
+ * lease, measured from when the acquire was first sent and slowed by the clock-rate bound, minus a
+ * few milliseconds: never later than the server's; it counts time the host spends suspended), the
+ * server's {@code EXPIRED} notice, a {@code NOT_HELD} answer to an extend or release, or a
+ * reconnect to a restarted server. Then {@link #lost()} completes and every
  * {@link #onLost listener} runs, once, with the {@link LostReason}; never after a successful
  * release. Stop the work that needed the lock.
  *
@@ -49,7 +50,8 @@ public final class Lock implements AutoCloseable {
 
     // guarded by this
     private long leaseMs;
-    private long deadline; // nanoTime
+    private long deadline; // on engine.clock
+    private long extendId; // request id of the latest EXTEND whose OK set the deadline (0: none)
     private LostReason lostReason;
     private boolean released;
     private boolean detached;
@@ -57,6 +59,7 @@ public final class Lock implements AutoCloseable {
     private ScheduledFuture<?> deadlineTimer;
     private ScheduledFuture<?> keepAliveTimer;
 
+    /** {@code sentAt}: when the ACQUIRE was first sent, on the engine's clock. */
     Lock(Engine engine, byte[] key, String keyText, long token, long leaseMs, long queuedMs, long sentAt,
             AcquireOptions options) {
         this.engine = engine;
@@ -92,10 +95,11 @@ public final class Lock implements AutoCloseable {
         if (deadlineTimer != null) {
             deadlineTimer.cancel(false);
         }
-        long fireIn = deadline - marginNanos(leaseMs) - System.nanoTime();
+        long fireIn = deadline - marginNanos(leaseMs) - engine.clock.now();
         try {
-            deadlineTimer = engine.timer.schedule(() -> markLost(LostReason.EXPIRED), Math.max(0, fireIn),
-                    TimeUnit.NANOSECONDS);
+            // On the monotonic clock, which stops during a suspend: Engine's lost check covers that.
+            deadlineTimer = engine.timer.schedule(() -> checkDeadline(engine.clock.now(), true),
+                    Math.max(0, fireIn), TimeUnit.NANOSECONDS);
         } catch (java.util.concurrent.RejectedExecutionException e) {
             deadlineTimer = null; // the client is closing
         }
@@ -132,13 +136,19 @@ public final class Lock implements AutoCloseable {
     }
 
     /** Returns the time left until the local deadline (zero or negative once it passed). */
-    public synchronized Duration timeLeft() {
-        return Duration.ofNanos(deadline - System.nanoTime());
+    public Duration timeLeft() {
+        long now = checkDeadline();
+        synchronized (this) {
+            return Duration.ofNanos(deadline - now);
+        }
     }
 
     /** Tells whether the lock is lost. */
-    public synchronized boolean isLost() {
-        return lostReason != null;
+    public boolean isLost() {
+        checkDeadline();
+        synchronized (this) {
+            return lostReason != null;
+        }
     }
 
     /** Tells whether the lock was released by this handle (or found gone by a release). */
@@ -147,8 +157,11 @@ public final class Lock implements AutoCloseable {
     }
 
     /** Returns why the lock was lost, or empty while it is not. */
-    public synchronized Optional<LostReason> lostReason() {
-        return Optional.ofNullable(lostReason);
+    public Optional<LostReason> lostReason() {
+        checkDeadline();
+        synchronized (this) {
+            return Optional.ofNullable(lostReason);
+        }
     }
 
     /**
@@ -198,6 +211,7 @@ public final class Lock implements AutoCloseable {
     CompletableFuture<Void> releaseAsync(boolean internal) {
         LostReason lostBefore;
         CompletableFuture<Void> result;
+        checkDeadline();
         synchronized (this) {
             if (released) {
                 return CompletableFuture.completedFuture(null);
@@ -254,7 +268,9 @@ public final class Lock implements AutoCloseable {
     }
 
     /**
-     * Sets the lease to {@code lease} from now (it may shorten it) and moves the local deadline.
+     * Sets the lease to {@code lease} from now (it may shorten it) and moves the local deadline,
+     * unless the answer to a later extend of this lock came first (the server applies extends in the
+     * order they were sent).
      *
      * @param lease the new lease, at least 1 ms
      * @return the lease the server granted
@@ -290,6 +306,7 @@ public final class Lock implements AutoCloseable {
     }
 
     private CompletableFuture<Duration> extendInternal(long ms) {
+        checkDeadline();
         synchronized (this) {
             if (lostReason != null) {
                 return CompletableFuture.failedFuture(lost(lostReason));
@@ -305,9 +322,14 @@ public final class Lock implements AutoCloseable {
                     if (lostReason != null) {
                         throw lost(lostReason);
                     }
-                    leaseMs = f.leaseMs();
-                    deadline = r.lastSent + localNanos(f.leaseMs());
-                    armDeadlineLocked();
+                    // The server applies extends in id order: an older one's answer, read after a
+                    // newer one's, must not move the deadline (even when its lease is longer).
+                    if (Long.compareUnsigned(r.id, extendId) > 0) {
+                        extendId = r.id;
+                        leaseMs = f.leaseMs();
+                        deadline = r.firstSent + localNanos(f.leaseMs());
+                        armDeadlineLocked();
+                    }
                 }
                 return Duration.ofMillis(f.leaseMs());
             }
@@ -372,6 +394,34 @@ public final class Lock implements AutoCloseable {
 
     // ---- lost ----
 
+    /** Fires lost now if the deadline has passed on the clock; returns the clock's reading. */
+    private long checkDeadline() {
+        long now = engine.clock.nowChecked();
+        checkDeadline(now, false);
+        return now;
+    }
+
+    /**
+     * Fires lost if the deadline (less the margin) is at or before {@code now}; else, with
+     * {@code rearm} (the clock has counted suspend time the timer did not), sets the timer again.
+     */
+    void checkDeadline(long now, boolean rearm) {
+        synchronized (this) {
+            if (lostReason != null || released || detached) {
+                return;
+            }
+            if (now < deadline - marginNanos(leaseMs)) {
+                if (rearm) {
+                    armDeadlineLocked();
+                }
+                return;
+            }
+            lostReason = LostReason.EXPIRED;
+            cancelTimersLocked();
+        }
+        signalLost(LostReason.EXPIRED);
+    }
+
     /** Marks the lock lost (once; never after a release) and fires the signal. */
     void markLost(LostReason reason) {
         synchronized (this) {
@@ -381,6 +431,10 @@ public final class Lock implements AutoCloseable {
             lostReason = reason;
             cancelTimersLocked();
         }
+        signalLost(reason);
+    }
+
+    private void signalLost(LostReason reason) {
         engine.unregister(this);
         engine.callbackExecutor().execute(() -> lostFuture.complete(reason));
     }

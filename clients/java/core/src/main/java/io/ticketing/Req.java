@@ -23,8 +23,7 @@ final class Req {
     final CompletableFuture<Void> settled = new CompletableFuture<>();
 
     long id; // 0 until the frame is queued for the wire
-    long firstSent; // nanoTime of the first send
-    long lastSent; // nanoTime of the latest send (a retry after a reconnect)
+    long firstSent; // Engine.clock when first queued for the wire; a re-send never changes it
     long generation; // the engine's state generation when first sent
     ScheduledFuture<?> timer;
     boolean done; // answer completed (or about to be)

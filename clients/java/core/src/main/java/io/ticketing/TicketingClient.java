@@ -75,7 +75,12 @@ public final class TicketingClient implements AutoCloseable {
      * @throws CancelledException when the thread is interrupted while the cluster elects a leader
      */
     public static TicketingClient connect(ClientOptions options) {
-        Engine engine = new Engine(options == null ? ClientOptions.create() : options);
+        return connect(options, SuspendClock.SYSTEM);
+    }
+
+    /** Connects with the given deadline clock (a test's). */
+    static TicketingClient connect(ClientOptions options, SuspendClock clock) {
+        Engine engine = new Engine(options == null ? ClientOptions.create() : options, clock);
         try {
             engine.start();
         } catch (RuntimeException e) {

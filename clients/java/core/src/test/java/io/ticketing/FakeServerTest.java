@@ -28,6 +28,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Consumer;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
@@ -56,16 +57,53 @@ class FakeServerTest {
     }
 
     private TicketingClient connect(Consumer<ClientOptions.Builder> tweak) {
+        return connect(SuspendClock.SYSTEM, tweak);
+    }
+
+    private TicketingClient connect(SuspendClock clock, Consumer<ClientOptions.Builder> tweak) {
         ClientOptions.Builder b = ClientOptions.builder().endpoints(server.endpoint())
                 .reconnectBackoff(Duration.ofMillis(10), Duration.ofMillis(100)).cleanupTimeout(Duration.ofMillis(300));
         tweak.accept(b);
-        TicketingClient c = TicketingClient.connect(b.build());
+        TicketingClient c = TicketingClient.connect(b.build(), clock);
         closeables.add(c);
         return c;
     }
 
     private TicketingClient connect() {
         return connect(b -> { });
+    }
+
+    /**
+     * A deadline clock without the wall clock's reading noise (the wall is the monotonic clock), so
+     * that a test can compare deadlines with {@code System.nanoTime()} to the millisecond.
+     */
+    private static SuspendClock steadyClock() {
+        return new SuspendClock(System::nanoTime, System::nanoTime);
+    }
+
+    /** (ms) · (1 − 2ρ), in nanoseconds: the local span of a server span (PROTOCOL.md, "The lost signal"). */
+    private static long local(long ms) {
+        return ms * (1_000_000L - 2L * Protocol.CLOCK_RATE_BOUND_PPM);
+    }
+
+    private static long millisSince(long nanoTime) {
+        return TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - nanoTime);
+    }
+
+    /**
+     * Asserts that the lock's local deadline, on the scale of {@code System.nanoTime()}, is within
+     * [{@code earliest} − 5 ms, {@code latest} + 2 ms] (the conformance scenario's tolerances).
+     */
+    private static void assertDeadline(Lock lock, long earliest, long latest) {
+        long before = System.nanoTime();
+        long left = lock.timeLeft().toNanos();
+        long after = System.nanoTime();
+        long low = before + left;
+        long high = after + left;
+        assertTrue(high >= earliest - TimeUnit.MILLISECONDS.toNanos(5), "deadline "
+                + TimeUnit.NANOSECONDS.toMillis(earliest - high) + " ms earlier than the rule allows");
+        assertTrue(low <= latest + TimeUnit.MILLISECONDS.toNanos(2), "deadline "
+                + TimeUnit.NANOSECONDS.toMillis(low - latest) + " ms after the server's lease end");
     }
 
     private static byte[] key(String k) {
@@ -480,6 +518,53 @@ class FakeServerTest {
         assertFalse(insp.get(5, TimeUnit.SECONDS).held());
     }
 
+    /**
+     * A grant decided before the re-send and read after it (the hand-off to a resumed session): the
+     * deadline counts from the first send, with the answer's detail (ms since the first arrival) and
+     * lease (the lease left), never from the re-send (that would be 300 ms late).
+     */
+    @Test
+    void grantReadAfterTheResendCountsFromTheFirstSend() throws Exception {
+        TicketingClient c = connect(steadyClock(), b -> { });
+        long sent = System.nanoTime();
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(3));
+        FakeServer.Received first = server.expect(Op.ACQUIRE);
+        long arrived = System.nanoTime();
+        server.refuse = Status.BUSY; // the session's next connection comes 300 ms later
+        first.conn().kill();
+        Thread.sleep(300);
+        server.refuse = null;
+        FakeServer.Received retry = server.expect(Op.ACQUIRE);
+        assertEquals(first.id(), retry.id());
+        assertTrue(retry.conn().resumed);
+        // Granted 150 ms after the first arrival, while the client was away: the table's answer.
+        long since = millisSince(arrived);
+        retry.conn().reply(retry.frame(), Status.OK, 7, 3000 - (since - 150), since);
+        Lock lock = f.get(5, TimeUnit.SECONDS);
+        assertDeadline(lock, sent + local(3150), arrived + local(3150));
+    }
+
+    /**
+     * A waiter granted long after its re-send: the answer's detail counts the time it spent queued
+     * since the first arrival, so the deadline is not a second early.
+     */
+    @Test
+    void waiterGrantedLongAfterItsResendCountsItsQueuedTime() throws Exception {
+        TicketingClient c = connect(steadyClock(), b -> { });
+        long sent = System.nanoTime();
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(3));
+        FakeServer.Received first = server.expect(Op.ACQUIRE);
+        long arrived = System.nanoTime();
+        first.conn().kill();
+        FakeServer.Received retry = server.expect(Op.ACQUIRE);
+        assertEquals(first.id(), retry.id());
+        Thread.sleep(1000);
+        long queued = millisSince(arrived);
+        retry.conn().reply(retry.frame(), Status.OK, 7, 3000, queued);
+        Lock lock = f.get(5, TimeUnit.SECONDS);
+        assertDeadline(lock, sent + local(queued + 3000), arrived + local(queued + 3000));
+    }
+
     @Test
     void endedSessionFailsUnansweredRequestsAndKeepsLocks() throws Exception {
         TicketingClient c = connect();
@@ -830,6 +915,85 @@ class FakeServerTest {
         rel.get(5, TimeUnit.SECONDS);
         assertNull(server.poll(Duration.ofMillis(400)), "no extend after the release");
         assertFalse(lock.lost().toCompletableFuture().isDone());
+    }
+
+    /** EXTEND OK: deadline = t_first(EXTEND) + lease · (1 − 2ρ), the re-send after a resume changing nothing. */
+    @Test
+    void extendDeadlineCountsFromItsFirstSend() throws Exception {
+        TicketingClient c = connect(steadyClock(), b -> { });
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(30));
+        grant(server.expect(Op.ACQUIRE), 8);
+        Lock lock = f.get(5, TimeUnit.SECONDS);
+        long sent = System.nanoTime();
+        CompletableFuture<Duration> ext = lock.extendAsync(Duration.ofSeconds(3));
+        FakeServer.Received first = server.expect(Op.EXTEND);
+        long arrived = System.nanoTime();
+        server.refuse = Status.BUSY; // the re-send goes out 300 ms later
+        first.conn().kill();
+        Thread.sleep(300);
+        server.refuse = null;
+        FakeServer.Received retry = server.expect(Op.EXTEND);
+        assertEquals(first.id(), retry.id());
+        retry.conn().reply(retry.frame(), Status.OK, 8, 3000, 0);
+        assertEquals(Duration.ofSeconds(3), ext.get(5, TimeUnit.SECONDS));
+        assertDeadline(lock, sent + local(3000), arrived + local(3000));
+    }
+
+    /**
+     * Two extends in flight: the server applies them in id order, so the answer to the older one,
+     * read after the newer one's, does not move the deadline even though its lease is longer.
+     */
+    @Test
+    void olderExtendsAnswerReadAfterANewerOnesDoesNotMoveTheDeadline() throws Exception {
+        TicketingClient c = connect(steadyClock(), b -> { });
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(30));
+        grant(server.expect(Op.ACQUIRE), 8);
+        Lock lock = f.get(5, TimeUnit.SECONDS);
+        CompletableFuture<Duration> older = lock.extendAsync(Duration.ofSeconds(60));
+        FakeServer.Received e1 = server.expect(Op.EXTEND);
+        long sent = System.nanoTime();
+        CompletableFuture<Duration> newer = lock.extendAsync(Duration.ofSeconds(2));
+        FakeServer.Received e2 = server.expect(Op.EXTEND);
+        long arrived = System.nanoTime();
+        assertTrue(e2.id() > e1.id());
+        e2.conn().reply(e2.frame(), Status.OK, 8, 2000, 0);
+        e1.conn().reply(e1.frame(), Status.OK, 8, 60000, 0);
+        assertEquals(Duration.ofSeconds(60), older.get(5, TimeUnit.SECONDS)); // the server did grant it
+        assertEquals(Duration.ofSeconds(2), newer.get(5, TimeUnit.SECONDS));
+        assertDeadline(lock, sent + local(2000), arrived + local(2000));
+        assertEquals(Duration.ofSeconds(2), lock.lease());
+    }
+
+    /**
+     * A suspend (seen as the wall clock running ahead of the monotonic one, which stops) passes a
+     * lock's deadline while its timer, on the monotonic clock, is still far off: the lost check
+     * fires lost within LOST_CHECK_MS, and a call that asks about the lock's state sees it at once.
+     */
+    @Test
+    void aSuspendPastTheDeadlineLosesTheLockWithinTheLostCheck() throws Exception {
+        AtomicLong suspended = new AtomicLong();
+        TicketingClient c = connect(new SuspendClock(System::nanoTime, () -> System.nanoTime() + suspended.get()),
+                b -> b.heartbeatInterval(Duration.ZERO));
+        CompletableFuture<Lock> f1 = c.acquireAsync("a", Duration.ofSeconds(30));
+        grant(server.expect(Op.ACQUIRE), 8);
+        Lock a = f1.get(5, TimeUnit.SECONDS);
+        Thread.sleep(2 * Protocol.LOST_CHECK_MS); // checks that find nothing change nothing
+        assertFalse(a.lost().toCompletableFuture().isDone());
+
+        suspended.addAndGet(TimeUnit.SECONDS.toNanos(40));
+        long t0 = System.nanoTime();
+        assertEquals(LostReason.EXPIRED, a.lost().toCompletableFuture().get(5, TimeUnit.SECONDS));
+        long ms = millisSince(t0);
+        assertTrue(ms <= Protocol.LOST_CHECK_MS + 100, "lost " + ms + " ms after the suspend");
+
+        CompletableFuture<Lock> f2 = c.acquireAsync("b", Duration.ofSeconds(30));
+        grant(server.expect(Op.ACQUIRE), 9);
+        Lock b = f2.get(5, TimeUnit.SECONDS);
+        assertFalse(b.isLost());
+        suspended.addAndGet(TimeUnit.SECONDS.toNanos(40));
+        assertTrue(b.isLost(), "isLost() checks the deadline against the clock");
+        assertTrue(b.timeLeft().isNegative());
+        assertEquals(LostReason.EXPIRED, b.lost().toCompletableFuture().get(5, TimeUnit.SECONDS));
     }
 
     @Test

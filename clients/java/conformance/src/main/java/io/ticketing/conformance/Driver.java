@@ -251,6 +251,7 @@ public final class Driver {
                 m.put("lost", l.isLost());
                 l.lostReason().ifPresent(r -> m.put("reason", reason(r)));
                 m.put("token", Long.toUnsignedString(l.token()));
+                m.put("deadline_in_ms", l.timeLeft().toNanos() / 1e6);
                 return m;
             }
             case "verify":

@@ -48,4 +48,9 @@ public final class Protocol {
     public static final int CLOCK_RATE_BOUND_PPM = 1000;
     /** Largest margin the lost signal fires before the local deadline, in milliseconds. */
     public static final int LOST_MARGIN_MS = 5;
+    /**
+     * Longest time between two checks of a held lock's deadline against the suspend-counting clock,
+     * in milliseconds: the runtime's timers stop while the host is suspended.
+     */
+    public static final int LOST_CHECK_MS = 250;
 }

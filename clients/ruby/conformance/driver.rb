@@ -151,7 +151,8 @@ module Ticketing
 
     def lock_state(held)
       reason = held.lost_reason
-      { lost: !reason.nil?, reason: reason&.to_s, token: held.token.to_s }.compact
+      { lost: !reason.nil?, reason: reason&.to_s, token: held.token.to_s,
+        deadline_in_ms: (held.deadline - Clock.now) * 1000 }.compact
     end
 
     def reset

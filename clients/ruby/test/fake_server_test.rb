@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "minitest/mock"
 require_relative "fake_server"
 
 # The protocol paths a real single node cannot easily produce, against FakeServer.
@@ -236,6 +237,54 @@ class FakeServerTest < Minitest::Test
     assert_equal srv.received.last.conn, srv.last_conn
     c.ping
     assert_operator srv.requests.last.id, :>, acquires[1].id
+  end
+
+  # PROTOCOL.md, "The lost signal": every ACQUIRE OK sets t_first + (detail + lease)(1 - 2 rho),
+  # t_first being the request's first send. Here the grant was decided (100 ms after the request
+  # arrived, full lease) before the connection dropped, and reaches the client only after its
+  # re-send, 300 ms later: counting the lease from the re-send would put the deadline after the
+  # server's lease end.
+  def test_grant_read_after_the_resend_counts_from_the_first_send
+    srv = server do |s, _conn, req|
+      next :default unless req.op == P::Op::ACQUIRE
+      # The first transmission's answer is lost with the connection; the re-send gets it.
+      s.requests(P::Op::ACQUIRE).size == 1 ? :silent : [{ token: 7, lease_ms: 2000, detail: 100 }]
+    end
+    c = client(srv).connect
+    before = now
+    waiter = Thread.new { c.acquire("k", lease: 2) }
+    srv.wait_request { |r| r.op == P::Op::ACQUIRE }
+    sleep 0.3
+    srv.drop_all
+    lock = waiter.value
+    first, resent = srv.received.select { |r| r.req.op == P::Op::ACQUIRE }
+    assert_equal first.req.id, resent.req.id
+    assert_operator resent.at - first.at, :>=, 0.3
+    rule = (0.1 + 2.0) * 0.998
+    assert_operator lock.deadline, :<=, first.at + rule + 1e-6, "not after the server's lease end"
+    assert_operator lock.deadline, :>=, before + rule - 1e-6
+  end
+
+  # A waiter re-sent after a reconnect and granted a second later: its detail counts from the
+  # first arrival, and the deadline from the first send (from the re-send without the queued
+  # time, it would be a second early).
+  def test_waiter_granted_long_after_its_resend_counts_its_queued_time
+    srv = server { |_s, _conn, req| req.op == P::Op::ACQUIRE ? :silent : :default }
+    c = client(srv).connect
+    before = now
+    waiter = Thread.new { c.acquire("k", lease: 2) }
+    srv.wait_request { |r| r.op == P::Op::ACQUIRE }
+    sleep 0.05
+    srv.drop_all
+    assert(eventually { srv.requests(P::Op::ACQUIRE).size == 2 }, "re-sent")
+    sleep 1
+    first, resent = srv.received.select { |r| r.req.op == P::Op::ACQUIRE }
+    detail = ((now - first.at) * 1000).floor
+    resent.conn.send_frame(op: P::Op::ACQUIRE, id: resent.req.id, token: 9, lease_ms: 2000, detail: detail)
+    lock = waiter.value
+    rule = (detail + 2000) / 1000.0 * 0.998
+    assert_operator lock.deadline, :<=, first.at + rule + 1e-6, "not after the server's lease end"
+    assert_operator lock.deadline, :>=, before + rule - 1e-6, "the time queued before the re-send counts"
   end
 
   def test_not_resumed_fails_unanswered_requests_connection_lost
@@ -515,6 +564,32 @@ class FakeServerTest < Minitest::Test
     assert_operator at - sent, :<, 0.4, "the callback follows promptly (thread scheduling permitting)"
   end
 
+  # A suspend stops the runtime's timers but not the deadlines' clock: lost fires within
+  # LOST_CHECK_MS of the resume (here the fallback clock sees the wall clock jump a minute ahead
+  # of the monotonic one), and asking about a lock checks its deadline at once.
+  def test_a_suspend_fires_lost_within_lost_check_ms
+    mono = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
+    jump = 0
+    clock = Ticketing::Clock::Fallback.new(wall: -> { Process.clock_gettime(Process::CLOCK_REALTIME) + jump })
+    Ticketing::Clock.stub(:now, -> { clock.now }) do
+      srv = server
+      c = client(srv, heartbeat_interval: 0).connect # the deadline's is the one timer
+      watched = c.acquire("k", lease: 30)
+      asked = c.acquire("k2", lease: 30)
+      fired = Queue.new
+      watched.on_lost { |_l, reason| fired << [reason, mono.call] }
+      sleep 0.05
+      resumed = mono.call
+      jump = 60
+      assert asked.lost?, "asking checks the deadline against the clock at once"
+      sleep 0.005 while fired.empty? && mono.call < resumed + 2
+      refute fired.empty?, "no lost signal within 2 s of the resume"
+      reason, at = fired.pop
+      assert_equal :expired, reason
+      assert_operator at - resumed, :<=, (P::ClientRule::LOST_CHECK_MS / 1000.0) + 0.1
+    end
+  end
+
   def test_release_not_held_marks_lost
     srv = server { |_s, _c, req| req.op == P::Op::RELEASE ? [{ status: P::Status::NOT_HELD }] : :default }
     c = client(srv).connect
@@ -553,6 +628,28 @@ class FakeServerTest < Minitest::Test
     lock2 = c.acquire("k2", lease: 1)
     lock2.extend(Comparable)
     assert_kind_of Comparable, lock2
+  end
+
+  # The server applies a lock's extends in request-id order: the answer to an older EXTEND read
+  # after a newer one's does not move the deadline, even though it is longer.
+  def test_an_older_extends_answer_read_last_does_not_move_the_deadline
+    srv = server { |s, _conn, req| req.op == P::Op::EXTEND && req.lease_ms == 30_000 ? :silent : s.default_answer(req) }
+    c = client(srv).connect
+    lock = c.acquire("k", lease: 1)
+    older = Thread.new { lock.extend(lease: 30) }
+    held_back = srv.wait_request { |r| r.op == P::Op::EXTEND }
+    sent = now
+    assert_equal 2.0, lock.extend(lease: 2)
+    newer = srv.received.find { |r| r.req.op == P::Op::EXTEND && r.req.lease_ms == 2000 }
+    assert_operator newer.req.id, :>, held_back.id
+    deadline = lock.deadline
+    assert_operator deadline, :>=, sent + (2 * 0.998)
+    assert_operator deadline, :<=, newer.at + (2 * 0.998)
+    srv.push(op: P::Op::EXTEND, id: held_back.id, token: lock.token, lease_ms: 30_000)
+    assert_equal 30.0, older.value, "the older extend succeeded"
+    assert_equal deadline, lock.deadline
+    assert_equal 2.0, lock.lease
+    refute lock.lost?
   end
 
   def test_keep_alive_extends_until_release_and_never_after

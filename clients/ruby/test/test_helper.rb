@@ -24,8 +24,10 @@ module TestHelper
     [str].pack("H*")
   end
 
+  # The clock of lock deadlines (Ticketing::Clock), so that tests can compare Lock#deadline
+  # with it; without a suspend it runs as the monotonic clock.
   def now
-    Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    Ticketing::Clock.now
   end
 
   # Polls the block until it returns truthy or +timeout+ seconds pass; returns its last value.

@@ -414,7 +414,7 @@ module Ticketing
         raise call.error if call.error
 
         resp = call.response
-        return [resp, call.t_send] if resp.status == Protocol::Status::OK
+        return [resp, call.t_first] if resp.status == Protocol::Status::OK
 
         name = call.op_name
         error = Errors.from_response(name, resp, key: key.empty? ? nil : key,
@@ -453,16 +453,15 @@ module Ticketing
       end
     end
 
-    # EXTEND by key and token: [Response, t_send].
+    # EXTEND by key and token: [Response, t_first].
     def extend_token(key, token, lease_ms)
-      resp, t_send = request(Protocol::Op::EXTEND, key: key, token: token, lease_ms: lease_ms)
-      [resp, t_send]
+      request(Protocol::Op::EXTEND, key: key, token: token, lease_ms: lease_ms)
     end
 
-    # EXTEND without waiting: the block gets (response, error, t_send) on the reader thread.
+    # EXTEND without waiting: the block gets (response, error, t_first) on the reader thread.
     def extend_async(key, token, lease_ms, &block)
       call = Call.new(Protocol::Op::EXTEND, key: key, token: token, lease_ms: lease_ms)
-      call.hook = ->(resp, error, _abandoned) { block.call(resp, error, call.t_send) }
+      call.hook = ->(resp, error, _abandoned) { block.call(resp, error, call.t_first) }
       @session.submit(call)
     end
 
@@ -513,11 +512,16 @@ module Ticketing
 
     # The ACQUIRE's hook (reader thread): on OK, build the Lock and arm it, or, when the caller
     # has given up, release the grant.
+    #
+    # The local deadline is t_first + (detail + lease_ms)(1 - 2 rho) whichever transmission the
+    # answer is for: the request first arrived after t_first, and the server's lease ends
+    # detail + lease_ms after that arrival (for a retry answered from its table too: detail is
+    # then the time since the first arrival, lease_ms the lease left). Counting from a re-send
+    # instead would be late for a grant decided before the re-send and read after it.
     def acquire_answered(call, resp, error, abandoned, keep_alive, max_hold)
       return nil if error || resp.status != Protocol::Status::OK
 
-      queued = call.retried ? 0 : resp.detail
-      deadline = call.t_send + ((queued + resp.lease_ms) / 1000.0 * Session::RATE_FACTOR)
+      deadline = call.t_first + ((resp.detail + resp.lease_ms) / 1000.0 * Session::RATE_FACTOR)
       lock = Lock.new(self, call.key, resp.token, resp.lease_ms, deadline)
       if abandoned
         release_abandoned(call, lock)

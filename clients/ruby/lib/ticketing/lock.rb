@@ -6,10 +6,11 @@ module Ticketing
   # lower than the highest it has seen (fencing).
   #
   # The lock is *lost* at the first of: its local deadline (the lease measured from when the
-  # request was sent, slightly shortened for clock-rate error; never later than the server's),
-  # the server's +EXPIRED+ notice, a +NOT_HELD+ answer to an extend or release, or a reconnect
-  # that finds the server restarted. Then #lost? is true, #lost_reason says why, and the
-  # callbacks given to #on_lost run. A lock is never reported lost after a successful #release.
+  # request was first sent, slightly shortened for clock-rate error; never later than the
+  # server's), the server's +EXPIRED+ notice, a +NOT_HELD+ answer to an extend or release, or a
+  # reconnect that finds the server restarted. Then #lost? is true, #lost_reason says why, and
+  # the callbacks given to #on_lost run. A lock is never reported lost after a successful
+  # #release.
   #
   # The owner is the token, not the thread: any thread may release or extend. Methods are safe
   # for concurrent use.
@@ -28,6 +29,7 @@ module Ticketing
       @cond = ConditionVariable.new
       @lease_ms = lease_ms
       @deadline = deadline
+      @extend_id = 0 # the request id of the EXTEND whose answer set @deadline (0: the grant's)
       @acquired_at = Scheduler.now
       @lost_reason = nil
       @released = false
@@ -45,15 +47,15 @@ module Ticketing
       @mutex.synchronize { @lease_ms / 1000.0 }
     end
 
-    # The local deadline, in seconds of the monotonic clock
-    # (<tt>Process.clock_gettime(Process::CLOCK_MONOTONIC)</tt>): no later than the server's.
+    # The local deadline, in seconds of Ticketing::Clock (+CLOCK_BOOTTIME+ on Linux: it counts
+    # the time the host is suspended, as the server's lease does): no later than the server's.
     def deadline
       @mutex.synchronize { @deadline }
     end
 
     # Seconds left until the local deadline (0.0 once passed).
     def remaining
-      [deadline - Scheduler.now, 0.0].max
+      [deadline - Clock.now, 0.0].max
     end
 
     # Whether the lock is lost (see Lock). Checks the local deadline too, so it is exact even
@@ -119,7 +121,9 @@ module Ticketing
           now = Scheduler.now
           return false if limit && now >= limit
 
-          wait = @detached ? nil : fire_at - now
+          # The wait runs on the monotonic clock, which stops while the host is suspended: look
+          # at Clock again at least every LOST_CHECK_MS (also when the client is closed).
+          wait = @detached ? nil : [fire_at - Clock.now, Scheduler::CHECK_EVERY].min
           wait = [wait || Float::INFINITY, limit - now].min if limit
           @cond.wait(@mutex, wait && [wait, 0.001].max)
         end
@@ -151,7 +155,7 @@ module Ticketing
 
       begin
         @client.__send__(:release_token, @key, @token, after_uncertain: lambda {
-          @mutex.synchronize { @lost_reason.nil? && Scheduler.now < @deadline }
+          @mutex.synchronize { @lost_reason.nil? && Clock.now < @deadline }
         })
       rescue NotHeldError
         mark_lost(:not_held)
@@ -180,12 +184,12 @@ module Ticketing
         raise NotHeldError.new("#{describe}: released", key: @key, token: @token) if @released
       end
       begin
-        resp, t_send = @client.__send__(:extend_token, @key, @token, ms)
+        resp, t_first = @client.__send__(:extend_token, @key, @token, ms)
       rescue NotHeldError
         mark_lost(:not_held)
         raise lost_error
       end
-      raise lost_error unless extended(resp.lease_ms, t_send)
+      raise lost_error unless extended(resp, t_first)
 
       resp.lease_ms / 1000.0
     end
@@ -243,6 +247,7 @@ module Ticketing
       @mutex = Mutex.new
       @cond = ConditionVariable.new
       @detached = true
+      @extend_id = 0 # the child's session numbers its requests from 1
       @keep_alive = false
       @deadline_task = nil
       @keep_alive_task = nil
@@ -284,14 +289,20 @@ module Ticketing
       true
     end
 
-    # Applies an EXTEND OK (lease_ms from t_send). Returns false when the lock was lost first.
-    def extended(lease_ms, t_send)
+    # Applies an EXTEND OK +resp+ to the request first sent at +t_first+: the deadline becomes
+    # t_first + lease_ms (1 - 2 rho). Several extends may be in flight (keep-alive and the
+    # application); the server applies them in request-id order, so only the answer to the
+    # highest id so far counts: an older one read or processed after it changes nothing, even
+    # when longer (checked under @mutex, which also guards the deadline). Returns false when
+    # the lock was lost first.
+    def extended(resp, t_first)
       @mutex.synchronize do
         return false if @lost_reason
-        return true if @released
+        return true if @released || resp.id < @extend_id
 
-        @lease_ms = lease_ms
-        @deadline = t_send + (lease_ms / 1000.0 * Session::RATE_FACTOR)
+        @extend_id = resp.id
+        @lease_ms = resp.lease_ms
+        @deadline = t_first + (resp.lease_ms / 1000.0 * Session::RATE_FACTOR)
       end
       schedule_deadline
       true
@@ -303,7 +314,7 @@ module Ticketing
     end
 
     def check_deadline
-      due = @mutex.synchronize { @lost_reason.nil? && !@released && !@detached && Scheduler.now >= fire_at }
+      due = @mutex.synchronize { @lost_reason.nil? && !@released && !@detached && Clock.now >= fire_at }
       mark_lost(:expired) if due
     end
 
@@ -348,17 +359,18 @@ module Ticketing
       end
       return stop_keep_alive if ms.nil? # max hold reached: the lock runs out its lease
 
-      @client.__send__(:extend_async, @key, @token, ms) { |resp, error, t_send| keep_alive_answer(resp, error, t_send) }
+      @client.__send__(:extend_async, @key, @token, ms, &method(:keep_alive_answer))
     rescue ClosedError
       stop_keep_alive
     end
 
-    def keep_alive_answer(resp, error, t_send)
+    def keep_alive_answer(resp, error, t_first)
       return unless keep_alive?
 
       if resp&.status == Protocol::Status::OK
-        extended(resp.lease_ms, t_send)
-        schedule_keep_alive(resp.lease_ms / 3000.0)
+        extended(resp, t_first)
+        # The lease now running: this answer's, unless a later extend's was applied first.
+        schedule_keep_alive(lease / 3)
       elsif resp&.status == Protocol::Status::NOT_HELD
         mark_lost(:not_held)
       elsif error.is_a?(ClosedError)

@@ -119,6 +119,9 @@ module Ticketing
       ACK_EVERY = 1024
       # Bound on each clock's rate error, in parts per million (rho = 0.001).
       CLOCK_RATE_BOUND_PPM = 1000
+      # While a lock is held, its deadline is compared with the clock at least this often (ms):
+      # runtime timers stop while the host is suspended, the deadlines' clock does not.
+      LOST_CHECK_MS = 250
       # The lost signal fires min(this, lease / 10) milliseconds before the local deadline.
       LOST_MARGIN_MS = 5
     end

@@ -2,9 +2,10 @@
 
 module Ticketing
   # @api private
-  # One background thread per client that runs short tasks at monotonic times: lock deadlines,
-  # keep-alive ticks, the heartbeat. Tasks must not block (they only queue frames or flip state).
-  # The thread starts on the first task and stops on #shutdown.
+  # One background thread per client that runs short tasks at times of Clock (which counts the
+  # time the host is suspended): lock deadlines, keep-alive ticks, the heartbeat. Tasks must not
+  # block (they only queue frames or flip state). The thread starts on the first task and stops
+  # on #shutdown.
   class Scheduler
     # A scheduled task; #cancel keeps it from running.
     class Task
@@ -34,6 +35,10 @@ module Ticketing
       end
     end
 
+    # The longest wait between two looks at Clock while tasks are pending (a held lock always
+    # has one: its deadline), in seconds.
+    CHECK_EVERY = Protocol::ClientRule::LOST_CHECK_MS / 1000.0
+
     def initialize(logger: nil)
       @logger = logger
       @mutex = Mutex.new
@@ -44,12 +49,12 @@ module Ticketing
       @stopped = false
     end
 
-    # The monotonic clock, in float seconds.
+    # The monotonic clock, in float seconds: request timeouts and backoffs.
     def self.now
       Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
 
-    # Runs +block+ on the scheduler thread at monotonic time +at+ (or soon after). Returns a Task.
+    # Runs +block+ on the scheduler thread at Clock time +at+ (or soon after). Returns a Task.
     def at(at, &block)
       @mutex.synchronize do
         @seq += 1
@@ -67,7 +72,7 @@ module Ticketing
 
     # Runs +block+ after +delay+ seconds.
     def after(delay, &block)
-      at(Scheduler.now + delay, &block)
+      at(Clock.now + delay, &block)
     end
 
     # Stops the thread; pending tasks never run. Idempotent.
@@ -101,8 +106,11 @@ module Ticketing
             first = @tasks.first
             if first.nil?
               @cond.wait(@mutex)
-            elsif (wait = first.at - Scheduler.now) > 0
-              @cond.wait(@mutex, wait)
+            elsif (wait = first.at - Clock.now) > 0
+              # The wait runs on the monotonic clock, which stops while the host is suspended:
+              # look at Clock again at least every LOST_CHECK_MS, so that a deadline that passed
+              # during a suspend fires within that after the resume.
+              @cond.wait(@mutex, [wait, CHECK_EVERY].min)
             else
               break @tasks.shift
             end

@@ -9,9 +9,10 @@ module Ticketing
   # request fields.
   class Call
     attr_reader :op, :key, :token, :lease_ms, :wait_ms, :cond
-    # Request id (nil until queued for the wire), monotonic time of the latest send, and whether
-    # it was re-sent after a reconnect.
-    attr_accessor :id, :t_send, :retried
+    # Request id (nil until queued for the wire), and the Clock time it was first queued for the
+    # wire: an ACQUIRE's or EXTEND's answer sets the lock's deadline from it, whichever
+    # transmission the answer is for (PROTOCOL.md, "The lost signal").
+    attr_accessor :id, :t_first
     # answered: the outcome is decided (no abandoning any more); finished: the hook has run.
     attr_accessor :answered, :finished, :abandoned, :cleanup_done
     # The outcome: the response, or the error, and what the hook made of it (e.g. the Lock).
@@ -131,7 +132,7 @@ module Ticketing
         raise ClosedError, "the client is closed" if @state == :closed
 
         if @state == :ready
-          assign_locked(call, @conn, Scheduler.now)
+          assign_locked(call, @conn)
         else
           @backlog << call
           start_reconnector_locked if @state == :disconnected
@@ -357,11 +358,12 @@ module Ticketing
       @config.logger&.public_send(level, "ticketing: #{message}")
     end
 
-    # Gives +call+ the next request id and queues its frame. @mutex must be held.
-    def assign_locked(call, conn, now)
+    # Gives +call+ the next request id and queues its frame (+now+: Clock.now). @mutex must be
+    # held.
+    def assign_locked(call, conn, now = Clock.now)
       call.id = @next_id
       @next_id += 1
-      call.t_send = now
+      call.t_first = now
       @pending[call.id] = call
       conn.enqueue(call.frame)
     end
@@ -404,7 +406,7 @@ module Ticketing
       end
       @ack_call = ack
       @answers = 0
-      assign_locked(ack, @conn, Scheduler.now)
+      assign_locked(ack, @conn)
     end
 
     def handle_push(conn, resp)
@@ -559,12 +561,8 @@ module Ticketing
           @state = :ready
           @dropped_at = nil
           @last_error = nil
-          now = Scheduler.now
-          @pending.each_value do |c|
-            c.t_send = now
-            c.retried = true
-            conn.enqueue(c.frame)
-          end
+          @pending.each_value { |c| conn.enqueue(c.frame) }
+          now = Clock.now
           @backlog.each { |c| assign_locked(c, conn, now) }
           @backlog.clear
           conn.start(self)
@@ -692,7 +690,7 @@ module Ticketing
             nil
           end
           conn.ping_sent_at = now
-          assign_locked(ping, conn, now)
+          assign_locked(ping, conn)
           false
         else
           false

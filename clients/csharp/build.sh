@@ -11,10 +11,11 @@ nunit="/usr/lib/cli/nunit.framework-2.6.3/nunit.framework.dll"
 mcs_args=(-langversion:7.2 -warnaserror+ -nowarn:1591 -debug+)
 
 # The library: MONO selects Mono's TLS provider for ECDSA trust anchors (see Dialer.cs). Missing
-# XML documentation is an error for the library (CS1591).
+# XML documentation is an error for the library (CS1591). RuntimeInformation tells Linux (the
+# deadline clock reads CLOCK_BOOTTIME there, SuspendClock.cs).
 mcs -langversion:7.2 -warnaserror+ -debug+ -target:library -define:MONO \
   -doc:build/Ticketing.xml -out:build/Ticketing.dll \
-  -r:System.dll -r:System.Core.dll -r:Mono.Security.dll \
+  -r:System.dll -r:System.Core.dll -r:Mono.Security.dll -r:Facades/System.Runtime.InteropServices.RuntimeInformation.dll \
   src/Ticketing/*.cs src/Ticketing/Protocol/*.cs
 
 mcs "${mcs_args[@]}" -target:exe -out:build/Ticketing.ConformanceDriver.exe \

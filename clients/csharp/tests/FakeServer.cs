@@ -121,6 +121,7 @@ namespace Ticketing.Tests
         internal volatile int Refuse = -1; // a Status: CHALLENGE with it (BUSY, UNSUPPORTED_VERSION...); -1: none
         internal volatile bool AutoPing = true; // answer PING and ACK by itself
         internal volatile bool Frozen; // accept and read, never answer anything
+        internal volatile int WelcomeDelayMs; // hold WELCOME back this long (a slow handshake's end)
 
         private bool TakeNotLeaderNext()
         {
@@ -293,6 +294,7 @@ namespace Ticketing.Tests
                     sp[0] ^= 1;
                 }
                 byte[] wb = new WelcomeFrame(Status.Ok, flags, 0, GraceMs, StateId, sp).Encode();
+                Thread.Sleep(WelcomeDelayMs);
                 stream.Write(wb, 0, wb.Length);
                 var c = new Conn(s, stream, index, h.SessionId, resumed);
                 All.Enqueue(c);

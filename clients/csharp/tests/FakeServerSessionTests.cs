@@ -28,6 +28,7 @@ namespace Ticketing.Tests
             TicketingClient c = Connect();
             Task<TicketingLock> f = c.AcquireAsync("k", TimeSpan.FromSeconds(5));
             FakeServer.Received first = _server.Expect(Op.Acquire);
+            var sinceArrival = Stopwatch.StartNew();
             Task<LockInfo> insp = c.InspectAsync("other");
             FakeServer.Received second = _server.Expect(Op.Inspect);
             first.Conn.Kill();
@@ -41,8 +42,9 @@ namespace Ticketing.Tests
             Assert.AreEqual(first.Frame.WaitMs, retry1.Frame.WaitMs);
             Task<TimeSpan> later = c.PingAsync();
             Tasks.Result(later);
-            // A retried ACQUIRE answered from the table: lease_ms is the time left, counted from the retry.
-            retry1.Conn.Reply(retry1.Frame, Status.Ok, 9, 2000, 0);
+            // A retried ACQUIRE answered from the table: lease_ms is the time left, detail the time
+            // since the request first arrived.
+            retry1.Conn.Reply(retry1.Frame, Status.Ok, 9, 2000, (uint)sinceArrival.ElapsedMilliseconds);
             retry2.Conn.Send(new ResponseFrame(Op.Inspect, Status.Ok, retry2.Id, 0, 0, 0, new byte[12]));
             TicketingLock l = Tasks.Result(f);
             Assert.AreEqual(9UL, l.Token);

@@ -297,6 +297,7 @@ namespace Ticketing.Conformance
                             m["reason"] = Reason(reason.Value);
                         }
                         m["token"] = l.Token.ToString(CultureInfo.InvariantCulture);
+                        m["deadline_in_ms"] = l.TimeLeft.TotalMilliseconds;
                         return m;
                     }
                 case "verify":

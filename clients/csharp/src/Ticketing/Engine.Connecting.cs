@@ -321,7 +321,6 @@ namespace Ticketing
                 d.Close();
                 return false;
             }
-            long now = Clock.Now;
             WelcomeFrame w = d.Welcome;
             if (_stateId != null && !Handshake.ProofsEqual(_stateId, w.StateId))
             {
@@ -366,8 +365,6 @@ namespace Ticketing
                 foreach (Request r in _inflight.Values)
                 {
                     r.NotRun = false;
-                    r.Resent = true;
-                    r.LastSent = now;
                     _conn.Enqueue(r.Encode());
                 }
                 foreach (Request r in _inflight.Values.ToList())
@@ -387,8 +384,6 @@ namespace Ticketing
                     if (r.NotRun)
                     {
                         r.NotRun = false;
-                        r.Resent = true;
-                        r.LastSent = now;
                         _conn.Enqueue(r.Encode());
                     }
                     else

@@ -25,6 +25,10 @@ namespace Ticketing
         internal static readonly TraceSource Log = new TraceSource("Ticketing");
 
         internal readonly Settings Opts;
+
+        /// <summary>Compares the deadlines of this client's locks with the deadline clock every <c>LOST_CHECK_MS</c>.</summary>
+        internal readonly LostWatch Watch;
+
         private readonly object _mu = new object();
         private readonly RandomNumberGenerator _rng = RandomNumberGenerator.Create();
         private readonly Random _jitter = new Random();
@@ -58,6 +62,7 @@ namespace Ticketing
         internal Engine(Settings opts)
         {
             Opts = opts;
+            Watch = new LostWatch(opts.DeadlineClock);
             _sessionId = NewSessionId();
         }
 
@@ -144,11 +149,10 @@ namespace Ticketing
         /// <summary>_mu must be held and _conn set. Takes the next id (unless it has one) and queues the frame.</summary>
         private void SendLocked(Request r)
         {
-            long now = Clock.Now;
             if (r.Id == 0)
             {
                 r.Id = _nextId++;
-                r.FirstSent = now;
+                r.FirstSent = Opts.DeadlineClock.Now;
                 r.Generation = _generation;
                 if (r.Op == Op.Acquire)
                 {
@@ -160,11 +164,6 @@ namespace Ticketing
                     }
                 }
             }
-            else
-            {
-                r.Resent = true;
-            }
-            r.LastSent = now;
             _inflight[r.Id] = r;
             _conn.Enqueue(r.Encode());
         }

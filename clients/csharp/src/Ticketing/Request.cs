@@ -31,9 +31,7 @@ namespace Ticketing
             new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
 
         internal ulong Id; // 0 until the frame is queued for the wire
-        internal long FirstSent; // Stopwatch timestamp of the first send
-        internal long LastSent; // Stopwatch timestamp of the latest send
-        internal bool Resent; // sent again on a later connection (a retry after a resume, or after NOT_LEADER)
+        internal long FirstSent; // the deadline clock (SuspendClock) at the first send; a re-send keeps it
         internal long Generation; // the engine's state generation when first sent
         internal Timer Timer;
         internal bool Done; // Answer completed (or about to be)

@@ -369,10 +369,9 @@ namespace Ticketing
                 }
                 throw StatusError(f, "acquire of " + text);
             }
-            // A retried ACQUIRE's lease counts from the retry (PROTOCOL.md, "The lost signal").
-            TicketingLock l = r.Resent
-                ? new TicketingLock(_engine, key, f.Token, f.LeaseMs, 0, r.LastSent, o)
-                : new TicketingLock(_engine, key, f.Token, f.LeaseMs, f.Detail, r.FirstSent, o);
+            // Whichever transmission the answer is for, detail counts from the request's first
+            // arrival, which came after its first send (PROTOCOL.md, "The lost signal").
+            var l = new TicketingLock(_engine, key, f.Token, f.LeaseMs, f.Detail, r.FirstSent, o);
             if (!_engine.Register(l, r.Generation))
             {
                 l.MarkLost(LostReason.ServerRestarted);

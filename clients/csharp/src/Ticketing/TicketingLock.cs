@@ -12,12 +12,14 @@ namespace Ticketing
     /// <remarks>
     /// <para>Pass <see cref="Token"/> to the resource you protect and have it reject any token lower
     /// than the highest it has seen (fencing).</para>
-    /// <para><b>Lost.</b> The lock is lost at the first of: its local deadline (the lease measured
-    /// from when the acquire was sent, slowed by the clock-rate bound, a few milliseconds early:
-    /// never later than the server's), the server's <c>EXPIRED</c> notice, a <c>NOT_HELD</c> answer
-    /// to an extend or release, or a reconnect to a restarted server. Then <see cref="LostReason"/>
-    /// is set and <see cref="HandleLostToken"/> is cancelled, once; never after a successful
-    /// release. Stop the work that needed the lock.</para>
+    /// <para><b>Lost.</b> The lock is lost at the first of: its local deadline (the time the server
+    /// says passed since the acquire first reached it, plus the lease, measured from when the
+    /// acquire was first sent and slowed by the clock-rate bound, a few milliseconds early: never
+    /// later than the server's), the server's <c>EXPIRED</c> notice, a <c>NOT_HELD</c> answer to an
+    /// extend or release, or a reconnect to a restarted server. Then <see cref="LostReason"/> is set
+    /// and <see cref="HandleLostToken"/> is cancelled, once; never after a successful release. Stop
+    /// the work that needed the lock. The deadline runs on a clock that counts the time the host
+    /// is suspended, as the server's lease does.</para>
     /// <para>The owner is the token, not a thread: any task may release or extend. Members are safe
     /// for concurrent use.</para>
     /// </remarks>
@@ -26,6 +28,7 @@ namespace Ticketing
         private const double RateFactor = 1.0 - 2.0 * Wire.ClockRateBoundPpm / 1000000.0; // 1 - 2ρ
 
         private readonly Engine _engine;
+        private readonly SuspendClock _clock;
         private readonly byte[] _key;
         private readonly AcquireOptions _options;
         private readonly long _grantedAt;
@@ -36,23 +39,26 @@ namespace Ticketing
 
         // guarded by _gate
         private uint _leaseMs;
-        private long _deadline; // Stopwatch timestamp
+        private long _deadline; // on _clock
+        private ulong _extendId; // the request id of the EXTEND whose answer set the deadline; 0: the grant's
         private LostReason? _lostReason;
         private bool _released;
         private Task _releasing;
         private Timer _deadlineTimer;
         private Timer _keepAliveTimer;
 
-        internal TicketingLock(Engine engine, byte[] key, ulong token, uint leaseMs, uint queuedMs, long sentAt, AcquireOptions options)
+        /// <summary>A granted lock: deadline = first send + (detail + lease) · (1 − 2ρ) (PROTOCOL.md, "The lost signal").</summary>
+        internal TicketingLock(Engine engine, byte[] key, ulong token, uint leaseMs, uint detailMs, long firstSent, AcquireOptions options)
         {
             _engine = engine;
+            _clock = engine.Opts.DeadlineClock;
             _key = key;
             Key = Args.Text(key);
             Token = token;
             _leaseMs = leaseMs;
             _options = options;
             _grantedAt = Clock.Now;
-            _deadline = sentAt + Clock.FromMs(((double)queuedMs + leaseMs) * RateFactor);
+            _deadline = firstSent + Clock.FromMs(((double)detailMs + leaseMs) * RateFactor);
         }
 
         /// <summary>The key as text (the string given to acquire; a binary key that is not UTF-8 as "0x" and hex).</summary>
@@ -86,7 +92,7 @@ namespace Ticketing
             {
                 lock (_gate)
                 {
-                    return Clock.ToTimeSpan(_deadline - Clock.Now);
+                    return Clock.ToTimeSpan(_deadline - _clock.ExactNow);
                 }
             }
         }
@@ -96,6 +102,7 @@ namespace Ticketing
         {
             get
             {
+                CheckDeadline();
                 lock (_gate)
                 {
                     return _lostReason != null;
@@ -120,6 +127,7 @@ namespace Ticketing
         {
             get
             {
+                CheckDeadline();
                 lock (_gate)
                 {
                     return _lostReason;
@@ -141,12 +149,17 @@ namespace Ticketing
             return other != null && other.Length == _key.Length && Handshake.ProofsEqual(other, _key);
         }
 
-        /// <summary>Arms the deadline timer and the keep-alive; called once the lock is registered.</summary>
+        /// <summary>Arms the deadline timer, the watch and the keep-alive; called once the lock is registered.</summary>
         internal void Start()
         {
             lock (_gate)
             {
-                ArmDeadlineLocked();
+                if (_lostReason != null)
+                {
+                    return; // lost meanwhile (EXPIRED): nothing to watch
+                }
+                ArmDeadlineLocked(_clock.ExactNow);
+                _engine.Watch.Add(this);
                 if (_options.KeepAlive)
                 {
                     ScheduleKeepAliveLocked();
@@ -154,12 +167,58 @@ namespace Ticketing
             }
         }
 
-        private void ArmDeadlineLocked()
+        /// <summary>When the lost signal is due, on the deadline clock: the deadline less a margin for timer latency.</summary>
+        private long LostAtLocked()
+        {
+            return _deadline - Clock.FromMs(Math.Min(Wire.LostMarginMs, _leaseMs / 10.0));
+        }
+
+        private void ArmDeadlineLocked(long now)
         {
             _deadlineTimer?.Dispose();
-            double margin = Math.Min(Wire.LostMarginMs, _leaseMs / 10.0);
-            double fireIn = Clock.ToMs(_deadline - Clock.Now) - margin;
-            _deadlineTimer = Clock.Once(fireIn, () => MarkLost(Ticketing.LostReason.Expired));
+            _deadlineTimer = Clock.Once(Clock.ToMs(LostAtLocked() - now), OnDeadlineTimer);
+        }
+
+        private void OnDeadlineTimer()
+        {
+            lock (_gate)
+            {
+                if (_lostReason != null || _released)
+                {
+                    return;
+                }
+                long now = _clock.ExactNow;
+                if (now < LostAtLocked())
+                {
+                    ArmDeadlineLocked(now); // an extend moved the deadline, or the timer was early
+                    return;
+                }
+                SetLostLocked(Ticketing.LostReason.Expired);
+            }
+            AfterLost(Ticketing.LostReason.Expired);
+        }
+
+        /// <summary>Fires the lost signal if the deadline clock, read at <paramref name="now"/>, is past the lost time.</summary>
+        internal void CheckDeadline(long now)
+        {
+            lock (_gate)
+            {
+                if (_lostReason != null || _released || now < LostAtLocked())
+                {
+                    return;
+                }
+                SetLostLocked(Ticketing.LostReason.Expired);
+            }
+            AfterLost(Ticketing.LostReason.Expired);
+        }
+
+        /// <summary>
+        /// Compares the deadline with the clock now: a call that asks about the lock's state must
+        /// not wait for the timer, which stood still if the host was suspended.
+        /// </summary>
+        private void CheckDeadline()
+        {
+            CheckDeadline(_clock.ExactNow);
         }
 
         // ---- operations ----
@@ -186,6 +245,7 @@ namespace Ticketing
         {
             TaskCompletionSource<bool> done;
             LostReason? lostBefore;
+            CheckDeadline();
             lock (_gate)
             {
                 if (_released)
@@ -266,7 +326,13 @@ namespace Ticketing
             _engine.Unregister(this);
         }
 
-        /// <summary>Sets the lease to <paramref name="lease"/> from now (it may shorten it) and moves the local deadline.</summary>
+        /// <summary>
+        /// Sets the lease to <paramref name="lease"/> from now (it may shorten it) and moves the local
+        /// deadline to when the extend was first sent plus the lease, unless the answer to a later
+        /// extend of this lock (keep-alive's, another task's) was handled first: the server applies a
+        /// lock's extends in the order they were sent, so the deadline and <see cref="Lease"/> follow
+        /// the last one sent.
+        /// </summary>
         /// <param name="lease">the new lease, at least 1 ms</param>
         /// <param name="cancellationToken">stops waiting for the answer</param>
         /// <returns>the lease the server granted</returns>
@@ -280,6 +346,7 @@ namespace Ticketing
 
         private async Task<TimeSpan> ExtendInternalAsync(uint ms)
         {
+            CheckDeadline();
             lock (_gate)
             {
                 if (_lostReason != null)
@@ -301,11 +368,16 @@ namespace Ticketing
                     {
                         throw LostError(_lostReason.Value);
                     }
-                    _leaseMs = f.LeaseMs;
-                    _deadline = r.LastSent + Clock.FromMs(f.LeaseMs * RateFactor);
-                    if (!_released)
+                    // Checked under the lock that sets the deadline: two answers may be handled at once.
+                    if (r.Id > _extendId)
                     {
-                        ArmDeadlineLocked();
+                        _extendId = r.Id;
+                        _leaseMs = f.LeaseMs;
+                        _deadline = r.FirstSent + Clock.FromMs(f.LeaseMs * RateFactor);
+                        if (!_released)
+                        {
+                            ArmDeadlineLocked(_clock.ExactNow);
+                        }
                     }
                 }
                 return TimeSpan.FromMilliseconds(f.LeaseMs);
@@ -378,9 +450,21 @@ namespace Ticketing
                 {
                     return;
                 }
-                _lostReason = reason;
-                CancelTimersLocked();
+                SetLostLocked(reason);
             }
+            AfterLost(reason);
+        }
+
+        /// <summary>_gate must be held, the lock neither lost nor released; call <see cref="AfterLost"/> once _gate is let go.</summary>
+        private void SetLostLocked(LostReason reason)
+        {
+            _lostReason = reason;
+            CancelTimersLocked();
+        }
+
+        /// <summary>Fires the signal of a lock just marked lost, off its lock.</summary>
+        private void AfterLost(LostReason reason)
+        {
             _engine.Unregister(this);
             ThreadPool.QueueUserWorkItem(_ =>
             {
@@ -403,6 +487,7 @@ namespace Ticketing
         {
             _deadlineTimer?.Dispose();
             _deadlineTimer = null;
+            _engine.Watch.Remove(this);
             StopKeepAliveLocked();
         }
 

@@ -83,6 +83,9 @@ namespace Ticketing
         /// </summary>
         public bool ReleaseOnClose { get; set; }
 
+        /// <summary>The clock of lock deadlines (a test gives one whose suspend time it sets).</summary>
+        internal SuspendClock DeadlineClock { get; set; } = SuspendClock.Host;
+
         /// <summary>Returns a copy of these options.</summary>
         /// <returns>a new object with the same settings</returns>
         public TicketingOptions Clone()
@@ -120,6 +123,7 @@ namespace Ticketing
             }
             s.CleanupTimeout = CleanupTimeout;
             s.ReleaseOnClose = ReleaseOnClose;
+            s.DeadlineClock = DeadlineClock;
             return s;
         }
 
@@ -146,6 +150,7 @@ namespace Ticketing
         internal TimeSpan BackoffMax;
         internal TimeSpan CleanupTimeout;
         internal bool ReleaseOnClose;
+        internal SuspendClock DeadlineClock;
     }
 
     /// <summary>

@@ -65,6 +65,9 @@ namespace Ticketing.Protocol
 
         /// <summary>The most the lost signal fires ahead of the local deadline, in milliseconds.</summary>
         public const int LostMarginMs = 5;
+
+        /// <summary>How often, at least, a client holding locks compares their deadlines with its clock, in milliseconds.</summary>
+        public const int LostCheckMs = 250;
     }
 
     /// <summary>Operation codes (the <c>op</c> byte of every frame).</summary>

@@ -1,0 +1,64 @@
+using System.Collections.Generic;
+using System.Linq;
+using System.Threading;
+using Ticketing.Protocol;
+
+namespace Ticketing
+{
+    /// <summary>
+    /// Compares the deadlines of a client's locks with the deadline clock every
+    /// <see cref="Wire.LostCheckMs"/> while it watches any: a lock's own timer, like every runtime
+    /// timer, stops while the host is suspended, and the deadline clock does not (PROTOCOL.md, "The
+    /// lost signal"), so after a resume the lost signal fires within that time. A lock is watched
+    /// from its start until it is lost or released, also after its client was closed. Nothing else
+    /// is locked under its monitor.
+    /// </summary>
+    internal sealed class LostWatch
+    {
+        private readonly SuspendClock _clock;
+        private readonly HashSet<TicketingLock> _locks = new HashSet<TicketingLock>(); // guarded by itself
+        private Timer _timer; // guarded by _locks; runs while _locks is not empty
+
+        internal LostWatch(SuspendClock clock)
+        {
+            _clock = clock;
+        }
+
+        internal void Add(TicketingLock l)
+        {
+            lock (_locks)
+            {
+                if (_locks.Add(l) && _timer == null)
+                {
+                    _timer = new Timer(_ => Check(), null, Wire.LostCheckMs, Wire.LostCheckMs);
+                }
+            }
+        }
+
+        internal void Remove(TicketingLock l)
+        {
+            lock (_locks)
+            {
+                if (_locks.Remove(l) && _locks.Count == 0)
+                {
+                    _timer.Dispose();
+                    _timer = null;
+                }
+            }
+        }
+
+        private void Check()
+        {
+            TicketingLock[] locks;
+            lock (_locks)
+            {
+                locks = _locks.ToArray();
+            }
+            long now = _clock.ExactNow;
+            foreach (TicketingLock l in locks)
+            {
+                l.CheckDeadline(now);
+            }
+        }
+    }
+}

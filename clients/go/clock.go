@@ -69,7 +69,10 @@ func (k *suspendClock) look() {
 
 // wallSource is the fallback: each interval between two looks counts as the larger of the
 // monotonic and the wall clock's advance (a suspend shows as the wall clock running ahead; a
-// wall clock stepped back is ignored; one stepped forward only makes deadlines earlier).
+// wall clock stepped back is ignored; one stepped forward only makes deadlines earlier). The
+// wall clock is read between two monotonic readings: the interval's monotonic advance is
+// measured from the first of them to the last, so a preemption around the reads is never taken
+// for a suspend.
 type wallSource struct {
 	lastWall, lastMono int64 // at the last look
 	total              int64 // suspend time counted so far
@@ -77,17 +80,27 @@ type wallSource struct {
 }
 
 func (w *wallSource) suspended(monoElapsed func() int64) int64 {
+	before := monoElapsed()
 	wall := w.wall()
-	mono := monoElapsed()
-	w.total += fallbackSuspend(w.lastWall, w.lastMono, wall, mono)
-	w.lastWall, w.lastMono = wall, mono
+	after := monoElapsed()
+	w.total += fallbackSuspend(w.lastWall, w.lastMono, wall, after)
+	w.lastWall, w.lastMono = wall, before
 	return w.total
 }
 
+// wallResolution: an excess of the wall clock's advance below this is reading noise, not a
+// suspend.
+const wallResolution = int64(time.Millisecond)
+
 // fallbackSuspend is the time an interval counts beyond the monotonic clock's advance: the wall
-// clock's advance beyond it, if any.
+// clock's advance beyond it, if that is at least wallResolution. lastMono is the monotonic
+// reading taken just before the last wall reading, mono the one just after this one, so the
+// monotonic advance is never short of the wall clock's by a preemption.
 func fallbackSuspend(lastWall, lastMono, wall, mono int64) int64 {
-	return max(0, (wall-lastWall)-(mono-lastMono))
+	if d := (wall - lastWall) - (mono - lastMono); d >= wallResolution {
+		return d
+	}
+	return 0
 }
 
 // toTime converts a reading of the clock to a time.Time (for Lock.Deadline): the instant it will

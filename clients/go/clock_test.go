@@ -6,7 +6,8 @@ import (
 )
 
 // The fallback clock (no CLOCK_BOOTTIME): an interval counts as the larger of the monotonic and
-// the wall clock's advance; a wall clock stepped back is ignored.
+// the wall clock's advance; a wall clock stepped back, and an excess below the wall clock's
+// resolution, are ignored.
 func TestFallbackSuspend(t *testing.T) {
 	s := int64(time.Second)
 	for _, tc := range []struct {
@@ -17,6 +18,7 @@ func TestFallbackSuspend(t *testing.T) {
 		{"both advance alike", 100 * s, 10 * s, 101 * s, 11 * s, 0},
 		{"a suspend: the wall clock ran ahead", 100 * s, 10 * s, 130 * s, 11 * s, 29 * s},
 		{"the wall clock stepped back", 100 * s, 10 * s, 90 * s, 11 * s, 0},
+		{"reading noise below the wall clock's resolution", 100 * s, 10 * s, 101*s + s/2000, 11 * s, 0},
 	} {
 		if got := fallbackSuspend(tc.lastWall, tc.lastMono, tc.wall, tc.m); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, time.Duration(got), time.Duration(tc.want))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -123,11 +124,16 @@ type cluster struct {
 	trans  *raft.NetworkTransport
 	closer []io.Closer
 
-	leader   atomic.Bool  // this node is the leader and has committed its first entry
-	stamp0   atomic.Int64 // leader: table time at the barrier
-	mono0    time.Time    // leader: local monotonic time at the barrier
-	monoMu   sync.Mutex
-	connBase uint64 // connection ids: a random base per process
+	leader atomic.Bool  // this node is the leader and has committed its first entry
+	stamp0 atomic.Int64 // leader: its log time base (becomeLeader)
+	mono0  time.Time    // leader: local monotonic time at the base
+	monoMu sync.Mutex
+	// The table time this node last applied (the highest stamp so far) and when, on its own
+	// monotonic clock: a new leader's log time continues from there (becomeLeader). Guarded by
+	// Server.mu.
+	appliedNow int64
+	appliedAt  time.Time
+	connBase   uint64 // connection ids: a random base per process
 
 	prop proposer
 	logs *timedLogStore
@@ -411,8 +417,9 @@ func (c *cluster) run() {
 // nextConnID returns a connection id unique across the cluster's nodes and restarts.
 func (c *cluster) nextConnID(n uint64) uint64 { return c.connBase | n }
 
-// stamp is the leader's log time now: the last applied stamp at its barrier plus its own
-// monotonic time since (never a raw clock reading: each node's clock has its own origin).
+// stamp is the leader's log time now: its base (becomeLeader: the last stamp applied, plus the
+// time since this node applied it) plus its own monotonic time since (never a raw clock
+// reading: each node's clock has its own origin).
 func (c *cluster) stamp() int64 {
 	c.monoMu.Lock()
 	defer c.monoMu.Unlock()
@@ -487,6 +494,14 @@ func (c *cluster) becomeLeader() error {
 	}
 	s.mu.Lock()
 	base := s.table.Now()
+	if base == c.appliedNow && !c.appliedAt.IsZero() {
+		// The log's time goes on from the last stamp applied here, plus the time since this
+		// node applied it: at least that much real time has passed since the old leader stamped
+		// it (stamped before applied), so the log's time stays behind real time, as it must,
+		// without losing the idle time before a leader change (a waiter's detail, and so its
+		// holder's local deadline, counts it).
+		base += int64(float64(time.Since(c.appliedAt)) * testClockRate)
+	}
 	state := s.table.StateID()
 	s.mu.Unlock()
 	c.monoMu.Lock()
@@ -701,12 +716,28 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 			continue
 		}
 		s.settle(nil)
+		if now := s.table.Now(); now != f.appliedNow {
+			f.appliedNow, f.appliedAt = now, time.Now()
+		}
+		if testHashEvery > 0 && l.Index%testHashEvery == 0 {
+			h := s.table.StateHash()
+			s.log.Info("state hash", "index", l.Index, "hash", hex.EncodeToString(h[:8]))
+		}
 	}
 	touched = s.takeTouched(touched)
 	s.mu.Unlock()
 	deliver(touched)
 	return make([]interface{}, len(logs))
 }
+
+// testHashEvery (TICKETING_TEST_STATE_HASH_EVERY, tests only): after applying an entry whose
+// index is a multiple of it, a node logs the state hash, so that a test can compare the
+// replicas at the same index while they run (a replica that diverged and converged again before
+// the end is otherwise invisible).
+var testHashEvery = func() uint64 {
+	v, _ := strconv.ParseUint(os.Getenv("TICKETING_TEST_STATE_HASH_EVERY"), 10, 64)
+	return v
+}()
 
 // exitProcess ends the process (applyFailed); tests replace it.
 var exitProcess = os.Exit
@@ -763,6 +794,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.s.mu.Lock()
 	t.SetObserver(f.s.obs)
 	f.s.table = t
+	f.appliedNow, f.appliedAt = t.Now(), time.Now()
 	f.s.mu.Unlock()
 	return nil
 }

@@ -209,8 +209,9 @@ func TestClusterFailoverResumesSession(t *testing.T) {
 		t.Fatal(g.Status)
 	}
 	w := connect(t, tc.nodes[li].addr, "")
+	sent := time.Now()
 	w.send(acquire(1, "k", 30000, wire.WaitForever))
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(600 * time.Millisecond) // queued on the old leader, counted in detail
 	// The leader stops: its clients get GOAWAY with no leader known yet, or the new one.
 	start := time.Now()
 	go tc.nodes[li].stop(t)
@@ -231,8 +232,14 @@ func TestClusterFailoverResumesSession(t *testing.T) {
 	if rr := c2.roundTrip(release(2, "k", g.Token)); rr.Status != wire.StatusOK {
 		t.Fatalf("release after failover: %v", rr.Status)
 	}
-	if gw := w2.recv(); gw.Status != wire.StatusOK || gw.ID != 1 || gw.Token <= g.Token {
+	gw := w2.recv()
+	if gw.Status != wire.StatusOK || gw.ID != 1 || gw.Token <= g.Token {
 		t.Fatalf("waiter after failover: %+v", gw)
+	}
+	// detail counts from the request's first arrival on the old leader, not from its retry on
+	// the new one (PROTOCOL.md, "The lost signal"), and never more than really passed since.
+	if d := time.Duration(gw.Detail) * time.Millisecond; d < 600*time.Millisecond || d > time.Since(sent) {
+		t.Fatalf("detail %v after a failover: want at least the 600ms queued on the old leader, at most the %v since the first send", d, time.Since(sent))
 	}
 	tc.converge()
 }

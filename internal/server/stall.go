@@ -24,6 +24,15 @@ type timedLogStore struct {
 	stall string       // failpoint: while this file exists, writes block (tests)
 }
 
+// IsMonotonic passes on raft.MonotonicLogStore: raft-wal cannot take gaps in its indexes and
+// says so, and hashicorp/raft then clears the log after installing a snapshot instead of
+// leaving the old entries before a gap. A wrapper that hid it made raft treat the WAL as a store
+// that tolerates gaps.
+func (s *timedLogStore) IsMonotonic() bool {
+	m, ok := s.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}
+
 func (s *timedLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
 func (s *timedLogStore) StoreLogs(logs []*raft.Log) error {

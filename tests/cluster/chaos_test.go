@@ -55,7 +55,12 @@ func runChaos(t *testing.T, cfg chaosConfig) {
 	if *chaosDuration > 0 {
 		dur = *chaosDuration
 	}
-	p := newClusterWith(t, clusterSpec{n: cfg.nodes, proxied: true})
+	// Snapshots every couple of hundred entries, and few entries kept after one: followers that
+	// lag and nodes that restart come back through snapshots (InstallSnapshot, Restore) all the
+	// time, while sessions hold several grants.
+	p := newClusterWith(t, clusterSpec{n: cfg.nodes, proxied: true, env: []string{
+		"TICKETING_RAFT_SNAPSHOT_THRESHOLD=200", "TICKETING_RAFT_SNAPSHOT_INTERVAL=200ms", "TICKETING_RAFT_TRAILING_LOGS=50",
+		"TICKETING_TEST_STATE_HASH_EVERY=20"}})
 	stallDir := t.TempDir()
 	for _, nd := range p.nodes {
 		nd.env = append(nd.env, "TICKETING_FAILPOINT_STALL_FILE="+filepath.Join(stallDir, "stall-"+nd.id))
@@ -76,21 +81,49 @@ func runChaos(t *testing.T, cfg chaosConfig) {
 
 	stop := make(chan struct{})
 	done := w.start(cfg.workers, stop)
+	// Official clients on the same keys: two Go client objects and two Python ones, three
+	// workers each (one session, three acquires in flight).
+	cc := &clientChaos{h: h, eps: w.eps, keys: keys, lease: 2 * time.Second, opTimeout: w.opTimeout, seed: seed,
+		waits: []time.Duration{0, 400 * time.Millisecond, 1500 * time.Millisecond}}
+	cc.nextID.Store(1000)
+	goDone := cc.runGo(t, 2, 3, stop)
+	pyDone := cc.runPy(t, startPyDriver(t), 2, 3, stop)
+	// Sessions that die with several acquires in flight, on keys of their own (their grants
+	// are ghosts to the checker: nobody knows of them, and they hold keys for up to the grace),
+	// and droppers on keys of their own (lease 8 s, longer than the session grace).
+	dieKeys := []string{"chaos-die-0", "chaos-die-1", "chaos-die-2", "chaos-die-3", "chaos-die-4", "chaos-die-5"}
+	dropKeys := []string{"chaos-drop-0", "chaos-drop-1", "chaos-drop-2", "chaos-drop-3", "chaos-drop-4", "chaos-drop-5"}
+	var side sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		side.Add(1)
+		go func() { defer side.Done(); w.dier(500+i, dieKeys, stop) }()
+	}
+	for i, k := range dropKeys {
+		side.Add(2)
+		go func() { defer side.Done(); w.dropper(600+2*i, k, 8000, stop) }()
+		go func() { defer side.Done(); w.dropper(601+2*i, k, 8000, stop) }()
+	}
+	sideDone := make(chan struct{})
+	go func() { side.Wait(); close(sideDone) }()
 	n := &nemesis{t: t, p: p, h: h, rng: rand.New(rand.NewPCG(seed, 0x6e656d)), faults: map[string]int{}, stallDir: stallDir}
 	n.run(cfg.faults, time.Now().Add(dur))
 	n.healEverything()
 	time.Sleep(time.Second) // the workload runs on a healed cluster for a moment
 	close(stop)
-	select {
-	case <-done:
-	case <-time.After(3*w.opTimeout + 10*time.Second): // an acquire, a release and an ACK in flight
-		t.Fatal("the workers did not finish")
+	finished := time.After(3*w.opTimeout + 30*time.Second) // an acquire, a release and an ACK in flight; a dropper's wait
+	for _, ch := range []<-chan struct{}{done, goDone, pyDone, sideDone} {
+		select {
+		case <-ch:
+		case <-finished:
+			t.Fatal("the workers did not finish")
+		}
 	}
 	n.report()
 	w.report(t)
+	cc.report(t)
 
 	tokEnd := probeToken(t, w.eps, "probe-end")
-	waitKeysFree(t, w.eps, w.keys, 2*time.Duration(w.leaseMs)*time.Millisecond+15*time.Second)
+	waitKeysFree(t, w.eps, append(append(w.keys, dieKeys...), dropKeys...), 2*8*time.Second+15*time.Second)
 	res := h.check(t, tokStart, tokEnd)
 	t.Logf("checked: %d operations, %d grants (%d never released, %d lapsed before release, %d EXPIRED notices), %d timed out, %d acquires and %d releases with unknown outcomes; porcupine %v",
 		res.ops, res.grants, res.abandoned, res.lapsed, res.expiredPushes, res.timedOut, res.unknownAcquires, res.unknownOther, res.porcupine.Round(time.Millisecond))
@@ -99,20 +132,21 @@ func runChaos(t *testing.T, cfg chaosConfig) {
 	}
 	st := p.waitConverged(30 * time.Second)
 	t.Logf("all %d nodes at applied index %d with state hash %.16s…", cfg.nodes, st.AppliedIndex, st.StateHash)
+	p.checkStateHashes()
 }
 
 // TestChaos3Nodes: 3 nodes, every fault kind in turn (shuffled), history checked. A leadership
 // transfer is not a fault, but it changes leaders while locks are held, cheaply and often.
 func TestChaos3Nodes(t *testing.T) {
 	runChaos(t, chaosConfig{nodes: 3, duration: 25 * time.Second, workers: 6, keys: 3,
-		faults: []string{"kill-leader", "pause-node", "isolate-node", "cut-link", "cut-link-one-way", "stall-leader-disk", "transfer-leader"}})
+		faults: []string{"kill-leader", "kill-follower", "pause-node", "isolate-node", "cut-link", "cut-link-one-way", "stall-leader-disk", "transfer-leader", "dir-as-single-node"}})
 }
 
 // TestChaos5NodesTwoDown: 5 nodes; two of them at once are killed (the leader among them, or
 // two followers), cut off together from the other three, or paused.
 func TestChaos5NodesTwoDown(t *testing.T) {
 	runChaos(t, chaosConfig{nodes: 5, duration: 20 * time.Second, workers: 6, keys: 3,
-		faults: []string{"kill-two-with-leader", "kill-two-followers", "isolate-two-with-leader", "pause-two"}})
+		faults: []string{"kill-two-with-leader", "kill-two-followers", "kill-follower", "isolate-two-with-leader", "pause-two"}})
 }
 
 // workload is a set of workers that acquire a random key, write to its fenced register,
@@ -133,6 +167,7 @@ type workload struct {
 	mu       sync.Mutex
 	stats    sessionStats
 	sessions int
+	drops    map[string]int // dropper (chaos_clients_test.go)
 }
 
 // start runs the workers until stop is closed; the channel it returns is closed when they have
@@ -228,9 +263,9 @@ func (w *workload) worker(id int, stop <-chan struct{}) {
 func (w *workload) report(t *testing.T) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	t.Logf("clients: %d sessions, %d connects, %d GOAWAY, %d NOT_LEADER, %d re-sent requests, %d heartbeat PINGs, %d connections given up as dead; reconnecting %v in all, longest %v",
+	t.Logf("clients: %d sessions, %d connects, %d GOAWAY, %d NOT_LEADER, %d re-sent requests, %d heartbeat PINGs, %d connections given up as dead; reconnecting %v in all, longest %v; droppers %v",
 		w.sessions, w.stats.connects, w.stats.goaways, w.stats.notLeader, w.stats.resends, w.stats.pings, w.stats.deadConns,
-		w.stats.reconnecting.Round(time.Millisecond), w.stats.longestReconnect.Round(time.Millisecond))
+		w.stats.reconnecting.Round(time.Millisecond), w.stats.longestReconnect.Round(time.Millisecond), w.drops)
 }
 
 // probeToken takes and releases key on a fresh session and returns the token: the cluster's
@@ -443,6 +478,31 @@ func (n *nemesis) fault(kind string) {
 			n.logf("  %s stopped itself (exit status %d); restarting it", nodes[l].id, p.exitCode(nodes[l]))
 			p.start(nodes[l])
 		}
+	case "kill-follower":
+		// A follower comes back from its own latest snapshot and replays the log after it:
+		// the entries it replays must do exactly what they did the first time.
+		f := n.others(n.leaderIndex(), 1)[0]
+		n.logf("SIGKILL follower %s, restart at once", nodes[f].id)
+		p.kill(nodes[f])
+		p.start(nodes[f])
+	case "dir-as-single-node":
+		// An operator starts a follower's data directory without its cluster settings: the
+		// binary must refuse (a single node there would issue the cluster's tokens again and
+		// grant keys its holders hold), and the node then rejoins as it was.
+		l := n.leaderIndex()
+		f := nodes[n.others(l, 1)[0]]
+		if _, ok := p.terminate(f, 20*time.Second); !ok {
+			n.t.Errorf("%s did not stop within 20s of SIGTERM", f.id)
+		}
+		code, out := p.runSingle(f, 15*time.Second)
+		switch {
+		case code < 0:
+			n.t.Errorf("%s's data directory started a single node (it ran for 15s):\n%s", f.id, out)
+		case code == 0 || !strings.Contains(out, "TICKETING_NODE_ID"):
+			n.t.Errorf("%s's data directory as a single node: exit status %d, want a refusal naming TICKETING_NODE_ID:\n%s", f.id, code, out)
+		}
+		n.logf("started %s's data directory as a single node: refused (exit status %d); %s restarted as a cluster node", f.id, code, f.id)
+		p.start(f)
 	case "transfer-leader":
 		// Leadership churn: three transfers in a row, each while locks are held and waited for.
 		for i := 0; i < 3; i++ {

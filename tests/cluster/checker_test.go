@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -33,6 +34,7 @@ func TestCheckerCatchesViolations(t *testing.T) {
 		name             string
 		ops              []histOp
 		tokStart, tokEnd uint64
+		ghosts           int    // acquires of dead sessions (history.ghost)
 		want             string // a substring of a violation; "" for none
 	}{
 		{name: "hand-off, timeout, unknowns", tokStart: 0, tokEnd: 4, ops: []histOp{
@@ -87,10 +89,25 @@ func TestCheckerCatchesViolations(t *testing.T) {
 			grant(1, "k", 1, 0, 1, 100),
 			rel(1, "k", 1, 2, 3, outReleased),
 		}},
+		{name: "tokens taken by dead sessions' acquires", tokStart: 0, tokEnd: 4, ghosts: 2, ops: []histOp{
+			grant(1, "k", 1, 0, 1, 100),
+			rel(1, "k", 1, 2, 3, outReleased),
+		}},
+		{name: "more tokens than dead sessions' acquires", tokStart: 0, tokEnd: 5, ghosts: 2, want: "handed out 4 tokens", ops: []histOp{
+			grant(1, "k", 1, 0, 1, 100),
+			rel(1, "k", 1, 2, 3, outReleased),
+		}},
+		// A dropped connection's holder believes it holds until its local deadline; a revoked
+		// grant handed on before it overlaps.
+		{name: "a grant handed on before its holder's deadline", want: "holders overlap", ops: []histOp{
+			grant(1, "k", 1, 0, 1, 6000),
+			grant(2, "k", 2, 0, 5001, 11000),
+		}},
 	}
 	for _, tc := range cases {
 		h := newHistory()
 		h.ops = tc.ops
+		h.ghost(tc.ghosts)
 		// Holds: from the grant's answer to its release's first transmission or its deadline.
 		for _, g := range tc.ops {
 			if g.kind != opAcquire || g.out != outGrant {
@@ -117,3 +134,20 @@ func TestCheckerCatchesViolations(t *testing.T) {
 }
 
 func ms(v int) int64 { return int64(v) * int64(time.Millisecond) }
+
+// TestStateHashesCompared: the replicas' logged state hashes are compared at every index two
+// nodes logged, and a mismatch is reported.
+func TestStateHashesCompared(t *testing.T) {
+	line := func(idx int, hash string) string {
+		return fmt.Sprintf(`time=2026-01-01T00:00:00Z level=INFO msg="state hash" index=%d hash=%s`+"\n", idx, hash)
+	}
+	logs := map[string]string{
+		"n1": line(20, "aa") + line(40, "bb") + line(60, "cc"),
+		"n2": "other line\n" + line(40, "bb") + line(60, "dd"),
+		"n3": line(20, "aa"),
+	}
+	compared, indexes, diverged := compareStateHashes(logs)
+	if compared != 3 || indexes != 3 || len(diverged) != 1 || !strings.Contains(diverged[0], "index 60 is cc on n1 and dd on n2") {
+		t.Fatalf("compared %d at %d indexes, diverged %q", compared, indexes, diverged)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -276,6 +277,104 @@ func (p *proc) resume(nd *node) {
 	if p.running(nd) && nd.paused {
 		nd.cmd.Process.Signal(syscall.SIGCONT)
 		nd.paused = false
+	}
+}
+
+// checkStateHashes compares the state hashes the nodes logged along the way
+// (TICKETING_TEST_STATE_HASH_EVERY): replicas that applied the same entries have the same state,
+// at every index, also when one came back through a snapshot. A replica that diverged for a
+// while (a hand-off with another token) and converged again by the end shows only here.
+func (p *proc) checkStateHashes() {
+	p.t.Helper()
+	logs := map[string]string{}
+	for _, nd := range p.nodes {
+		logs[nd.id] = nd.logText()
+	}
+	compared, indexes, diverged := compareStateHashes(logs)
+	for i, d := range diverged {
+		if i == 10 {
+			p.t.Errorf("... and %d more", len(diverged)-10)
+			break
+		}
+		p.t.Errorf("replicas diverged: %s", d)
+	}
+	if compared == 0 {
+		p.t.Errorf("no state hash was logged by two nodes at one index: nothing compared")
+	}
+	p.t.Logf("state hashes compared at %d (index, node) pairs of %d indexes", compared, indexes)
+}
+
+// compareStateHashes reads the "state hash" lines of each node's log and compares every pair of
+// nodes that logged the same index; it returns the pairs compared, the indexes seen, and the
+// mismatches.
+func compareStateHashes(logs map[string]string) (compared, indexes int, diverged []string) {
+	type seen struct{ node, hash string }
+	at := map[uint64]seen{}
+	ids := make([]string, 0, len(logs))
+	for id := range logs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		for _, line := range strings.Split(logs[id], "\n") {
+			if !strings.Contains(line, `msg="state hash"`) {
+				continue
+			}
+			var idx uint64
+			var hash string
+			for _, f := range strings.Fields(line) {
+				if v, ok := strings.CutPrefix(f, "index="); ok {
+					fmt.Sscan(v, &idx)
+				} else if v, ok := strings.CutPrefix(f, "hash="); ok {
+					hash = v
+				}
+			}
+			if prev, ok := at[idx]; !ok {
+				at[idx] = seen{id, hash}
+			} else if prev.node != id {
+				compared++
+				if prev.hash != hash {
+					diverged = append(diverged, fmt.Sprintf("state hash at index %d is %s on %s and %s on %s", idx, prev.hash, prev.node, hash, id))
+				}
+			}
+		}
+	}
+	return compared, len(at), diverged
+}
+
+// runSingle runs the server on nd's data directory and client address without its cluster
+// settings (a single node), waits at most within for it to exit, and returns its exit status
+// (-1: still running at within, then killed) and output.
+func (p *proc) runSingle(nd *node, within time.Duration) (int, string) {
+	p.t.Helper()
+	var env []string
+	for _, e := range nd.env {
+		name, _, _ := strings.Cut(e, "=")
+		switch name {
+		case "TICKETING_NODE_ID", "TICKETING_PEERS", "TICKETING_CLUSTER_SECRET", "TICKETING_RAFT_TIMING":
+			continue
+		}
+		if strings.HasPrefix(name, "TICKETING_RAFT_") {
+			continue
+		}
+		env = append(env, e)
+	}
+	cmd := exec.Command(p.bin, "server")
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	select {
+	case <-exited:
+		return cmd.ProcessState.ExitCode(), out.String()
+	case <-time.After(within):
+		cmd.Process.Kill()
+		<-exited
+		return -1, out.String()
 	}
 }
 
@@ -634,8 +733,18 @@ func (p *proc) waitConverged(within time.Duration) nodeStatus {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	p.t.Fatalf("nodes did not converge to one state hash at one applied index within %v: %s", within, last)
+	var logs []string
+	for _, nd := range p.nodes {
+		logs = append(logs, fmt.Sprintf("%s (last 40 lines):\n%s", nd.id, tailLines(nd.logText(), 40)))
+	}
+	p.t.Fatalf("nodes did not converge to one state hash at one applied index within %v: %s\n%s", within, last, strings.Join(logs, "\n"))
 	return nodeStatus{}
+}
+
+// tailLines returns the last n lines of s.
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 func summarize(sts []nodeStatus) []string {

@@ -80,6 +80,11 @@ func (a *appWorkload) worker(id int, c *ticketing.Client, key string, lease, hol
 		}
 		a.note(t1.Sub(t0), "acquire "+key, t0, contended)
 		deadline := lk.Deadline()
+		if !deadline.After(t1) {
+			// A grant whose deadline passed before its answer came: the client counted the lease
+			// from a re-send, not from the first send plus the server's detail.
+			a.fail("w%d: the grant of %s (token %d) arrived already expired (deadline %v before its answer)", id, key, lk.Token(), t1.Sub(deadline))
+		}
 		g := histOp{worker: id, key: key, kind: opAcquire, token: lk.Token(), call: a.h.ns(t0), ret: a.h.ns(t1), out: outGrant,
 			deadline: a.h.ns(deadline), sends: 1, leaseNs: int64(float64(lease) * (1 - 2*rho))}
 		a.h.record(g)

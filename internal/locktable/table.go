@@ -514,10 +514,10 @@ func (t *Table) SetDetached(owner Owner, detached bool) {
 }
 
 // DropOwner ends owner (its session ended): its queued acquires leave their
-// queues (no events), its revocable grants are revoked, most recent grant first
-// (the lock passes on at once), and its other held locks are forgotten by owner: they stay held until
-// released by token or until their lease ends. It returns the number of
-// waiters removed and of grants revoked.
+// queues (no events), its revocable grants are revoked, most recent grant
+// first (the lock passes on at once), and its other held locks are forgotten by
+// owner: they stay held until released by token or until their lease ends. It
+// returns the number of waiters removed and of grants revoked.
 func (t *Table) DropOwner(now int64, owner Owner) (waiters, revoked int) {
 	oi := t.findOwner(owner)
 	if oi == nilIdx {

@@ -174,9 +174,12 @@ func (e *StatusError) Error() string {
 	b.WriteString(": ")
 	switch e.Status {
 	case StatusTimedOut:
-		if e.Wait == 0 {
+		switch {
+		case e.Message != "": // the server says why (its start-up wait)
+			b.WriteString("not acquired (TIMED_OUT)")
+		case e.Wait == 0:
 			b.WriteString("not acquired: the key is taken (TIMED_OUT)")
-		} else {
+		default:
 			b.WriteString("not acquired within " + msDuration(e.Wait) + " (TIMED_OUT)")
 		}
 	case StatusNotHeld:

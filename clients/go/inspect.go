@@ -19,8 +19,9 @@ type KeyInfo struct {
 	LeaseLeft     time.Duration // time left on the holder's lease
 	HeldFor       time.Duration // time since the lock was granted
 	Waiters       int           // acquires queued on the key
-	LockDelayLeft time.Duration // time the key stays unavailable after a lease expiry
+	LockDelayLeft time.Duration // time the key stays unavailable after a lease expiry, or the start-up wait left
 	Stalled       bool          // the key waits for the server's storage before its next grant
+	Startup       bool          // the server is in its start-up wait (LockDelayLeft says until when): no grant before it ends
 }
 
 // Inspect reports whether key is held, how long its lease has left, since when it is held, how
@@ -74,6 +75,7 @@ func decodeInspect(key string, res *result) (KeyInfo, error) {
 		Mine:          flags&wire.InspectSession != 0,
 		TokenMatch:    flags&wire.InspectTokenMatch != 0,
 		Stalled:       flags&wire.InspectStalled != 0,
+		Startup:       flags&wire.InspectStartup != 0,
 		LeaseLeft:     ms(res.lease),
 		HeldFor:       ms(binary.BigEndian.Uint32(res.data[0:4])),
 		Waiters:       int(res.detail),

@@ -270,7 +270,8 @@ func TestConstants(t *testing.T) {
 			t.Errorf("GOAWAY reason %s = %d; client uses %d", r.Name, r.Value, v)
 		}
 	}
-	flags := map[string]uint32{"HELD": wire.InspectHeld, "TOKEN_MATCH": wire.InspectTokenMatch, "SESSION": wire.InspectSession, "STALLED": wire.InspectStalled}
+	flags := map[string]uint32{"HELD": wire.InspectHeld, "TOKEN_MATCH": wire.InspectTokenMatch, "SESSION": wire.InspectSession, "STALLED": wire.InspectStalled,
+		"STARTUP": wire.InspectStartup}
 	if len(tables.InspectFlags) != len(flags) {
 		t.Errorf("constants.json has %d INSPECT flags, the client knows %d", len(tables.InspectFlags), len(flags))
 	}

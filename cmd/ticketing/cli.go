@@ -570,13 +570,17 @@ func printKeyInfo(info ticketing.KeyInfo, asJSON bool) {
 		b, _ := json.Marshal(map[string]any{
 			"key": info.Key, "held": info.Held, "token": info.Token, "waiters": info.Waiters,
 			"lease_left_ms": info.LeaseLeft.Milliseconds(), "held_for_ms": info.HeldFor.Milliseconds(),
-			"lock_delay_left_ms": info.LockDelayLeft.Milliseconds(),
+			"lock_delay_left_ms": info.LockDelayLeft.Milliseconds(), "startup_wait": info.Startup,
 		})
 		fmt.Fprintln(stdout, string(b))
 		return
 	}
-	fmt.Fprintf(stdout, "key=%s held=%t token=%d lease_left=%v held_for=%v waiters=%d lock_delay_left=%v\n",
-		strconv.Quote(info.Key), info.Held, info.Token, info.LeaseLeft, info.HeldFor, info.Waiters, info.LockDelayLeft)
+	startup := ""
+	if info.Startup {
+		startup = " startup_wait=true (the server grants nothing before lock_delay_left has passed)"
+	}
+	fmt.Fprintf(stdout, "key=%s held=%t token=%d lease_left=%v held_for=%v waiters=%d lock_delay_left=%v%s\n",
+		strconv.Quote(info.Key), info.Held, info.Token, info.LeaseLeft, info.HeldFor, info.Waiters, info.LockDelayLeft, startup)
 }
 
 // readLines sends every line of r to the returned channel, which is closed at EOF.

@@ -3,6 +3,7 @@ package locktable
 import (
 	"cmp"
 	"encoding/binary"
+	"fmt"
 	"slices"
 
 	"github.com/ticketing/ticketing/internal/wire"
@@ -143,6 +144,15 @@ func waitNs(ms uint32) int64 {
 	return int64(ms) * nsPerMs
 }
 
+// startupMsg is the message of a TIMED_OUT answered during the start-up wait (nil after it):
+// otherwise a timeout on a key nobody holds would look unexplained.
+func (t *Table) startupMsg(now int64) []byte {
+	if now >= t.availFrom {
+		return nil
+	}
+	return t.keep(fmt.Appendf(nil, wire.MsgStartup, msOf(t.availFrom-now)))
+}
+
 // answered counts a grant answer of held entry ei addressed to a connection (entry.answers).
 func (t *Table) answered(ei int32) {
 	if e := t.entries.at(ei); e.answers < 2 {
@@ -206,7 +216,7 @@ func (t *Table) run(now int64, i int32, r *wire.Request) {
 			t.answered(res.entry)
 		case Queued:
 		case TimedOut:
-			t.finishAcquire(i, r.ID, r.Key, r.Lease, wire.StatusTimedOut, 0, nil)
+			t.finishAcquire(i, r.ID, r.Key, r.Lease, wire.StatusTimedOut, 0, t.startupMsg(now))
 		case Busy:
 			code, msg := limitCode(res.Limit)
 			t.finishAcquire(i, r.ID, r.Key, r.Lease, wire.StatusBusy, code, msg)
@@ -423,6 +433,11 @@ func (t *Table) inspect(now int64, i int32, r *wire.Request) {
 		}
 		resp.Detail = uint32(info.Waiters)
 	}
+	if now < t.availFrom {
+		// The start-up wait holds every key, present or not: no grant before it ends.
+		flags |= wire.InspectStartup
+		delayMs = msOf(t.availFrom - now)
+	}
 	sc := t.sess.scratch
 	n := len(sc)
 	sc = binary.BigEndian.AppendUint32(sc, heldMs)
@@ -457,7 +472,7 @@ func (t *Table) drain(now int64) {
 				}
 			}
 		case EvTimedOut, EvAborted:
-			st, msg := wire.StatusTimedOut, []byte(nil)
+			st, msg := wire.StatusTimedOut, t.startupMsg(now)
 			if ev.Kind == EvAborted {
 				st, msg = wire.StatusShuttingDown, msgShuttingDown
 			}

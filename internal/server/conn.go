@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -276,13 +277,17 @@ func (c *conn) validate(r *wire.Request) bool {
 	default:
 		return bad(wire.FieldOp, wire.MsgOp)
 	}
-	if keyed && (len(r.Key) == 0 || len(r.Key) > cfg.MaxKeyLen) {
-		return bad(wire.FieldKey, wire.MsgKey)
+	if keyed && len(r.Key) == 0 {
+		return bad(wire.FieldKey, wire.MsgKeyEmpty)
+	}
+	if keyed && len(r.Key) > cfg.MaxKeyLen {
+		// The limit in the message: a client shows it as it is (an error path: it may allocate).
+		return bad(wire.FieldKey, fmt.Sprintf(wire.MsgKeyTooLong, len(r.Key), cfg.MaxKeyLen))
 	}
 	if leased {
 		d := time.Duration(r.Lease) * time.Millisecond
 		if d < cfg.MinLease || d > cfg.MaxLease {
-			return bad(wire.FieldLease, wire.MsgLease)
+			return bad(wire.FieldLease, fmt.Sprintf(wire.MsgLeaseRange, r.Lease, shortDuration(cfg.MinLease), shortDuration(cfg.MaxLease)))
 		}
 		c.s.noteLease(d)
 	}
@@ -293,6 +298,19 @@ func (c *conn) validate(r *wire.Request) bool {
 		r.Key = nil
 	}
 	return true
+}
+
+// shortDuration writes d as people write limits: "1 ms", "300 ms", "1 h", "90 s".
+func shortDuration(d time.Duration) string {
+	for _, u := range []struct {
+		d    time.Duration
+		name string
+	}{{time.Hour, "h"}, {time.Minute, "min"}, {time.Second, "s"}} {
+		if d >= u.d && d%u.d == 0 {
+			return fmt.Sprintf("%d %s", d/u.d, u.name)
+		}
+	}
+	return fmt.Sprintf("%d ms", d.Milliseconds())
 }
 
 // push queues a frame that the table produced for c (not the connection whose batch is

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"net"
 	"os"
 	"strings"
@@ -568,15 +569,35 @@ func TestStartupGrace(t *testing.T) {
 	start := time.Now()
 	ts := startServer(t, func(c *Config) { c.StartupGrace = 300 * time.Millisecond })
 	c := connect(t, ts.addr, "")
-	if r := c.roundTrip(acquire(1, "k", 1000, 0)); r.Status != wire.StatusTimedOut {
-		t.Fatalf("during grace: %v", r.Status)
+	// The start-up wait shows: INSPECT of any key says STARTUP with the time left, and a timed
+	// out acquire says why (before, a key nobody held answered all zeros and timed out unexplained).
+	in := c.roundTrip(wire.Request{Op: wire.OpInspect, ID: 1, Key: []byte("other")})
+	if flags := binary.BigEndian.Uint32(in.Data[8:]); flags&wire.InspectStartup == 0 || binary.BigEndian.Uint32(in.Data[4:]) == 0 {
+		t.Fatalf("INSPECT during the start-up wait: %+v", in)
 	}
-	r := c.roundTrip(acquire(2, "k", 1000, 5000))
+	if r := c.roundTrip(acquire(2, "k", 1000, 0)); r.Status != wire.StatusTimedOut || !strings.Contains(string(r.Data), "start-up wait") {
+		t.Fatalf("during grace: %+v", r)
+	}
+	r := c.roundTrip(acquire(3, "k", 1000, 5000))
 	if r.Status != wire.StatusOK {
 		t.Fatalf("after grace: %v", r.Status)
 	}
 	if time.Since(start) < 300*time.Millisecond {
 		t.Fatal("granted inside the start-up grace")
+	}
+}
+
+// The limits' INVALID answers name the numbers (a client shows the server's message as it is).
+func TestLimitMessagesNameTheLimit(t *testing.T) {
+	ts := startServer(t, nil)
+	c := connect(t, ts.addr, "")
+	r := c.roundTrip(acquire(1, strings.Repeat("k", 300), 1000, 0))
+	if r.Status != wire.StatusInvalid || r.Detail != wire.FieldKey || string(r.Data) != "key of 300 bytes is longer than the server's max key length (256)" {
+		t.Fatalf("long key: %+v %q", r, r.Data)
+	}
+	r = c.roundTrip(acquire(2, "k", 3600001, 0))
+	if r.Status != wire.StatusInvalid || r.Detail != wire.FieldLease || string(r.Data) != "lease 3600001 ms is outside the server's range (1 ms to 1 h)" {
+		t.Fatalf("long lease: %+v %q", r, r.Data)
 	}
 }
 

@@ -73,6 +73,7 @@ var (
 		{"TOKEN_MATCH", InspectTokenMatch, "the request's token is the holder's token"},
 		{"SESSION", InspectSession, "the asking session holds the key"},
 		{"STALLED", InspectStalled, "the key waits for storage before its next grant"},
+		{"STARTUP", InspectStartup, "the server is in its start-up wait: no grant before it ends (lock-delay left says when)"},
 	}
 )
 

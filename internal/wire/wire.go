@@ -58,6 +58,7 @@ const (
 	InspectTokenMatch uint32 = 1 << 1 // the request's token is the holder's token
 	InspectSession    uint32 = 1 << 2 // the asking session holds the key
 	InspectStalled    uint32 = 1 << 3 // the key waits for storage (tokens or horizon not yet durable)
+	InspectStartup    uint32 = 1 << 4 // the server is in its start-up wait: no grant before it ends (lock-delay left says when)
 )
 
 // EXPIRED reasons (Response.Detail of an EXPIRED push).

@@ -109,10 +109,12 @@ func newSessionID(s *[wire.SessionIDSize]byte) {
 }
 
 // Close closes the connection and ends the Client: calls in flight and later calls fail with
-// ErrClosed, keep-alive stops. Locks still held are not released (the server keeps them until
-// their lease ends) unless WithReleaseOnClose was given; then Close first releases them, each
-// bounded by the request timeout. Close returns promptly even if the server is frozen, and is
-// idempotent.
+// ErrClosed, keep-alive stops. Acquires still waiting in a queue are withdrawn from the server
+// (CANCEL; a grant that races the withdrawal is released), waiting at most the cleanup timeout:
+// a closed client is never granted a lock it would hold until its session ends. Locks still
+// held are not released (the server keeps them until their lease ends) unless
+// WithReleaseOnClose was given; then Close first releases them, each bounded by the request
+// timeout. Close returns promptly even if the server is frozen, and is idempotent.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -125,7 +127,18 @@ func (c *Client) Close() error {
 			held = append(held, lk)
 		}
 	}
+	settles := c.withdrawAcquiresLocked()
 	c.mu.Unlock()
+	if len(settles) > 0 {
+		t := time.NewTimer(c.opts.cleanupTimeout)
+		for _, ch := range settles {
+			select {
+			case <-ch:
+			case <-t.C:
+			}
+		}
+		t.Stop()
+	}
 	if len(held) > 0 {
 		var wg sync.WaitGroup
 		for _, lk := range held {
@@ -164,6 +177,27 @@ func (c *Client) Close() error {
 	}
 	c.bg.Wait()
 	return nil
+}
+
+// withdrawAcquiresLocked withdraws every ACQUIRE sent and not answered (Close): its waiter gets
+// ErrClosed now, and CANCEL goes to the server; it returns the channels closed once each
+// outcome is known (and a raced grant released). Without a connection nothing can be withdrawn:
+// the server drops the waits when the session's grace ends. c.mu must be held.
+func (c *Client) withdrawAcquiresLocked() []chan struct{} {
+	if c.live == nil {
+		return nil
+	}
+	var settles []chan struct{}
+	for _, cl := range c.pending.calls(nil) {
+		if cl.req.Op != wire.OpAcquire || cl.abandoned || cl.internal != nil {
+			continue
+		}
+		c.timeouts.remove(&cl.timeoutPos)
+		cl.abandoned = true
+		settles = append(settles, c.cancelAcquireLocked(cl))
+		cl.ch <- result{err: callErr(cl, ErrClosed, "the client was closed; the queued acquire was withdrawn", nil)}
+	}
+	return settles
 }
 
 // SessionID returns the client's 16-byte session id: random, kept across reconnects, replaced

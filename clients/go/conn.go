@@ -70,7 +70,7 @@ func (cn *conn) writeLoop() {
 	var beat <-chan time.Time
 	var hbTimer *time.Timer
 	if c.opts.heartbeat > 0 {
-		hbTimer = time.NewTimer(c.opts.heartbeat)
+		hbTimer = time.NewTimer(min(c.opts.heartbeat, busyHeartbeat))
 		defer hbTimer.Stop()
 		beat = hbTimer.C
 	}
@@ -136,9 +136,20 @@ func (cn *conn) writeLoop() {
 	}
 }
 
-// heartbeat sends a PING when nothing has arrived for the heartbeat interval, and fails the
-// connection when a PING stays unanswered for the request timeout. It returns when to check
-// again, or false when the connection is gone.
+// The heartbeat's timing (docs/clients.md, the heartbeat interval): while any request waits for
+// an answer (a queued ACQUIRE included) a PING goes after busyHeartbeat of silence at most, and a
+// PING unanswered for maxPingWait (at most) fails the connection, so that a frozen leader is
+// left in about 1.5 s and the session resumes on the next one.
+const (
+	busyHeartbeat = 500 * time.Millisecond
+	maxPingWait   = time.Second
+)
+
+// heartbeat sends a PING when nothing has arrived for the heartbeat interval (busyHeartbeat
+// while requests wait), and gives the connection up when a PING stays unanswered for
+// min(heartbeat, maxPingWait): the client reconnects and resumes, the calls in flight keep
+// waiting. It returns when to check again (at most busyHeartbeat: a request made meanwhile
+// shortens the interval), or false when the connection is gone.
 func (cn *conn) heartbeat() (time.Duration, bool) {
 	c := cn.c
 	now := time.Now()
@@ -149,18 +160,23 @@ func (cn *conn) heartbeat() (time.Duration, bool) {
 		return 0, false
 	}
 	if cn.hb != nil {
+		wait := min(c.opts.heartbeat, maxPingWait)
 		waited := now.Sub(cn.hbSent)
-		if waited >= c.opts.requestTimeout {
+		if waited >= wait {
 			c.mu.Unlock()
-			c.connDown(cn, &opError{kind: ErrTimeout, op: "heartbeat", msg: fmt.Sprintf("the server (%s) did not answer a PING within %v", cn.addr, c.opts.requestTimeout)}, downHeartbeat)
+			c.connDown(cn, &opError{kind: ErrTimeout, op: "heartbeat", msg: fmt.Sprintf("the server (%s) did not answer a PING within %v", cn.addr, wait)}, downSilent)
 			return 0, false
 		}
 		c.mu.Unlock()
-		return c.opts.requestTimeout - waited, true
+		return wait - waited, true
 	}
-	if idle < c.opts.heartbeat {
+	interval := c.opts.heartbeat
+	if c.pending.len() > 0 {
+		interval = min(interval, busyHeartbeat)
+	}
+	if idle < interval {
 		c.mu.Unlock()
-		return c.opts.heartbeat - idle, true
+		return min(interval-idle, busyHeartbeat), true
 	}
 	hb := &call{ch: make(chan result, 1), req: wire.Request{Op: wire.OpPing}}
 	hb.internal = func(result) {
@@ -171,7 +187,7 @@ func (cn *conn) heartbeat() (time.Duration, bool) {
 	cn.hb, cn.hbSent = hb, now
 	c.sendLocked(hb, 0)
 	c.mu.Unlock()
-	return min(c.opts.heartbeat, c.opts.requestTimeout), true
+	return min(c.opts.heartbeat, maxPingWait), true
 }
 
 // Read reads from the socket for readLoop's buffer, and notes when bytes arrived (once per read,

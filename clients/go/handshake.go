@@ -53,6 +53,10 @@ func kindText(kind error) string { return strings.TrimPrefix(kind.Error(), "tick
 
 // dialEndpoint connects to addr: TCP, optional TLS, then the protocol handshake, all bounded by
 // ctx and the dial timeout. The returned connection has read nothing beyond WELCOME.
+// handshakeWait bounds TLS and the protocol handshake once TCP is connected (docs/clients.md,
+// the connect timeout).
+const handshakeWait = 2 * time.Second
+
 func (c *Client) dialEndpoint(ctx context.Context, addr string, session *[wire.SessionIDSize]byte) (net.Conn, *wire.Welcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.dialTimeout)
 	defer cancel()
@@ -71,9 +75,16 @@ func (c *Client) dialEndpoint(ctx context.Context, addr string, session *[wire.S
 		}
 		return nil, nil, endpointErr(ErrUnavailable, netText(err), nil)
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		nc.SetDeadline(dl)
+	// TLS and the handshake get at most handshakeWait once TCP is connected: a frozen node's
+	// kernel still accepts connections, and the next endpoint should not wait for the dial
+	// timeout behind it.
+	hsDeadline := time.Now().Add(min(handshakeWait, c.opts.dialTimeout))
+	if dl, ok := ctx.Deadline(); ok && dl.Before(hsDeadline) {
+		hsDeadline = dl
 	}
+	nc.SetDeadline(hsDeadline)
+	ctx, cancelHS := context.WithDeadline(ctx, hsDeadline)
+	defer cancelHS()
 	// Unblock the handshake's reads and writes if ctx is cancelled before its deadline.
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -107,7 +118,7 @@ func (c *Client) dialEndpoint(ctx context.Context, addr string, session *[wire.S
 			return nil, nil, &endpointError{addr: addr, kind: ErrUnavailable, detail: detail, causes: []error{re}}
 		case isTimeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 			// Connected, but no answer: a frozen or half-open server. It matches ErrTimeout too.
-			return nil, nil, endpointErr(ErrUnavailable, "timed out: no handshake within "+c.opts.dialTimeout.String()+" (is the server frozen, or not a Ticketing server?)", ErrTimeout)
+			return nil, nil, endpointErr(ErrUnavailable, "timed out: no handshake within "+min(handshakeWait, c.opts.dialTimeout).String()+" of the TCP connection (is the server frozen, or not a Ticketing server?)", ErrTimeout)
 		case isKind(err):
 			return nil, nil, &endpointError{addr: addr, kind: kindOf(err), detail: causeText(err), causes: []error{err}}
 		case c.opts.tls != nil && isTLSAlert(err):

@@ -410,9 +410,10 @@ func (c *Client) fireLost() {
 // `defer lock.Release(context.Background())` cannot hang.
 //
 // It returns nil when the lock was held until this call released it. If the lock was lost before
-// (Lost closed), it still tells the server (which may not have reclaimed it yet, so the next
-// waiter need not wait for the lease) and returns the *LockLostError: the work done under the
-// lock may not have been protected. A NOT_HELD answer marks the lock lost (ReasonNotHeld); the
+// (Lost closed), it returns the *LockLostError at once, without waiting for the server: the
+// work done under the lock may not have been protected. It still tells the server, in the
+// background (the server may not have reclaimed the lock yet, so the next waiter need not wait
+// for the lease), unless the lock was lost to a restarted server or a NOT_HELD answer. A NOT_HELD answer marks the lock lost (ReasonNotHeld); the
 // error then matches both ErrLockLost and ErrNotHeld. Other errors (ErrTimeout,
 // ErrConnectionLost, ErrClosed) leave the lock as it was: call Release again, or let the lease
 // end. Concurrent and repeated calls are safe: once a Release has finished, later calls return
@@ -433,6 +434,19 @@ func (l *Lock) Release(ctx context.Context) error {
 		if l.released {
 			err := l.errLocked()
 			l.mu.Unlock()
+			return err
+		}
+		if l.lostErr != nil && !l.releasing {
+			l.released = true
+			err, token := l.lostErr, l.token
+			l.mu.Unlock()
+			if err.Reason != ReasonServerRestarted && err.Reason != ReasonNotHeld {
+				l.c.goBackground(func() {
+					ctx, cancel := context.WithTimeout(l.c.closeCtx, l.c.opts.requestTimeout)
+					defer cancel()
+					l.c.release(ctx, l.key, token) // best effort: the answer changes nothing here
+				})
+			}
 			return err
 		}
 		if l.releasing {

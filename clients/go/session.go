@@ -330,15 +330,15 @@ func (c *Client) attach(cn *conn, w *wire.Welcome, session [wire.SessionIDSize]b
 type downKind int
 
 const (
-	downDropped   downKind = iota // it failed: reconnect, to the same endpoint first
-	downMoved                     // NOT_LEADER, GOAWAY, SHUTTING_DOWN: c.hint / c.next say where to go
-	downHeartbeat                 // a PING went unanswered: the server is frozen or unreachable
+	downDropped downKind = iota // it failed: reconnect, to the same endpoint first
+	downMoved                   // NOT_LEADER, GOAWAY, SHUTTING_DOWN: c.hint / c.next say where to go
+	downSilent                  // a PING went unanswered: the node is frozen or cut off
 )
 
-// connDown handles the loss of cn: the next connection resumes the session. After an unanswered
-// heartbeat, every call in flight fails with cause (an ACQUIRE counts as cancelled: it is
-// withdrawn on the next connection). Without a session grace (0), the calls in flight fail at
-// once; else they fail with ErrConnectionLost once the grace has passed without a reconnect.
+// connDown handles the loss of cn: the next connection resumes the session. Without a session
+// grace (0), the calls in flight fail at once; else they fail with ErrConnectionLost once the
+// grace has passed without a reconnect. After an unanswered heartbeat (a frozen or cut-off
+// node) the next round tries the node just left last: it accepts TCP but answers nothing.
 func (c *Client) connDown(cn *conn, cause error, how downKind) {
 	// The socket is closed only after cn is detached: its reader, which fails at once, must find
 	// it detached and not report a drop of its own.
@@ -354,7 +354,10 @@ func (c *Client) connDown(cn *conn, cause error, how downKind) {
 		c.pending.del(cn.hb.req.ID)
 		cn.hb = nil
 	}
-	if how != downMoved && cn.idx >= 0 {
+	switch {
+	case how == downSilent && cn.idx >= 0:
+		c.next = (cn.idx + 1) % len(c.opts.endpoints)
+	case how != downMoved && cn.idx >= 0:
 		c.next = cn.idx
 	}
 	c.drops++
@@ -362,8 +365,6 @@ func (c *Client) connDown(cn *conn, cause error, how downKind) {
 	var after []func()
 	switch {
 	case closed:
-	case how == downHeartbeat:
-		c.abandonAllLocked(func(cl *call) error { return callErr(cl, ErrTimeout, causeText(cause), nil) })
 	case c.graceMs == 0:
 		after = c.dropAllLocked(func(cl *call) error {
 			return callErr(cl, ErrConnectionLost, fmt.Sprintf("the connection to %s dropped and the server keeps no session to resume", cn.addr), cause)

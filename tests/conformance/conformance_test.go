@@ -331,6 +331,10 @@ func applicable(res *results, env *runEnv, d *driver, sc scenario) bool {
 		res.set(d.name, sc.name, result{status: statusNA, note: "single node only"})
 		return false
 	}
+	if sc.clusterOnly && env.kind == "single" {
+		res.set(d.name, sc.name, result{status: statusNA, note: "cluster only"})
+		return false
+	}
 	return true
 }
 

@@ -28,6 +28,8 @@ type scenario struct {
 	// single: the scenario relies on single-node rules and has no cluster variant: n/a on other
 	// targets.
 	single bool
+	// clusterOnly: the scenario needs a cluster (a leader to lose): n/a on a single node.
+	clusterOnly bool
 	// cluster: the scenario's variant on a cluster target (SCENARIOS.md, "On a cluster"); nil:
 	// run runs there too.
 	cluster func(s *S)

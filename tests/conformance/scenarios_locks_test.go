@@ -38,6 +38,13 @@ var scenarios = []scenario{
 	{name: "mtls", needs: []string{"mtls"}, run: scMTLS},
 	{name: "bad_arguments", run: scBadArguments},
 	{name: "shutting_down", run: scShuttingDown, cluster: scShuttingDownCluster},
+	{name: "release_lost_at_once", needs: []string{"locks", "lost_events"}, run: scReleaseLostAtOnce},
+	{name: "close_withdraws_waiters", needs: []string{"locks"}, run: scCloseWithdrawsWaiters},
+	{name: "first_call_after_restart", single: true, run: scFirstCallAfterRestart},
+	{name: "timeout_while_reconnecting", needs: []string{"locks", "request_timeout"}, single: true, run: scTimeoutWhileReconnecting},
+	{name: "error_messages", run: scErrorMessages},
+	{name: "startup_wait_visible", single: true, run: scStartupWaitVisible},
+	{name: "frozen_leader", needs: []string{"locks"}, clusterOnly: true, run: scFrozenLeader},
 }
 
 func scBasic(s *S) {

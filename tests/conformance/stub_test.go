@@ -427,21 +427,22 @@ type stubClient struct {
 	heartbeat  time.Duration
 	done       chan struct{}
 
-	mu       sync.Mutex
-	hint     string // a leader's address from GOAWAY or NOT_LEADER: tried first on reconnect
-	session  [wire.SessionIDSize]byte
-	stateID  [wire.StateIDSize]byte
-	grace    time.Duration
-	conn     *rawConn
-	gen      int
-	nextID   uint64
-	pending  map[uint64]*stubReq
-	locks    map[uint64]*stubLock // held, by token
-	closed   bool
-	lastRecv time.Time
-	pinging  bool
-	answers  int
-	acking   bool
+	mu         sync.Mutex
+	hint       string // a leader's address from GOAWAY or NOT_LEADER: tried first on reconnect
+	session    [wire.SessionIDSize]byte
+	stateID    [wire.StateIDSize]byte
+	grace      time.Duration
+	conn       *rawConn
+	gen        int
+	nextID     uint64
+	pending    map[uint64]*stubReq
+	locks      map[uint64]*stubLock // held, by token
+	closed     bool
+	newSession bool // a new session after a restart: its first WELCOME is not a failed resume
+	lastRecv   time.Time
+	pinging    bool
+	answers    int
+	acking     bool
 }
 
 type stubReq struct {
@@ -567,11 +568,26 @@ func (c *stubClient) attach(conn *rawConn) (again bool) {
 	}
 	if conn.Welcome.StateID != c.stateID {
 		c.d.logf("%s: state id changed: server restarted", c.name)
+		// What was sent to the old state fails; what was never sent goes to the new one, with
+		// ids of the new session.
+		var unsent []*stubReq
+		for id, p := range c.pending {
+			if p.sentAt.IsZero() {
+				unsent = append(unsent, p)
+				delete(c.pending, id)
+			}
+		}
 		c.failAllLocked(errKind("server_restarted", "server restarted (new state id)"))
 		locks := c.locks
 		c.locks = map[uint64]*stubLock{}
 		rand.Read(c.session[:])
-		c.stateID, c.nextID = conn.Welcome.StateID, 1
+		c.stateID, c.nextID, c.newSession = conn.Welcome.StateID, 1, true
+		sort.Slice(unsent, func(i, j int) bool { return unsent[i].req.ID < unsent[j].req.ID })
+		for _, p := range unsent {
+			p.req.ID = c.nextID
+			c.nextID++
+			c.pending[p.req.ID] = p
+		}
 		c.mu.Unlock()
 		for _, l := range locks {
 			l.fireLost("server_restarted")
@@ -579,9 +595,10 @@ func (c *stubClient) attach(conn *rawConn) (again bool) {
 		conn.close()
 		return true
 	}
-	if c.gen > 0 && !conn.resumed() {
+	if c.gen > 0 && !conn.resumed() && !c.newSession {
 		c.failAllLocked(errKind("connection_lost", "connection lost and the session could not be resumed"))
 	}
+	c.newSession = false
 	c.gen++
 	gen := c.gen
 	c.conn = conn
@@ -847,6 +864,19 @@ func (c *stubClient) close() {
 	c.closed = true
 	close(c.done)
 	conn := c.conn
+	if conn != nil {
+		// Withdraw the acquires still queued: a closed client is never granted a lock.
+		var cancels []wire.Request
+		for id, p := range c.pending {
+			if p.req.Op == wire.OpAcquire && !p.sentAt.IsZero() {
+				cancels = append(cancels, wire.Request{Op: wire.OpCancel, ID: c.nextID, Token: id})
+				c.nextID++
+			}
+		}
+		if len(cancels) > 0 {
+			conn.write(cancels...)
+		}
+	}
 	c.failAllLocked(errKind("closed", "client closed"))
 	locks := c.locks
 	c.locks = map[uint64]*stubLock{}
@@ -1029,6 +1059,14 @@ func (l *stubLock) reasonNow() string {
 
 func (l *stubLock) release() error {
 	l.stopKeepalive()
+	if l.isLost() {
+		// Lost before: answer at once; tell the server in the background, unless nothing is
+		// left to release there.
+		if r := l.reasonNow(); r != "server_restarted" && r != "not_held" {
+			go l.c.do(wire.Request{Op: wire.OpRelease, Key: l.key, Token: l.token}, nil)
+		}
+		return lockLostErr(l.reasonNow())
+	}
 	f, err := l.c.do(wire.Request{Op: wire.OpRelease, Key: l.key, Token: l.token}, nil)
 	l.mu.Lock()
 	wasLost, reason := l.lost, l.reason

@@ -54,9 +54,10 @@ type clusterTarget struct {
 	nodes []*clusterNode
 	order []string // Endpoints
 
-	mu      sync.Mutex
-	exited  <-chan struct{} // of the node stopped by the last Stop or Kill
-	planned int             // elections the runner caused: the first, and one per Stop or Kill
+	mu               sync.Mutex
+	exited           <-chan struct{} // of the node stopped by the last Stop or Kill
+	planned          int             // elections the runner caused: the first, and one per Stop or Kill
+	plannedStepdowns int             // step-downs the runner caused: a frozen leader that wakes (FreezeLeader)
 }
 
 // clusterStats counts, over a run, the clusters started, the leader changes the runner did not
@@ -296,6 +297,7 @@ func (t *clusterTarget) UnplannedElections() int {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	stepdowns = max(0, stepdowns-t.plannedStepdowns)
 	return stepdowns + max(0, elections-t.planned-stepdowns)
 }
 
@@ -329,6 +331,24 @@ func (t *clusterTarget) Restart() error {
 	}
 	_, err := t.waitLeader(clusterReady)
 	return err
+}
+
+// FreezeLeader stops the leader with SIGSTOP (the others elect another one; the frozen node's
+// kernel still accepts connections) and returns the function that resumes it. The election it
+// causes is planned.
+func (t *clusterTarget) FreezeLeader() (thaw func() error, err error) {
+	n, err := t.waitLeader(clusterReady)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	t.planned++          // the election it causes
+	t.plannedStepdowns++ // and the frozen leader's step-down when it wakes (it lost its quorum)
+	t.mu.Unlock()
+	if err := n.srv.Freeze(); err != nil {
+		return nil, err
+	}
+	return n.srv.Thaw, nil
 }
 
 // Freeze stops every node with SIGSTOP (a cluster that answers nothing); Thaw resumes them.

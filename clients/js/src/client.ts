@@ -17,6 +17,7 @@ import {
   NotAcquiredError,
   ProtocolError,
   TicketingError,
+  dataText,
   errorForStatus,
 } from './errors.js';
 import { Lock, type CallOptions, type LockOwner } from './lock.js';
@@ -66,6 +67,7 @@ const CLIENT_OPTIONS = [
   'minReconnectDelayMs',
   'maxReconnectDelayMs',
   'maxRedirects',
+  'unrefWhileHeld',
 ] as const;
 const ACQUIRE_OPTIONS = ['leaseMs', 'waitTimeoutMs', 'signal', 'timeoutMs', 'keepAlive', 'maxHoldMs', 'refuseHeld', 'throwOnLost'] as const;
 const CALL_OPTIONS = ['signal', 'timeoutMs'] as const;
@@ -95,7 +97,9 @@ export interface ClientOptions {
    */
   tls?: boolean | tls.ConnectionOptions;
   /**
-   * ms allowed for one connection attempt to one endpoint: TCP, TLS and the handshake.
+   * ms allowed for one connection attempt to one endpoint: TCP, TLS and the handshake. Once
+   * TCP is connected, TLS and the handshake must also finish within 2000 ms (a frozen node's
+   * kernel still accepts connections: the next endpoint is tried instead).
    * @default 5000
    */
   connectTimeoutMs?: number;
@@ -107,8 +111,11 @@ export interface ClientOptions {
    */
   requestTimeoutMs?: number;
   /**
-   * After this many ms without receiving anything, send a PING; no answer within the request
-   * timeout fails the connection (which is then reconnected and the session resumed). 0 disables.
+   * After this many ms without receiving anything, send a PING (after at most 500 ms while a
+   * request waits for its answer, a queued acquire included). A PING unanswered within
+   * min(this, 1000) ms gives the connection up (a frozen node, a cut network): the client
+   * reconnects, trying the node it just left last, and resumes the session; the calls in flight
+   * keep waiting, each bounded by its own timeout. 0 disables.
    * @default 2000
    */
   heartbeatIntervalMs?: number;
@@ -143,6 +150,15 @@ export interface ClientOptions {
    * @default 10
    */
   maxRedirects?: number;
+  /**
+   * By default a client that holds a lock (or waits for an answer) keeps the Node process
+   * alive, as an open socket would: a process that awaits `lock.lost` runs until the lock is
+   * released or lost, and never exits silently while the server still holds its lock. `true`
+   * lets the process exit while locks are held (they then run out their lease on the server);
+   * a call waiting for its answer still keeps it alive. An idle client never keeps it alive.
+   * @default false
+   */
+  unrefWhileHeld?: boolean;
 }
 
 /** Options of {@link Client.acquire}. */
@@ -235,7 +251,10 @@ export interface KeyInfo {
   waiters: number;
   /** ms since the holder was granted the lock; 0 when not held. */
   heldForMs: number;
-  /** ms of lock-delay left (the key stays unavailable for a while after an expiry, if the server is set so). */
+  /**
+   * ms of lock-delay left (the key stays unavailable for a while after an expiry, if the server
+   * is set so), or of the server's start-up wait (see {@link KeyInfo.startup}).
+   */
   lockDelayRemainingMs: number;
   /** The token given in the options is the holder's. */
   tokenMatches: boolean;
@@ -243,6 +262,11 @@ export interface KeyInfo {
   heldByThisClient: boolean;
   /** The key waits for the server's storage before its next grant. */
   stalled: boolean;
+  /**
+   * The server is in its start-up wait (after a restart, leases granted before it may still
+   * run): no key is granted before it ends, in {@link KeyInfo.lockDelayRemainingMs} ms.
+   */
+  startup: boolean;
 }
 
 /** Events of a {@link Client}. */
@@ -287,15 +311,18 @@ function parseEndpoints(v: unknown): Endpoint[] {
  * state id), every lock of this client is lost (reason `server restarted`) and requests in flight
  * fail with {@link ServerRestartedError}; nothing is re-sent.
  *
- * A client with nothing in flight does not keep the Node process alive. Close it with
- * {@link Client.close} (graceful, bounded) or {@link Client.destroy} (at once), or
- * `await using`. Closing does not release held locks unless `releaseOnClose` is set.
+ * An idle client does not keep the Node process alive. A call waiting for its answer, or a
+ * lock held, does (as an open socket would), unless `unrefWhileHeld` is set for held locks.
+ * Close it with {@link Client.close} (graceful, bounded: queued acquires are withdrawn) or
+ * {@link Client.destroy} (at once), or `await using`. Closing does not release held locks
+ * unless `releaseOnClose` is set.
  */
 export class Client extends EventEmitter<ClientEvents> implements LockOwner {
   readonly #session: Session;
   readonly #requestTimeoutMs: number;
   readonly #cleanupTimeoutMs: number;
   readonly #releaseOnClose: boolean;
+  readonly #unrefWhileHeld: boolean;
   /** Locks held (not released, not lost), by token. */
   readonly #locks = new Map<bigint, Lock>();
   /** Acquires waiting for their answer. */
@@ -323,6 +350,7 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
     this.#requestTimeoutMs = msOption('requestTimeoutMs', o.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS, 1);
     this.#cleanupTimeoutMs = msOption('cleanupTimeoutMs', o.cleanupTimeoutMs ?? DEFAULT_CLEANUP_TIMEOUT_MS, 1);
     this.#releaseOnClose = boolOption('releaseOnClose', o.releaseOnClose, false);
+    this.#unrefWhileHeld = boolOption('unrefWhileHeld', o.unrefWhileHeld, false);
     const minBackoffMs = msOption('minReconnectDelayMs', o.minReconnectDelayMs ?? DEFAULT_MIN_RECONNECT_DELAY_MS, 1);
     const maxBackoffMs = msOption('maxReconnectDelayMs', o.maxReconnectDelayMs ?? DEFAULT_MAX_RECONNECT_DELAY_MS, minBackoffMs);
     const maxRedirects = o.maxRedirects ?? DEFAULT_MAX_REDIRECTS;
@@ -450,14 +478,20 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
         keepAlive,
         maxHoldMs,
         throwOnLost,
+        keepProcessAlive: !this.#unrefWhileHeld && !this.#closing,
       });
       this.#locks.set(lock.token, lock);
       return lock;
     }
     if (res.status === Status.TIMED_OUT) {
-      throw new NotAcquiredError(wait === 0 ? `${what}: not acquired: the key is taken` : `${what}: not acquired within the wait timeout (${wait} ms)`, {
-        detail: res.detail,
-      });
+      // The server says why when it has a reason beyond the wait (its start-up wait).
+      const why = dataText(res.data);
+      const msg = why
+        ? `${what}: not acquired${wait === 0 ? '' : ` within the wait timeout (${wait} ms)`}: ${why}`
+        : wait === 0
+          ? `${what}: not acquired: the key is taken`
+          : `${what}: not acquired within the wait timeout (${wait} ms)`;
+      throw new NotAcquiredError(msg, { detail: res.detail });
     }
     if (res.status === Status.NOT_HELD && a.retried) {
       throw new NotAcquiredError(`${what}: not acquired: the lock was granted while the connection was down and has ended since`, { status: Status.NOT_HELD });
@@ -563,18 +597,19 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
 
   /**
    * Closes gracefully, in bounded time: new calls reject with {@link ClientClosedError};
-   * keep-alives stop; acquires still waiting are withdrawn (they reject with
-   * {@link CancelledError}; a grant that raced the withdrawal is released); with
-   * `releaseOnClose`, every held lock is released; answers in flight are awaited, at most
-   * `min(cleanupTimeoutMs, requestTimeoutMs)`; then the connection closes. Without
-   * `releaseOnClose`, locks still held stay held until their lease ends.
+   * keep-alives stop; acquires still waiting (queued on the server) reject at once with
+   * {@link ClientClosedError} and are withdrawn from the server (CANCEL; a grant that raced the
+   * withdrawal is released), so a closed client is never granted a lock; with
+   * `releaseOnClose`, every held lock is released; answers in flight and the withdrawals are
+   * awaited, at most `min(cleanupTimeoutMs, requestTimeoutMs)`; then the connection closes.
+   * Without `releaseOnClose`, locks still held stay held on the server until their lease ends.
    */
   close(): Promise<void> {
     if (this.#closing) return this.#closing;
     this.#closing = (async () => {
-      for (const lock of this.#locks.values()) lock.stopKeepAlive();
+      for (const lock of this.#locks.values()) lock.clientClosing();
       for (const call of [...this.#waiting]) {
-        this.#session.abandon(call, new CancelledError(`${call.spec.what}: withdrawn: the client is closing`), true);
+        this.#session.abandon(call, new ClientClosedError(`${call.spec.what}: the client was closed; the queued acquire was withdrawn`), false);
       }
       if (this.#releaseOnClose) {
         for (const lock of [...this.#locks.values()]) lock.release().catch(() => {});
@@ -589,7 +624,7 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
   destroy(): void {
     this.#closing ??= Promise.resolve();
     this.#closed = true;
-    for (const lock of this.#locks.values()) lock.stopKeepAlive();
+    for (const lock of this.#locks.values()) lock.clientClosing();
     this.#session.destroy();
   }
 
@@ -610,6 +645,12 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
   /** @internal */
   forget(lock: Lock): void {
     if (this.#locks.get(lock.token) === lock) this.#locks.delete(lock.token);
+  }
+
+  /** @internal */
+  releaseInBackground(lock: Lock, what: string): void {
+    if (this.#closed) return;
+    this.#session.releaseToken(lock.keyBytes, lock.token, what);
   }
 
   // ---- internals ----
@@ -666,5 +707,6 @@ function keyInfo(res: Response, what: string): KeyInfo {
     tokenMatches: (d.flags & InspectFlag.TOKEN_MATCH) !== 0,
     heldByThisClient: (d.flags & InspectFlag.SESSION) !== 0,
     stalled: (d.flags & InspectFlag.STALLED) !== 0,
+    startup: (d.flags & InspectFlag.STARTUP) !== 0,
   };
 }

@@ -54,6 +54,13 @@ export interface Endpoint {
 /** The default port of a Ticketing server. */
 export const DEFAULT_PORT = 7070;
 
+/**
+ * Once TCP is connected, TLS and the protocol handshake must finish within this many ms (or the
+ * connect timeout, if shorter): a frozen node's kernel still accepts connections, and the next
+ * endpoint should not wait for the whole connect timeout behind it (docs/clients.md).
+ */
+export const HANDSHAKE_WAIT_MS = 2_000;
+
 /** Parses `host:port`, `[v6]:port`, or a bare host (port 7070); `undefined` when it is not an address. */
 export function tryParseEndpoint(s: string): Endpoint | undefined {
   const text = s.trim();
@@ -106,6 +113,19 @@ type State = 'tcp' | 'challenge' | 'welcome' | 'ready' | 'closed';
 // Socket errors that mean "nobody reachable there" (before the TCP connection is up).
 const UNREACHABLE = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EAI_NONAME', 'EADDRNOTAVAIL', 'ETIMEDOUT', 'ECONNRESET', 'EPIPE']);
 
+const UNREACHABLE_TEXT: Record<string, string> = {
+  ECONNREFUSED: 'connection refused',
+  EHOSTUNREACH: 'host unreachable',
+  ENETUNREACH: 'network unreachable',
+  ENOTFOUND: 'host not found',
+  EAI_AGAIN: 'the host name could not be resolved now',
+  EAI_NONAME: 'host not found',
+  EADDRNOTAVAIL: 'address not available',
+  ETIMEDOUT: 'the TCP connection timed out',
+  ECONNRESET: 'connection reset',
+  EPIPE: 'connection closed (broken pipe)',
+};
+
 function isTlsFailure(err: NodeJS.ErrnoException): boolean {
   const code = err.code ?? '';
   return (
@@ -142,6 +162,8 @@ export class Connection {
   #corked = false;
   #closeReason: TicketingError | undefined;
   #handshakeTimer: NodeJS.Timeout | undefined;
+  /** Whether the socket and the handshake timer keep the process alive. */
+  #ref = true;
   #handshake: { resolve(): void; reject(e: TicketingError): void } | undefined;
   readonly #clientNonce = randomBytes(Sizes.NONCE);
   #serverNonce: Buffer = Buffer.alloc(Sizes.NONCE);
@@ -188,6 +210,7 @@ export class Connection {
       ? tls.connect({ host, port, ...(net.isIP(host) ? {} : { servername: host }), ...opts.tls })
       : net.connect({ host, port });
     const conn = new Connection(opts, socket);
+    conn.#ref = opts.ref;
     if (!opts.ref) socket.unref();
     opts.onOpening?.(conn);
     return new Promise<Connection>((resolve, reject) => {
@@ -205,19 +228,27 @@ export class Connection {
       };
       // A connect that runs out of time is UnavailableError at every stage (docs/clients.md rule 1:
       // a handshake that times out is unavailable); TimeoutError is a call's own timeout.
-      conn.#handshakeTimer = setTimeout(() => {
-        const ms = opts.connectTimeoutMs;
-        const msg =
-          conn.#state !== 'tcp'
-            ? `connecting to ${conn.name}: no handshake answer within ${ms} ms${conn.#plaintextHint()}`
-            : conn.#tcpUp
-              ? `connecting to ${conn.name}: the TLS handshake did not complete within ${ms} ms (is the server using TLS?)`
-              : `connecting to ${conn.name} timed out after ${ms} ms (the TCP connection did not complete)`;
-        conn.destroy(new UnavailableError(msg));
-      }, opts.connectTimeoutMs);
-      if (!opts.ref) conn.#handshakeTimer.unref();
+      const started = performance.now();
+      const arm = (ms: number, afterTcp: boolean): void => {
+        if (conn.#handshakeTimer) clearTimeout(conn.#handshakeTimer);
+        conn.#handshakeTimer = setTimeout(() => {
+          const within = `within ${ms} ms${afterTcp ? ' of the TCP connection' : ''}`;
+          const msg =
+            conn.#state !== 'tcp'
+              ? `connecting to ${conn.name}: no handshake answer ${within}${conn.#plaintextHint() || ' (is the server frozen?)'}`
+              : conn.#tcpUp
+                ? `connecting to ${conn.name}: the TLS handshake did not complete ${within} (is the server using TLS?)`
+                : `connecting to ${conn.name} timed out after ${ms} ms (the TCP connection did not complete)`;
+          conn.destroy(new UnavailableError(msg));
+        }, ms);
+        if (!conn.#ref) conn.#handshakeTimer.unref();
+      };
+      arm(opts.connectTimeoutMs, false);
       socket.once('connect', () => {
         conn.#tcpUp = true;
+        // TLS and the handshake get at most HANDSHAKE_WAIT_MS once TCP is up (a frozen node).
+        const left = opts.connectTimeoutMs - (performance.now() - started);
+        if (conn.#state !== 'closed' && HANDSHAKE_WAIT_MS < left) arm(HANDSHAKE_WAIT_MS, true);
         socket.setNoDelay(true);
         socket.setKeepAlive(true, 10_000);
         if (!opts.tls) conn.#sendHello();
@@ -256,6 +287,7 @@ export class Connection {
   /** Whether the socket (and the handshake timer) keep the process alive. */
   setRef(on: boolean): void {
     if (this.#state === 'closed') return;
+    this.#ref = on;
     if (on) {
       this.#socket.ref();
       this.#handshakeTimer?.ref();
@@ -398,7 +430,11 @@ export class Connection {
     const msg = oneLine(err.message);
     if (this.#state === 'ready') return new ConnectionLostError(`connection to ${this.name} lost: ${msg}`, { cause: err });
     if (isTlsFailure(err)) return new TlsError(`TLS with ${this.name} failed: ${msg}${code}`, { cause: err });
-    if (!this.#tcpUp && UNREACHABLE.has(err.code ?? '')) return new UnavailableError(`cannot connect to ${this.name}: ${msg}`, { cause: err });
+    if (!this.#tcpUp && UNREACHABLE.has(err.code ?? '')) {
+      // Node's message repeats the address ("connect ECONNREFUSED 127.0.0.1:7070"): say what happened once.
+      const what = UNREACHABLE_TEXT[err.code!] ?? msg.split(`${this.endpoint.host}:${this.endpoint.port}`).join('').trim();
+      return new UnavailableError(`cannot connect to ${this.name}: ${what}${code}`, { cause: err });
+    }
     if (this.#opts.tls && !this.#secure) {
       return new TlsError(`TLS handshake with ${this.name} failed: ${msg}${code} (is the server using TLS?)`, { cause: err });
     }

@@ -290,12 +290,20 @@ export class ProtocolError extends TicketingError {
   }
 }
 
+/** A response's data (the server's message) as one line of text; `''` when empty. */
+export function dataText(data: Uint8Array): string {
+  return Buffer.from(data.buffer, data.byteOffset, data.byteLength)
+    .toString('utf8')
+    .replace(/\s*[\r\n]+\s*/g, ' ')
+    .trim();
+}
+
 /**
  * The error for a non-OK server answer. `what` names the request (`acquire "order-1"`); `data`
  * is the response's data (a message, or the leader's address for NOT_LEADER).
  */
 export function errorForStatus(status: number, detail: number, data: Uint8Array, what: string, cause?: unknown): TicketingError {
-  const text = Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString('utf8').replace(/[\r\n]+/g, ' ');
+  const text = dataText(data);
   const why = text ? `: ${text}` : '';
   const o: TicketingErrorOptions = cause === undefined ? { detail } : { detail, cause };
   switch (status) {

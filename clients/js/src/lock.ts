@@ -36,6 +36,8 @@ export interface LockOwner {
   lockRequest(lock: Lock, op: number, leaseMs: number, what: string, options: CallOptions | undefined): Promise<Answer>;
   /** The lock is released or lost: it no longer needs EXPIRED notices. */
   forget(lock: Lock): void;
+  /** Tells the server, in the background and best effort, to release a lock known lost (nobody waits for the answer). */
+  releaseInBackground(lock: Lock, what: string): void;
 }
 
 /** @internal How a {@link Lock} was granted. */
@@ -57,6 +59,8 @@ export interface LockGrant {
   /** Keep-alive stops this long after the grant; 0: never. */
   maxHoldMs: number;
   throwOnLost: boolean;
+  /** The lost timer keeps the Node process alive while the lock is held (the client option `unrefWhileHeld` is false). */
+  keepProcessAlive: boolean;
 }
 
 /** `1 − 2ρ`: the share of a server-side duration the client can count on (PROTOCOL.md, "The lost signal"). */
@@ -110,8 +114,11 @@ export class Lock extends EventEmitter {
   readonly queuedMs: number;
   /**
    * Resolves (never rejects) with a {@link LockLostError} when the lock is lost. Stays pending
-   * forever if the lock is released first. Like an event listener, it does not keep the Node
-   * process alive by itself.
+   * forever if the lock is released first. While the lock is held its client keeps the Node
+   * process alive (the lost timer is ref'd, as an open socket would be), so a process that
+   * awaits it runs until the lock is lost or released, never exits silently while the server
+   * still holds the lock; the client option `unrefWhileHeld: true` opts out, and a closed
+   * client's locks no longer keep the process alive.
    */
   readonly lost: Promise<LockLostError>;
 
@@ -134,6 +141,10 @@ export class Lock extends EventEmitter {
   #resolveLost!: (e: LockLostError) => void;
   #abort: AbortController | undefined;
   #releasing: Promise<void> | undefined;
+  /** The lost timer keeps the process alive (the lock is held and the client is open). */
+  #keepProcessAlive: boolean;
+  /** A RELEASE of the lock known lost went out in the background already. */
+  #releaseSent = false;
 
   /** @internal Created by the client. */
   constructor(owner: LockOwner, g: LockGrant) {
@@ -147,6 +158,7 @@ export class Lock extends EventEmitter {
     this.#keepAlive = g.keepAlive;
     this.#keepAliveUntil = g.maxHoldMs > 0 ? performance.now() + g.maxHoldMs : Infinity;
     this.#throwOnLost = g.throwOnLost;
+    this.#keepProcessAlive = g.keepProcessAlive;
     this.lost = new Promise((resolve) => (this.#resolveLost = resolve));
     this.#setDeadline(localDeadline(g.tFirst, g.detailMs, g.grantedMs), g.grantedMs);
     if (this.#keepAlive) this.#scheduleKeepAlive();
@@ -239,11 +251,16 @@ export class Lock extends EventEmitter {
    * Releases the lock: the next waiter gets it at once. Stops the keep-alive first. Calling it
    * again while it runs returns the same promise; after it succeeded, it resolves at once.
    *
-   * Rejects with {@link LockLostError} if the lock was lost (the RELEASE is still sent, in case
-   * the server still holds it) or the server answers NOT_HELD (the lock is then lost, reason
-   * `not held`: you never release somebody else's lock). Rejects with {@link TimeoutError},
-   * {@link ConnectionLostError} or {@link ClientClosedError} when the outcome is unknown: the
-   * lock may still be held until its lease ends, and release may be called again.
+   * Rejects with {@link LockLostError} if the lock was lost before: at once, without waiting
+   * for the server (reachable or not), for the work done under the lock may not have been
+   * protected. The RELEASE still goes to the server in the background (it may not have
+   * reclaimed the lock yet, and the next waiter need not wait for the lease), unless the lock
+   * was lost to a restarted server or a NOT_HELD answer: nothing is left to release then. Also
+   * rejects with {@link LockLostError} when the server answers NOT_HELD (the lock is then lost,
+   * reason `not held`: you never release somebody else's lock). Rejects with
+   * {@link TimeoutError}, {@link ConnectionLostError} or {@link ClientClosedError} when the
+   * outcome is unknown: the lock may still be held until its lease ends, and release may be
+   * called again.
    */
   release(options?: CallOptions): Promise<void> {
     if (this.#released) return Promise.resolve();
@@ -251,6 +268,14 @@ export class Lock extends EventEmitter {
     this.#check(false);
     this.#stopKeepAlive();
     const what = `release ${describe(this)}`;
+    if (this.#lostError) {
+      const reason = this.#lostError.reason;
+      if (!this.#releaseSent && reason !== 'server restarted' && reason !== 'not held') {
+        this.#releaseSent = true;
+        this.#owner.releaseInBackground(this, what);
+      }
+      return Promise.reject(this.#lostFor(what));
+    }
     const p = (async () => {
       let a: Answer;
       try {
@@ -367,10 +392,15 @@ export class Lock extends EventEmitter {
     this.#setDeadline(localDeadline(tFirst, 0, grantedMs), grantedMs);
   }
 
-  /** @internal Stops the keep-alive (the client is closing). */
-  stopKeepAlive(): void {
+  /**
+   * @internal The client is closing: the keep-alive stops, and the lock no longer keeps the
+   * process alive (it runs out its lease on the server; its lost signal still fires).
+   */
+  clientClosing(): void {
     this.#keepAlive = false;
     this.#stopKeepAlive();
+    this.#keepProcessAlive = false;
+    this.#timer?.unref();
   }
 
   /** @internal Marks the lock lost (once) and fires the lost signal. Does nothing once released or lost. */
@@ -410,7 +440,9 @@ export class Lock extends EventEmitter {
   #arm(now: number): void {
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = setTimeout(() => this.#check(true), Math.max(0, Math.floor(this.#lostAt - now)));
-    this.#timer.unref();
+    // While held, the lost timer keeps the process alive (unless the application opted out):
+    // a process awaiting `lost` must not exit while the server still holds the lock.
+    if (!this.#keepProcessAlive) this.#timer.unref();
   }
 
   /**

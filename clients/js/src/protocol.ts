@@ -106,6 +106,8 @@ export const InspectFlag = {
   SESSION: 0x4,
   /** The key waits for storage before its next grant. */
   STALLED: 0x8,
+  /** The server is in its start-up wait: no grant before it ends (the lock-delay left says when). */
+  STARTUP: 0x10,
 } as const;
 /** An INSPECT flag bit. */
 export type InspectFlag = (typeof InspectFlag)[keyof typeof InspectFlag];

@@ -15,8 +15,11 @@
  *   the client's locks are lost, nothing is re-sent, and a new session starts.
  * - A given-up ACQUIRE (timeout, abort, connection lost) stays in `#sent`, marked abandoned:
  *   a CANCEL goes out for it, and a grant that still arrives is released.
- * - A heartbeat PING after `heartbeatMs` without any bytes received; no answer within the
- *   request timeout fails the connection.
+ * - A heartbeat PING after `heartbeatMs` without any bytes received (after at most 500 ms
+ *   while any request waits for its answer, a queued ACQUIRE included); a PING unanswered
+ *   within min(`heartbeatMs`, 1 s) gives the connection up (a frozen node, a cut network): it is
+ *   replaced like a dropped one, the session resumes, the calls in flight keep waiting, and the
+ *   node just left is tried last in the next round.
  * - ACK at least every 1,024 answers (here: every 512), one at a time.
  *
  * @module
@@ -43,6 +46,14 @@ import { ClientRules, GoawayReason, Op, Sizes, Status, encodeRequest, type Respo
 
 /** Send ACK after this many answers (half of ACK_EVERY, so that a slow ACK never breaks the rule). */
 const ACK_AFTER = ClientRules.ACK_EVERY / 2;
+
+/**
+ * The heartbeat's timing (docs/clients.md, the heartbeat interval): while any request waits for
+ * an answer a PING goes after this much silence at most...
+ */
+const BUSY_HEARTBEAT_MS = 500;
+/** ...and a PING unanswered for this long at most gives the connection up: a frozen leader is left in about 1.5 s. */
+const MAX_PING_WAIT_MS = 1_000;
 
 /** What the session needs to know. */
 export interface SessionOptions {
@@ -169,8 +180,9 @@ export class Session {
   #answersSinceAck = 0;
   #ack: Call | undefined;
   #hbTimer: NodeJS.Timeout | undefined;
-  #hbFailTimer: NodeJS.Timeout | undefined;
   #hb: Call | undefined;
+  /** performance.now() when the heartbeat PING `#hb` was sent. */
+  #hbSent = 0;
   #backoffTimer: NodeJS.Timeout | undefined;
   #wakeBackoff: (() => void) | undefined;
   #pendingUser = 0;
@@ -259,9 +271,11 @@ export class Session {
     const ms = call.spec.timeoutMs;
     if (call.state === 'queued') {
       this.#unqueue(call);
-      const why = this.#lastError ? ` (last error: ${this.#lastError.message})` : '';
-      const to = this.opts.endpoints.map(formatEndpoint).join(', ');
-      this.#fail(call, new TimeoutError(`${call.spec.what}: no connection to ${to} within ${ms} ms${why}`, { cause: this.#lastError }));
+      // The last connect error names the endpoint: the message does not list it twice.
+      const msg = this.#lastError
+        ? `${call.spec.what}: no connection within ${ms} ms (last error: ${this.#lastError.message})`
+        : `${call.spec.what}: no connection to ${this.opts.endpoints.map(formatEndpoint).join(', ')} within ${ms} ms`;
+      this.#fail(call, new TimeoutError(msg, { cause: this.#lastError }));
     } else if (call.state === 'sent') {
       const acquire = call.spec.op === Op.ACQUIRE;
       // Sent before the connection dropped: while the client reconnects, name the last connect error (the cause).
@@ -747,10 +761,10 @@ export class Session {
     if (this.#closed) return;
     this.#withinGrace = true;
     if (this.#graceMs > 0) {
-      this.#graceTimer = setTimeout(() => this.#graceExpired(conn.name, err), this.#graceMs);
+      this.#graceTimer = setTimeout(() => this.#graceExpired(err), this.#graceMs);
       this.#graceTimer.unref();
     } else {
-      this.#graceExpired(conn.name, err);
+      this.#graceExpired(err);
     }
     this.#ensureDialing();
   }
@@ -762,13 +776,14 @@ export class Session {
   }
 
   /** The session grace passed since the drop without a reconnect: unanswered requests fail. */
-  #graceExpired(endpoint: string, cause: TicketingError): void {
+  #graceExpired(cause: TicketingError): void {
     this.#graceTimer = undefined;
     this.#withinGrace = false;
     const grace = this.#graceMs > 0 ? `within the session grace (${this.#graceMs} ms)` : '(the server keeps no session after a drop)';
     for (const call of [...this.#sent.values()]) {
       if (call.internal || call.abandoned) continue;
-      const err = new ConnectionLostError(`${call.spec.what}: the connection to ${endpoint} was lost and not resumed ${grace}: ${cause.message}`, { cause });
+      // The cause names the endpoint (and the message says it once).
+      const err = new ConnectionLostError(`${call.spec.what}: the session was not resumed ${grace} after the connection was lost (${cause.message})`, { cause });
       if (call.spec.op === Op.ACQUIRE) this.abandon(call, err, false);
       else {
         this.#sent.delete(call.id);
@@ -783,34 +798,42 @@ export class Session {
     this.#stopHeartbeat();
     const every = this.opts.heartbeatMs;
     if (every <= 0) return;
+    const pingWait = Math.min(every, MAX_PING_WAIT_MS);
+    const schedule = (ms: number): void => {
+      this.#hbTimer = setTimeout(check, Math.max(1, Math.ceil(ms)));
+      this.#hbTimer.unref();
+    };
     const check = (): void => {
       this.#hbTimer = undefined;
       if (conn !== this.#conn) return;
-      const idle = performance.now() - conn.lastReceived;
-      if (idle >= every && !this.#hb) {
-        const rt = this.opts.requestTimeoutMs;
-        this.#hb = this.#internal({ op: Op.PING, what: 'heartbeat', timeoutMs: 0 }, () => {
-          this.#hb = undefined;
-          if (this.#hbFailTimer) clearTimeout(this.#hbFailTimer);
-          this.#hbFailTimer = undefined;
-        });
-        this.#hbFailTimer = setTimeout(() => {
-          this.#hbFailTimer = undefined;
-          conn.destroy(new TimeoutError(`no answer from ${conn.name} to a heartbeat within ${rt} ms; reconnecting`));
-        }, rt);
-        this.#hbFailTimer.unref();
+      const now = performance.now();
+      if (this.#hb) {
+        const waited = now - this.#hbSent;
+        if (waited < pingWait) return schedule(pingWait - waited);
+        // Silent (frozen, or cut off): replace the connection; the calls in flight stay in
+        // #sent and are re-sent on resume. The next round tries this node last: its kernel
+        // may still accept connections while nothing answers.
+        this.#moveOn(conn);
+        conn.destroy(new TimeoutError(`no answer from ${conn.name} to a heartbeat PING within ${pingWait} ms; reconnecting`));
+        return;
       }
-      this.#hbTimer = setTimeout(check, idle >= every ? every : Math.max(1, every - idle));
-      this.#hbTimer.unref();
+      // A request made meanwhile shortens the interval: look again within BUSY_HEARTBEAT_MS.
+      const interval = this.#sent.size > 0 ? Math.min(every, BUSY_HEARTBEAT_MS) : every;
+      const idle = now - conn.lastReceived;
+      if (idle < interval) return schedule(Math.min(interval - idle, BUSY_HEARTBEAT_MS));
+      this.#hbSent = now;
+      const hb: Call = this.#internal({ op: Op.PING, what: 'heartbeat', timeoutMs: 0 }, () => {
+        if (this.#hb === hb) this.#hb = undefined;
+      });
+      this.#hb = hb;
+      schedule(pingWait);
     };
-    this.#hbTimer = setTimeout(check, every);
-    this.#hbTimer.unref();
+    schedule(Math.min(every, BUSY_HEARTBEAT_MS));
   }
 
   #stopHeartbeat(): void {
     if (this.#hbTimer) clearTimeout(this.#hbTimer);
-    if (this.#hbFailTimer) clearTimeout(this.#hbFailTimer);
-    this.#hbTimer = this.#hbFailTimer = undefined;
+    this.#hbTimer = undefined;
     this.#hb = undefined;
   }
 

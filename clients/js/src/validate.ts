@@ -37,14 +37,38 @@ export function keyToBytes(key: unknown): Buffer {
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
-/** A key for messages: its text in quotes when it is valid UTF-8, else `0x` and its hex. */
-export function describeKey(key: Uint8Array | string): string {
-  if (typeof key === 'string') return JSON.stringify(key);
+/** How much of a key a message shows, in bytes (as the Go client). */
+export const MAX_KEY_IN_MESSAGE = 64;
+
+function decodeUtf8(b: Uint8Array): string | undefined {
   try {
-    return JSON.stringify(utf8.decode(key));
+    return utf8.decode(b);
   } catch {
-    return `0x${Buffer.from(key.buffer, key.byteOffset, key.byteLength).toString('hex')}`;
+    return undefined;
   }
+}
+
+/**
+ * A key for messages: its text in quotes when it is valid UTF-8, else `0x` and its hex. A key
+ * longer than {@link MAX_KEY_IN_MESSAGE} bytes is cut there (never inside a character), with
+ * its length: `"kkkk"…(300 bytes)`. A message never echoes a whole long key.
+ */
+export function describeKey(key: Uint8Array | string): string {
+  const bytes = typeof key === 'string' ? Buffer.from(key, 'utf8') : Buffer.from(key.buffer, key.byteOffset, key.byteLength);
+  const text = typeof key === 'string' ? key : decodeUtf8(bytes);
+  let cut = bytes.subarray(0, MAX_KEY_IN_MESSAGE);
+  let shown: string;
+  if (text !== undefined) {
+    let t = decodeUtf8(cut);
+    while (t === undefined && cut.length > MAX_KEY_IN_MESSAGE - 3) {
+      cut = cut.subarray(0, cut.length - 1); // do not split a character
+      t = decodeUtf8(cut);
+    }
+    shown = JSON.stringify(t ?? cut.toString('utf8'));
+  } else {
+    shown = `0x${cut.toString('hex')}`;
+  }
+  return cut.length < bytes.length ? `${shown}…(${bytes.length} bytes)` : shown;
 }
 
 /** A lease: an integer number of milliseconds in 1 .. 2^32-1. */

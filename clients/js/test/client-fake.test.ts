@@ -83,6 +83,17 @@ const cancellable = (c: FakeConn, r: Request): void => {
 
 const ops = (c: FakeConn): number[] => c.requests.map((r) => r.op);
 
+/** Fails when `msg` says the same phrase (16 bytes or more) twice, outside runs of one repeated character (as the conformance runner checks). */
+function assertNoRepeat(msg: string): void {
+  const n = 16;
+  for (let i = 0; i + n <= msg.length; i++) {
+    const p = msg.slice(i, i + n);
+    if ([...p].every((ch) => ch === p[0])) continue;
+    assert.ok(!msg.slice(i + n).includes(p), `message says ${JSON.stringify(p)} twice: ${msg}`);
+  }
+  assert.ok(!/[\r\n]/.test(msg), `message is not one line: ${msg}`);
+}
+
 describe('handshake', () => {
   test('a random non-zero 16-byte session id; request ids from 1n in send order', async () => {
     const { srv, client } = await setup();
@@ -229,7 +240,14 @@ describe('handshake', () => {
     const dead = await deadAddr();
     const client = newClient({ endpoints: dead });
     const t = performance.now();
-    await assert.rejects(client.connect(), (e: unknown) => e instanceof UnavailableError && e.message.includes(dead));
+    await assert.rejects(client.connect(), (e: unknown) => {
+      assert.ok(e instanceof UnavailableError && e.message.includes(dead), String(e));
+      // Node's own message repeats the address: the client's says it once.
+      assert.equal(e.message.split(dead).length, 2, e.message);
+      assertNoRepeat(e.message);
+      assert.match(e.message, /connection refused/);
+      return true;
+    });
     await assert.rejects(client.ping(), UnavailableError);
     assert.ok(performance.now() - t < 2000);
     const srv = await fakeServer();
@@ -412,7 +430,7 @@ describe('sessions and resume', () => {
     assert.ok(cs.every((c) => !c.requests.some((r) => r.op === Op.ACQUIRE)), 'no acquire re-sent');
     assert.notDeepEqual(client.sessionId, oldSession, 'a new session id');
     assert.deepEqual(srv.conns[srv.conns.length - 1]!.sessionId, client.sessionId);
-    // No operation on the old lock succeeds.
+    // No operation on the old lock succeeds; its release tells the new server nothing.
     await assert.rejects(lock.release(), (e: unknown) => e instanceof LockLostError && e.reason === 'server restarted');
     await assert.rejects(lock.extend(), (e: unknown) => e instanceof LockLostError && e.reason === 'server restarted');
     assert.ok(lock.isLost);
@@ -420,6 +438,7 @@ describe('sessions and resume', () => {
     await client.ping();
     const last = srv.conns[srv.conns.length - 1]!;
     assert.equal(last.requests[0]!.id, 1n);
+    assert.ok(!srv.conns.slice(1).some((c) => c.requests.some((r) => r.op === Op.RELEASE)), 'no RELEASE of a lock lost to a restart');
     assert.deepEqual(events, ['server restarted'], 'lost fires once');
   });
 
@@ -430,7 +449,11 @@ describe('sessions and resume', () => {
     const acq = client.acquire('k');
     await (await srv.conn(0)).next((r) => r.op === Op.ACQUIRE);
     await srv.close(); // nobody to reconnect to
-    await assert.rejects(ping, (e: unknown) => e instanceof ConnectionLostError && /session grace \(300 ms\)/.test(e.message));
+    await assert.rejects(ping, (e: unknown) => {
+      assert.ok(e instanceof ConnectionLostError && /session grace \(300 ms\)/.test(e.message), String(e));
+      assertNoRepeat(e.message);
+      return true;
+    });
     await assert.rejects(acq, ConnectionLostError);
     const took = performance.now() - t;
     assert.ok(took >= 250 && took < 3000, `failed after ${took} ms`);
@@ -742,6 +765,7 @@ describe('leaders and going away', () => {
       assert.ok(e instanceof TimeoutError, String(e));
       assert.match(e.message, /within 500 ms; the connection was lost and not re-established \(last error: .*/);
       assert.ok(e.message.includes(addr), e.message);
+      assertNoRepeat(e.message);
       assert.ok(e.cause instanceof UnavailableError, String(e.cause));
       return true;
     });
@@ -1001,9 +1025,9 @@ describe('lock', () => {
     await sleep(1);
     assert.deepEqual(late, [e]);
     await assert.rejects(a.extend(), (x: unknown) => x instanceof LockLostError && x.reason === 'expired');
-    // release of a lost lock still tells the server, and reports lock-lost
+    // release of a lost lock reports lock-lost at once, and tells the server in the background
     await assert.rejects(a.release(), (x: unknown) => x instanceof LockLostError && x.reason === 'expired');
-    assert.ok(c.requests.some((r) => r.op === Op.RELEASE && r.token === a.token));
+    await eventually(() => c.requests.some((r) => r.op === Op.RELEASE && r.token === a.token), 2000, 'the background RELEASE');
     assert.deepEqual(events, [e], 'lost fires once');
   });
 
@@ -1313,10 +1337,13 @@ describe('close', () => {
     const ping = client.ping();
     await client.close();
     const w = await waiting;
-    assert.ok(w !== 'pending' && !w.ok && w.error instanceof CancelledError);
+    assert.ok(w !== 'pending' && !w.ok && w.error instanceof ClientClosedError, String(w !== 'pending' && !w.ok && w.error));
+    assert.match((w.error as Error).message, /^acquire "k": the client was closed; the queued acquire was withdrawn$/);
     assert.ok((await ping) >= 0);
     await assert.rejects(client.acquire('k'), ClientClosedError);
     const c = await srv.conn(0);
+    const queued = c.requests.find((r) => r.op === Op.ACQUIRE && r.key.toString() === 'k')!;
+    assert.equal(c.requests.filter((r) => r.op === Op.CANCEL && r.token === queued.id).length, 1, 'close withdrew the queued acquire (CANCEL)');
     assert.ok(!c.requests.some((r) => r.op === Op.RELEASE), 'close does not release');
     assert.ok(held.isHeld);
     await eventually(() => c.socket.readableEnded || c.socket.destroyed, 2000, 'server sees the close');
@@ -1335,28 +1362,216 @@ describe('close', () => {
 });
 
 describe('process liveness', () => {
-  test('a client nobody closed does not keep Node alive (idle, or holding a lock with keep-alive)', async () => {
-    const srv = await fakeServer();
-    cleanups.push(() => srv.close());
-    const file = join(packageDir, 'dist', 'test', `forgotten-close-${process.pid}.mjs`);
-    writeFileSync(
-      file,
-      `import { createClient } from '@ticketing/client';
-const client = createClient({ endpoints: [process.argv[2]] });
-await client.ping();
-const lock = await client.acquire('forgotten', { leaseMs: 60000, keepAlive: true });
-console.log('held', String(lock.token));
-`,
-    );
+  /** Runs `src` as an ES module child process with `args`; resolves with its exit code, stdout and run time. */
+  async function runChild(name: string, src: string, args: string[], timeoutMs: number): Promise<{ code: number | null; out: string; ms: number }> {
+    const file = join(packageDir, 'dist', 'test', `${name}-${process.pid}.mjs`);
+    writeFileSync(file, src);
     try {
       const t = performance.now();
-      const out = await new Promise<string>((resolve, reject) => {
-        execFile(process.execPath, [file, srv.addr], { timeout: 10_000 }, (err, stdout) => (err ? reject(err) : resolve(stdout)));
+      return await new Promise((resolve) => {
+        execFile(process.execPath, [file, ...args], { timeout: timeoutMs }, (err, stdout) => {
+          const code = err ? ((err as { code?: number | string }).code as number | null) : 0;
+          resolve({ code: typeof code === 'number' ? code : null, out: stdout, ms: performance.now() - t });
+        });
       });
-      assert.match(out, /^held \d+\n$/);
-      assert.ok(performance.now() - t < 5000, 'exited on its own');
     } finally {
       rmSync(file, { force: true });
     }
+  }
+
+  test('an idle client does not keep Node alive; with unrefWhileHeld, neither does a lock held with keep-alive', async () => {
+    const srv = await fakeServer();
+    cleanups.push(() => srv.close());
+    const r = await runChild(
+      'forgotten-close',
+      `import { createClient } from '@ticketing/client';
+const idle = createClient({ endpoints: [process.argv[2]] });
+await idle.ping();
+const client = createClient({ endpoints: [process.argv[2]], unrefWhileHeld: true });
+const lock = await client.acquire('forgotten', { leaseMs: 60000, keepAlive: true });
+console.log('held', String(lock.token));
+`,
+      [srv.addr],
+      10_000,
+    );
+    assert.equal(r.code, 0, r.out);
+    assert.match(r.out, /^held \d+\n$/);
+    assert.ok(r.ms < 5000, `exited on its own after ${r.ms} ms`);
+  });
+
+  test('a held lock keeps Node alive: a process awaiting lock.lost runs until the lease ends and sees the lost event (with keep-alive too)', async () => {
+    const srv = await fakeServer();
+    cleanups.push(() => srv.close());
+    const src = `import { createClient } from '@ticketing/client';
+import { performance } from 'node:perf_hooks';
+const client = createClient({ endpoints: [process.argv[2]] });
+const keepAlive = process.argv[3] === 'keepalive';
+// With keep-alive the lease (300 ms) is extended until maxHoldMs, then runs out.
+const lock = await client.acquire('awaited', keepAlive ? { leaseMs: 300, keepAlive: true, maxHoldMs: 900 } : { leaseMs: 1200 });
+const t = performance.now();
+console.log('held');
+const e = await lock.lost;
+console.log('lost', e.reason, Math.round(performance.now() - t));
+`;
+    const [plain, kept] = await Promise.all([runChild('await-lost', src, [srv.addr, 'plain'], 15_000), runChild('await-lost-ka', src, [srv.addr, 'keepalive'], 15_000)]);
+    for (const [r, min] of [
+      [plain, 1100],
+      [kept, 900],
+    ] as const) {
+      // Before, Node found nothing keeping it alive and exited (code 13: an unsettled top-level await).
+      assert.equal(r.code, 0, `exit code ${r.code}, output ${JSON.stringify(r.out)}`);
+      const m = /^held\nlost expired (\d+)\n$/.exec(r.out);
+      assert.ok(m, r.out);
+      assert.ok(Number(m[1]) >= min, `lost after ${m[1]} ms`);
+    }
+    const extends_ = srv.conns.flatMap((c) => c.requests.filter((x) => x.op === Op.EXTEND)).length;
+    assert.ok(extends_ >= 2, `keep-alive extended ${extends_} times`);
+  });
+});
+
+describe('edges every client agrees on (issue 26)', () => {
+  test('release of a lock known lost rejects at once, the server silent; RELEASE goes in the background, once', async () => {
+    const { srv, client } = await setup({ onRequest: (c, r) => (r.op === Op.RELEASE ? undefined : defaultAnswer(c, r)) }, { requestTimeoutMs: 5000 });
+    const lock = await client.acquire('gone', { leaseMs: 60 });
+    assert.equal((await lock.lost).reason, 'expired');
+    const t = performance.now();
+    await assert.rejects(lock.release(), (e: unknown) => {
+      assert.ok(e instanceof LockLostError && e.reason === 'expired', String(e));
+      assert.equal(e.message, `release "gone" token ${lock.token}: lock lost: its lease expired`);
+      return true;
+    });
+    const took = performance.now() - t;
+    assert.ok(took < 500, `release of a lost lock took ${took} ms (the request timeout is 5000)`);
+    const c = await srv.conn(0);
+    assert.equal((await c.next((r) => r.op === Op.RELEASE, 2000)).token, lock.token);
+    await assert.rejects(lock.release(), LockLostError);
+    await sleep(50);
+    assert.equal(c.requests.filter((r) => r.op === Op.RELEASE).length, 1, 'one background RELEASE');
+    // Lost to the server's EXPIRED notice: the RELEASE still goes (the server may not have reclaimed it yet).
+    const ex = await client.acquire('ex', { leaseMs: 60_000 });
+    c.send({ op: Op.EXPIRED, id: 0n, token: ex.token, detail: ExpiredReason.LEASE, data: Buffer.from('ex') });
+    await ex.lost;
+    await assert.rejects(ex.release(), LockLostError);
+    await eventually(() => c.requests.filter((r) => r.op === Op.RELEASE).length === 2, 2000, 'RELEASE after an EXPIRED notice');
+  });
+
+  test('release of a lock lost to NOT_HELD sends nothing more', async () => {
+    const { srv, client } = await setup({ onRequest: (c, r) => (r.op === Op.EXTEND ? c.send({ op: r.op, id: r.id, status: Status.NOT_HELD }) : defaultAnswer(c, r)) });
+    const lock = await client.acquire('nh', { leaseMs: 60_000 });
+    await assert.rejects(lock.extend(), (e: unknown) => e instanceof LockLostError && e.reason === 'not held');
+    await assert.rejects(lock.release(), (e: unknown) => e instanceof LockLostError && e.reason === 'not held');
+    await client.ping();
+    assert.ok(!(await srv.conn(0)).requests.some((r) => r.op === Op.RELEASE));
+  });
+
+  test('while a request waits, a PING after 500 ms of silence; unanswered within 1 s the connection is replaced and the call resumes (not failed)', async () => {
+    let frozen = false;
+    // Default heartbeat (2 s) and request timeout (10 s).
+    const { srv, client } = await setup({ onRequest: (c, r) => !frozen && acquiresWait(c, r) });
+    await client.connect();
+    const c0 = await srv.conn(0);
+    const t = performance.now();
+    const waiting = client.acquire('k', { waitTimeoutMs: 60_000 });
+    const acq = await c0.next((r) => r.op === Op.ACQUIRE);
+    frozen = true;
+    await c0.next((r) => r.op === Op.PING, 3000);
+    const pingAfter = performance.now() - t;
+    assert.ok(pingAfter < 1500, `PING after ${pingAfter} ms of silence (want about 500, not the 2000 ms interval)`);
+    const errors: unknown[] = [];
+    client.on('disconnect', (e) => errors.push(e));
+    const c1 = await srv.conn(1, 5000);
+    const replacedAfter = performance.now() - t;
+    assert.ok(replacedAfter < 4000, `replaced after ${replacedAfter} ms (want about 1500, not the 10 s request timeout)`);
+    assert.ok(errors[0] instanceof TimeoutError && /heartbeat PING within 1000 ms/.test((errors[0] as Error).message), String(errors[0]));
+    assert.ok(c1.resumed);
+    const re = await c1.next((r) => r.op === Op.ACQUIRE);
+    assert.equal(re.id, acq.id, 're-sent with its id');
+    c1.send({ op: Op.ACQUIRE, id: acq.id, token: 4242n, leaseMs: 30_000 });
+    assert.equal((await waiting).token, 4242n);
+  });
+
+  test('after a silent connection the next round tries the node just left last', async () => {
+    const sessions = new Set<string>();
+    const stateId = randomBytes(16);
+    let frozen = false;
+    const s1 = await fakeServer({ sessions, stateId, onRequest: (c, r) => !frozen && acquiresWait(c, r) });
+    const s2 = await fakeServer({ sessions, stateId, onRequest: acquiresWait });
+    cleanups.push(
+      () => s1.close(),
+      () => s2.close(),
+    );
+    const client = newClient({ endpoints: [s1.addr, s2.addr], heartbeatIntervalMs: 100 });
+    await client.connect();
+    const c0 = await s1.conn(0);
+    const waiting = client.acquire('k');
+    waiting.catch(() => {});
+    const acq = await c0.next((r) => r.op === Op.ACQUIRE);
+    frozen = true;
+    const c1 = await s2.conn(0, 5000);
+    assert.ok(c1.resumed, 'the session resumed on the second endpoint');
+    assert.equal((await c1.next((r) => r.op === Op.ACQUIRE)).id, acq.id);
+    assert.equal(s1.hellos, 1, 'the silent node was not dialled again first');
+    client.destroy();
+  });
+
+  test('TLS and the handshake get 2 s once TCP is connected, within a longer connect timeout: the next endpoint is tried', async () => {
+    const mute = await muteServer();
+    const srv = await fakeServer();
+    cleanups.push(
+      () => mute.close(),
+      () => srv.close(),
+    );
+    const t = performance.now();
+    const [moved, alone] = await Promise.all([
+      newClient({ endpoints: [mute.addr, srv.addr], connectTimeoutMs: 10_000 })
+        .connect()
+        .then((c) => ({ endpoint: c.endpoint, ms: performance.now() - t })),
+      newClient({ endpoints: [mute.addr], connectTimeoutMs: 10_000 })
+        .connect()
+        .then(
+          () => undefined,
+          (e: unknown) => ({ e, ms: performance.now() - t }),
+        ),
+    ]);
+    assert.equal(moved.endpoint, srv.addr);
+    assert.ok(moved.ms >= 1900 && moved.ms < 5000, `connected to the next endpoint after ${moved.ms} ms`);
+    assert.ok(alone, 'a mute server alone: the connect fails');
+    assert.ok(alone.e instanceof UnavailableError, String(alone.e));
+    assert.match(alone.e.message, /no handshake answer within 2000 ms of the TCP connection/);
+    assert.ok(alone.ms < 5000, `failed after ${alone.ms} ms`);
+  });
+
+  test('messages cut a long key to 64 bytes, with its length, never inside a character', async () => {
+    const { client } = await setup({ onRequest: (c, r) => c.send({ op: r.op, id: r.id, status: Status.NOT_HELD }) });
+    const long = 'k'.repeat(5000);
+    await assert.rejects(client.release(long, 42n), (e: unknown) => {
+      assert.ok(e instanceof NotHeldError);
+      assert.equal(e.message, `release "${'k'.repeat(64)}"…(5000 bytes) token 42: not held`);
+      return true;
+    });
+    await assert.rejects(client.release(Buffer.alloc(100, 0xff), 42n), { message: `release 0x${'ff'.repeat(64)}…(100 bytes) token 42: not held` });
+    await assert.rejects(client.release('€'.repeat(30), 42n), { message: `release "${'€'.repeat(21)}"…(90 bytes) token 42: not held` });
+    await assert.rejects(client.release('k'.repeat(64), 42n), { message: `release "${'k'.repeat(64)}" token 42: not held` });
+  });
+
+  test('INSPECT flag STARTUP shows the start-up wait; a TIMED_OUT that says why keeps the server\'s reason', async () => {
+    const why = 'the server is in its start-up wait: no grant for 2500 ms more (leases granted before its restart may still run)';
+    const { client } = await setup({
+      onRequest: (c, r) => {
+        if (r.op === Op.INSPECT) return c.send({ op: r.op, id: r.id, data: encodeInspectData({ heldForMs: 0, lockDelayMs: 2500, flags: InspectFlag.STARTUP }) });
+        if (r.op === Op.ACQUIRE) return c.send({ op: r.op, id: r.id, status: Status.TIMED_OUT, data: Buffer.from(why) });
+        defaultAnswer(c, r);
+      },
+    });
+    const info = await client.inspect('k');
+    assert.equal(InspectFlag.STARTUP, 0x10);
+    assert.equal(info.startup, true);
+    assert.equal(info.held, false);
+    assert.equal(info.lockDelayRemainingMs, 2500);
+    await assert.rejects(client.acquire('k', { waitTimeoutMs: 300 }), {
+      name: 'NotAcquiredError',
+      message: `acquire "k": not acquired within the wait timeout (300 ms): ${why}`,
+    });
+    await assert.rejects(client.acquire('k', { waitTimeoutMs: 0 }), { message: `acquire "k": not acquired: ${why}` });
   });
 });

@@ -8,6 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import {
   AuthFailedError,
   CancelledError,
+  ClientClosedError,
   ConnectionLostError,
   InvalidRequestError,
   LockLostError,
@@ -324,7 +325,7 @@ describe('plain server', () => {
     await eventually(async () => (await waiters(srv, 'close-waiter')) === 1, 3000, 'queued');
     await b.close();
     const r = await w;
-    assert.ok(r !== 'pending' && !r.ok && r.error instanceof CancelledError);
+    assert.ok(r !== 'pending' && !r.ok && r.error instanceof ClientClosedError);
     assert.equal(await waiters(srv, 'close-waiter'), 0);
     const holder = createClient({ endpoints: srv.addr });
     const h = await holder.acquire('close-holder', { leaseMs: 60_000 });

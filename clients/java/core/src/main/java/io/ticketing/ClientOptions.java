@@ -230,7 +230,9 @@ public final class ClientOptions {
         }
 
         /**
-         * Sets how long connecting to one endpoint may take: TCP, TLS and the handshake. Default 5 s.
+         * Sets how long connecting to one endpoint may take: TCP, TLS and the handshake; once TCP is
+         * connected, TLS and the handshake get at most 2 s of it (a frozen node's kernel still
+         * accepts connections). Default 5 s.
          *
          * @param timeout a positive duration
          * @return this builder
@@ -243,7 +245,9 @@ public final class ClientOptions {
         /**
          * Sets how long any request may wait for its answer, except the time an acquire spends
          * queued (bounded by its wait timeout and the heartbeat instead); waiting for a reconnect
-         * counts. Default 10 s.
+         * counts: a call whose timeout passes while the client reconnects fails
+         * {@link RequestTimeoutException} naming the last connect error. A caller that wants to fail
+         * fast while the server is down sets a short one. Default 10 s.
          *
          * @param timeout a positive duration
          * @return this builder
@@ -254,9 +258,11 @@ public final class ClientOptions {
         }
 
         /**
-         * Sets the heartbeat: after this long without receiving anything the client sends PING,
-         * and a PING unanswered within the request timeout fails the connection. Default 2 s;
-         * {@link Duration#ZERO} turns it off.
+         * Sets the heartbeat: after this long without receiving anything the client sends PING
+         * (after min(interval, 500 ms) while any request waits for an answer, a queued acquire
+         * included), and a PING unanswered within min(interval, 1 s) gives the connection up: the
+         * client reconnects and resumes the session, the calls in flight keep waiting, and the node
+         * just left is tried last. Default 2 s; {@link Duration#ZERO} turns it off.
          *
          * @param interval a duration, zero for none
          * @return this builder

@@ -19,6 +19,7 @@ import java.net.SocketTimeoutException;
 import java.nio.ByteBuffer;
 import java.security.SecureRandom;
 import java.time.Duration;
+import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 import javax.net.ssl.SSLContext;
 import javax.net.ssl.SSLException;
@@ -53,7 +54,15 @@ final class Dialer {
     }
 
     /**
-     * Connects to one endpoint within {@code timeout}.
+     * How long TLS and the protocol handshake may take once TCP is connected (docs/clients.md, the
+     * connect timeout): a frozen node's kernel still accepts connections, and the next endpoint
+     * should not wait for the whole connect timeout behind it.
+     */
+    static final Duration HANDSHAKE_WAIT = Duration.ofSeconds(2);
+
+    /**
+     * Connects to one endpoint within {@code timeout}; TLS and the handshake get at most
+     * {@link #HANDSHAKE_WAIT} of it once TCP is connected.
      *
      * @param register told of the socket as soon as it exists, so that close() can abort the dial
      */
@@ -77,12 +86,14 @@ final class Dialer {
                 throw new UnavailableException("cannot connect to " + ep + ": nothing listens there (the connection"
                         + " reached itself)");
             }
+            long handshakeWait = Math.min(HANDSHAKE_WAIT.toNanos(), timeout.toNanos());
+            deadline = Math.min(deadline, System.nanoTime() + handshakeWait);
             Socket s = socket;
             if (ssl != null) {
                 s = startTls(socket, ep, opts.tls(), ssl, deadline);
                 register.accept(s);
             }
-            Dialed d = handshake(ep, s, opts, sessionId, random, deadline);
+            Dialed d = handshake(ep, s, opts, sessionId, random, deadline, handshakeWait);
             ok = true;
             return d;
         } finally {
@@ -139,7 +150,7 @@ final class Dialer {
     }
 
     private static Dialed handshake(Endpoint ep, Socket s, ClientOptions opts, byte[] sessionId, SecureRandom random,
-            long deadline) {
+            long deadline, long handshakeWait) {
         boolean tls = opts.tls() != null;
         boolean challenged = false; // a CHALLENGE came: the TLS session was accepted
         try {
@@ -192,7 +203,9 @@ final class Dialer {
             s.setSoTimeout(0);
             return new Dialed(ep, s, in, out, w);
         } catch (SocketTimeoutException e) {
-            throw new UnavailableException("handshake with " + ep + " timed out" + (tls ? "" : " (is the server using TLS?)"));
+            throw new UnavailableException("handshake with " + ep + " timed out: no answer within "
+                    + TimeUnit.NANOSECONDS.toMillis(handshakeWait) + " ms of the TCP connection (is the server frozen, or not a"
+                    + " Ticketing server" + (tls ? "" : ", or using TLS") + "?)");
         } catch (EOFException e) {
             if (tls && !challenged) {
                 // With TLS 1.3 a refused client certificate shows only now, as the server closing.

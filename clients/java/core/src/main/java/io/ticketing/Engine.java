@@ -328,7 +328,7 @@ final class Engine implements Connection.Listener {
                 return;
             } catch (AuthFailedException | UnsupportedVersionException e) {
                 // No retry fixes these: fail what waits at once (and keep trying, for later calls).
-                LOG.log(System.Logger.Level.WARNING, "reconnect refused: {0}", e.getMessage());
+                LOG.log(System.Logger.Level.DEBUG, "reconnect refused: {0}", e.getMessage());
                 synchronized (mu) {
                     lastConnectError = e;
                     for (Req r : new ArrayList<>(unsent)) {
@@ -391,13 +391,28 @@ final class Engine implements Connection.Listener {
         }
         var w = d.welcome();
         if (stateId != null && !Arrays.equals(stateId, w.stateId())) {
-            LOG.log(System.Logger.Level.INFO, "server at {0} has a new state id: every lock is lost", d.endpoint());
+            LOG.log(System.Logger.Level.DEBUG, "server at {0} has a new state id: every lock is lost", d.endpoint());
             generation++;
             stateId = w.stateId();
             ServerRestartedException e = new ServerRestartedException("the server at " + d.endpoint()
                     + " restarted (its state id changed): every lock of this client is lost");
+            // Requests in flight reached the old server (or may have): they fail. Those made since
+            // the drop never did: they go to the new server as new requests, except those about a
+            // lock of the old state (nothing of it is left to release, extend or verify).
             for (Req r : new ArrayList<>(unsent)) {
-                failLocked(r, e, after);
+                if (!r.ofLock) {
+                    continue;
+                }
+                if (r.internal) {
+                    unsent.remove(r);
+                    r.cancelTimer();
+                    r.done = true;
+                    after.add(() -> r.settled.complete(null));
+                } else {
+                    failLocked(r, new ServerRestartedException("the server at " + d.endpoint()
+                            + " restarted (its state id changed) before the " + r.op + " of the lock was sent:"
+                            + " the lock is lost"), after);
+                }
             }
             for (Req r : new ArrayList<>(inflight.values())) {
                 failLocked(r, e, after);
@@ -517,7 +532,7 @@ final class Engine implements Connection.Listener {
             // While the client reconnects, the timeout names the last connect error (its cause).
             TicketingException why = conn == null ? lastConnectError : null;
             RequestTimeoutException e = new RequestTimeoutException(what
-                    + (r.key.length > 0 ? " of " + Bytes.printable(r.key) : "") + " got no answer within " + ms
+                    + (r.key.length > 0 ? " of " + Bytes.forMessage(r.key) : "") + " got no answer within " + ms
                     + " ms (request timeout " + opts.requestTimeout().toMillis() + " ms)"
                     + (conn == null ? "; not connected" : "")
                     + (why != null ? ", last connect error: " + why.getMessage() : ""), why);
@@ -534,8 +549,8 @@ final class Engine implements Connection.Listener {
         }
         after.forEach(Runnable::run);
         if (failed != null) {
-            onFailure(failed, new RequestTimeoutException("the server did not answer a heartbeat within "
-                    + opts.requestTimeout().toMillis() + " ms"));
+            dropped(failed, new RequestTimeoutException("the server (" + failed.endpoint + ") did not answer a PING within "
+                    + TimeUnit.NANOSECONDS.toMillis(pingWaitNanos()) + " ms"), true);
         }
     }
 
@@ -597,7 +612,7 @@ final class Engine implements Connection.Listener {
 
     /** mu must be held. Releases a grant nobody will use (a cancelled acquire's). */
     private void releaseGrantLocked(byte[] key, long token, Req acquire) {
-        Req rel = new Req(Op.RELEASE, key, token, 0, 0, true);
+        Req rel = Req.ofLock(Op.RELEASE, key, token, 0, true);
         rel.answer.whenComplete((f, e) -> acquire.settled.complete(null));
         rel.timer = timer.schedule(() -> onTimeout(rel), opts.requestTimeout().toNanos(), TimeUnit.NANOSECONDS);
         if (conn != null) {
@@ -606,6 +621,21 @@ final class Engine implements Connection.Listener {
             unsent.add(rel);
             ensureConnecting();
         }
+    }
+
+    /**
+     * Tells the server that a lock already reported lost to its holder is released (best effort,
+     * bounded by the request timeout; the answer changes nothing): the server may not have
+     * reclaimed it yet, and the next waiter need not wait for its lease.
+     */
+    void releaseInBackground(byte[] key, long token) {
+        Req rel = Req.ofLock(Op.RELEASE, key, token, 0, true);
+        rel.answer.whenComplete((f, e) -> {
+            if (e != null) {
+                LOG.log(System.Logger.Level.DEBUG, "background release of a lost lock: {0}", e.getMessage());
+            }
+        });
+        submit(rel);
     }
 
     // ---- reading ----
@@ -710,12 +740,28 @@ final class Engine implements Connection.Listener {
 
     @Override
     public void onFailure(Connection c, Throwable cause) {
+        dropped(c, cause, false);
+    }
+
+    /**
+     * Gives up connection {@code c}: the reconnect loop replaces it and the session resumes; the
+     * calls in flight keep waiting (each bounded by its own timeout and the session grace). After
+     * an unanswered heartbeat ({@code silent}: a frozen node, a cut network) the next round tries
+     * the node just left last: its kernel may still accept connections.
+     */
+    private void dropped(Connection c, Throwable cause, boolean silent) {
         synchronized (mu) {
             if (c != conn) {
                 c.close();
                 return;
             }
             LOG.log(System.Logger.Level.DEBUG, "connection lost: {0}", cause.getMessage());
+            if (silent && endpoints.size() > 1) {
+                int idx = endpoints.indexOf(c.endpoint);
+                if (idx >= 0) {
+                    endpointIndex = (idx + 1) % endpoints.size();
+                }
+            }
             conn = null;
             droppedAt = System.nanoTime();
             c.close();
@@ -760,26 +806,44 @@ final class Engine implements Connection.Listener {
         after.forEach(Runnable::run);
     }
 
+    /**
+     * The heartbeat's timing (docs/clients.md, the heartbeat interval): while any request waits for
+     * an answer (a queued ACQUIRE included) a PING goes after at most this much silence...
+     */
+    static final long BUSY_HEARTBEAT_NANOS = TimeUnit.MILLISECONDS.toNanos(500);
+    /** ...and a PING unanswered for min(heartbeat, this) gives the connection up: a frozen leader is left in about 1.5 s. */
+    static final long MAX_PING_WAIT_NANOS = TimeUnit.SECONDS.toNanos(1);
+
+    private long pingWaitNanos() {
+        return Math.min(opts.heartbeatInterval().toNanos(), MAX_PING_WAIT_NANOS);
+    }
+
     private void startHeartbeatLocked(Connection c) {
         long interval = opts.heartbeatInterval().toNanos();
         if (interval == 0) {
             return;
         }
-        long period = Math.max(TimeUnit.MILLISECONDS.toNanos(5), interval / 4);
+        long period = Math.max(TimeUnit.MILLISECONDS.toNanos(5), Math.min(interval, BUSY_HEARTBEAT_NANOS) / 4);
         heartbeatTask = timer.scheduleAtFixedRate(() -> heartbeatCheck(c, interval), period, period,
                 TimeUnit.NANOSECONDS);
     }
 
+    /**
+     * Sends a PING after {@code interval} without receiving anything, or after
+     * min(interval, {@link #BUSY_HEARTBEAT_NANOS}) while requests wait for answers; one PING at a
+     * time, given up after {@link #pingWaitNanos()}.
+     */
     private void heartbeatCheck(Connection c, long interval) {
         synchronized (mu) {
             if (c != conn || heartbeat != null || closed) {
                 return;
             }
-            if (System.nanoTime() - c.lastReceive() < interval) {
+            long silence = inflight.isEmpty() ? interval : Math.min(interval, BUSY_HEARTBEAT_NANOS);
+            if (System.nanoTime() - c.lastReceive() < silence) {
                 return;
             }
             Req ping = new Req(Op.PING, null, 0, 0, 0, true);
-            ping.timer = timer.schedule(() -> onTimeout(ping), opts.requestTimeout().toNanos(), TimeUnit.NANOSECONDS);
+            ping.timer = timer.schedule(() -> onTimeout(ping), pingWaitNanos(), TimeUnit.NANOSECONDS);
             heartbeat = ping;
             sendLocked(ping);
         }

@@ -190,12 +190,17 @@ public final class Lock implements AutoCloseable {
      * Releases the lock and waits for the answer; the next waiter gets it at once. Releasing again
      * does nothing.
      *
-     * @throws LockLostException when the lock was lost (earlier, or the server answers NOT_HELD);
-     *     the server is told anyway
+     * <p>A lock already known to be lost (its lost signal fired, or its deadline has passed) is not
+     * waited for: this throws {@link LockLostException} with the reason at once, whether or not the
+     * server can be reached, and tells the server in the background (it may not have reclaimed the
+     * lock yet, so the next waiter need not wait for the lease), unless the lock was lost to a
+     * restarted server or a {@code NOT_HELD} answer: then nothing is left to release.
+     *
+     * @throws LockLostException when the lock was lost (earlier, or the server answers NOT_HELD)
      * @throws TicketingException for a timeout, a closed client, a lost connection...
      */
     public void release() {
-        TicketingClient.await(releaseAsync(), "release of " + keyText);
+        TicketingClient.await(releaseAsync(), "release of " + Bytes.forMessage(key));
     }
 
     /**
@@ -210,7 +215,7 @@ public final class Lock implements AutoCloseable {
     /** Releases; {@code internal} lets the client's own clean-up run while it closes. */
     CompletableFuture<Void> releaseAsync(boolean internal) {
         LostReason lostBefore;
-        CompletableFuture<Void> result;
+        CompletableFuture<Void> result = new CompletableFuture<>();
         checkDeadline();
         synchronized (this) {
             if (released) {
@@ -221,26 +226,41 @@ public final class Lock implements AutoCloseable {
             }
             lostBefore = lostReason;
             stopKeepAliveLocked();
-            result = new CompletableFuture<>();
-            releasing = result;
+            if (lostBefore != null) {
+                // Known lost: answer at once (never wait for a server that may be unreachable);
+                // the server is told in the background.
+                released = true;
+                cancelTimersLocked();
+            } else {
+                releasing = result;
+            }
         }
-        engine.submit(new Req(Op.RELEASE, key, token, 0, 0, internal)).whenComplete((f, ex) -> {
+        if (lostBefore != null) {
+            engine.unregister(this);
+            if (lostBefore != LostReason.SERVER_RESTARTED && lostBefore != LostReason.NOT_HELD) {
+                engine.releaseInBackground(key, token);
+            }
+            return CompletableFuture.failedFuture(lost(lostBefore));
+        }
+        engine.submit(Req.ofLock(Op.RELEASE, key, token, 0, internal)).whenComplete((f, ex) -> {
             TicketingException error = null;
-            if (ex != null) {
-                TicketingException t = TicketingClient.unwrap(ex);
-                error = lostBefore != null ? lost(lostBefore) : t;
+            if (ex != null && TicketingClient.unwrap(ex) instanceof ServerRestartedException) {
+                // The server that granted the lock is gone with it: nothing is left to release.
+                markLost(LostReason.SERVER_RESTARTED);
+                finishRelease();
+                error = lost(lostReasonOr(LostReason.SERVER_RESTARTED));
+            } else if (ex != null) {
+                error = TicketingClient.unwrap(ex);
                 synchronized (this) {
                     releasing = null; // may be retried
                 }
             } else if (f.status() == Status.OK.code()) {
                 finishRelease();
-                if (lostBefore != null) {
-                    error = lost(lostBefore);
-                }
             } else if (f.status() == Status.NOT_HELD.code()) {
                 markLost(LostReason.NOT_HELD);
                 finishRelease();
-                error = lost(lostBefore != null ? lostBefore : LostReason.NOT_HELD);
+                // (a restart found while the release was on its way is the better reason)
+                error = lost(lostReasonOr(LostReason.NOT_HELD));
             } else {
                 synchronized (this) {
                     releasing = null;
@@ -278,7 +298,7 @@ public final class Lock implements AutoCloseable {
      * @throws InvalidArgumentException for a lease out of range
      */
     public Duration extend(Duration lease) {
-        return TicketingClient.await(extendAsync(lease), "extend of " + keyText);
+        return TicketingClient.await(extendAsync(lease), "extend of " + Bytes.forMessage(key));
     }
 
     /**
@@ -315,7 +335,7 @@ public final class Lock implements AutoCloseable {
                 return CompletableFuture.failedFuture(new NotHeldException(describe() + " was released"));
             }
         }
-        Req r = new Req(Op.EXTEND, key, token, ms, 0, false);
+        Req r = Req.ofLock(Op.EXTEND, key, token, ms, false);
         return engine.submit(r).thenApply(f -> {
             if (f.status() == Status.OK.code()) {
                 synchronized (this) {
@@ -351,7 +371,7 @@ public final class Lock implements AutoCloseable {
      * @return true when the server says this lock holds the key
      */
     public boolean verify() {
-        return TicketingClient.await(verifyAsync(), "verify of " + keyText);
+        return TicketingClient.await(verifyAsync(), "verify of " + Bytes.forMessage(key));
     }
 
     /**
@@ -361,7 +381,7 @@ public final class Lock implements AutoCloseable {
      */
     public CompletableFuture<Boolean> verifyAsync() {
         CompletableFuture<Boolean> result = new CompletableFuture<>();
-        engine.submit(new Req(Op.INSPECT, key, token, 0, 0, false)).whenComplete((f, ex) ->
+        engine.submit(Req.ofLock(Op.INSPECT, key, token, 0, false)).whenComplete((f, ex) ->
                 engine.callbackExecutor().execute(() -> {
                     if (ex != null) {
                         result.completeExceptionally(TicketingClient.unwrap(ex));
@@ -376,8 +396,8 @@ public final class Lock implements AutoCloseable {
     }
 
     /**
-     * Releases the lock (try-with-resources). When the lock was lost while held it still tells the
-     * server, then raises {@link LockLostException} naming the reason, unless the acquire set
+     * Releases the lock (try-with-resources). When the lock was lost while held it raises
+     * {@link LockLostException} naming the reason at once (the server is told in the background), unless the acquire set
      * {@link AcquireOptions.Builder#throwOnLost(boolean) throwOnLost(false)}. Closing a released
      * lock does nothing.
      */
@@ -467,7 +487,7 @@ public final class Lock implements AutoCloseable {
     }
 
     String describe() {
-        return "lock on " + Bytes.printable(key) + " (token " + Long.toUnsignedString(token) + ")";
+        return "lock on " + Bytes.forMessage(key) + " (token " + Long.toUnsignedString(token) + ")";
     }
 
     // ---- keep-alive ----
@@ -509,7 +529,7 @@ public final class Lock implements AutoCloseable {
     @Override
     public String toString() {
         synchronized (this) {
-            return "Lock{key=" + Bytes.printable(key) + ", token=" + Long.toUnsignedString(token) + ", lease="
+            return "Lock{key=" + Bytes.forMessage(key) + ", token=" + Long.toUnsignedString(token) + ", lease="
                     + leaseMs + "ms" + (lostReason != null ? ", lost=" + lostReason : "")
                     + (released ? ", released" : "") + "}";
         }

@@ -13,7 +13,8 @@ import java.time.Duration;
  * @param leaseLeft time left on the holder's lease
  * @param waiters acquires queued on the key
  * @param heldFor time since the lock was granted
- * @param lockDelayLeft time left of the lock-delay after an expiry (the key is unavailable until then)
+ * @param lockDelayLeft time left of the lock-delay after an expiry (the key is unavailable until then),
+ *     or of the server's start-up wait when {@link #startup()} is set
  * @param flags the raw flags word ({@link InspectFlag})
  */
 public record LockInfo(boolean held, long token, Duration leaseLeft, long waiters, Duration heldFor,
@@ -32,5 +33,13 @@ public record LockInfo(boolean held, long token, Duration leaseLeft, long waiter
     /** Tells whether the key waits for the server's storage before its next grant. */
     public boolean stalled() {
         return InspectFlag.STALLED.isSet(flags);
+    }
+
+    /**
+     * Tells whether the server is in its start-up wait: nothing is granted before it ends, and
+     * {@link #lockDelayLeft()} is the time left of it.
+     */
+    public boolean startup() {
+        return InspectFlag.STARTUP.isSet(flags);
     }
 }

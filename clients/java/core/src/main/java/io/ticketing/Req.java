@@ -16,6 +16,13 @@ final class Req {
     final long leaseMs;
     final long waitMs;
     final boolean internal;
+    /**
+     * About a lock granted by the server's current lock state (a lock handle's release, extend or
+     * verify, the release of a raced grant): meaningless to a restarted server, so such a request
+     * not yet sent when the state id changes fails (or, internal, is dropped) instead of going to
+     * the new server.
+     */
+    boolean ofLock;
 
     /** Completes once: with the answer, or exceptionally when the request failed or was abandoned. */
     final CompletableFuture<io.ticketing.protocol.ResponseFrame> answer = new CompletableFuture<>();
@@ -38,6 +45,13 @@ final class Req {
         this.leaseMs = leaseMs;
         this.waitMs = waitMs;
         this.internal = internal;
+    }
+
+    /** A request about a granted lock ({@link #ofLock}). */
+    static Req ofLock(Op op, byte[] key, long token, long leaseMs, boolean internal) {
+        Req r = new Req(op, key, token, leaseMs, 0, internal);
+        r.ofLock = true;
+        return r;
     }
 
     byte[] encode() {

@@ -185,6 +185,7 @@ public final class TicketingClient implements AutoCloseable {
 
     private Lock acquire(byte[] key, String text, AcquireOptions options) {
         Pending p = start(key, text, options);
+        String shown = Bytes.forMessage(key);
         try {
             return p.lock.get();
         } catch (InterruptedException e) {
@@ -197,11 +198,11 @@ public final class TicketingClient implements AutoCloseable {
             } finally {
                 Thread.currentThread().interrupt();
             }
-            throw new CancelledException("acquire of " + text + " interrupted; the wait was withdrawn");
+            throw new CancelledException("acquire of " + shown + " interrupted; the wait was withdrawn");
         } catch (ExecutionException e) {
             throw rethrow(e.getCause());
         } catch (CancellationException e) {
-            throw new CancelledException("acquire of " + text + " was cancelled");
+            throw new CancelledException("acquire of " + shown + " was cancelled");
         }
     }
 
@@ -376,14 +377,15 @@ public final class TicketingClient implements AutoCloseable {
         if (options == null) {
             throw new InvalidArgumentException("acquire options are required (AcquireOptions.builder(lease))");
         }
+        String shown = Bytes.forMessage(key);
         if (options.refuseHeld() && engine.holds(key)) {
-            throw new AlreadyHeldException("this client already holds " + text + " (refuseHeld)");
+            throw new AlreadyHeldException("this client already holds " + shown + " (refuseHeld)");
         }
         Req r = new Req(Op.ACQUIRE, key, 0, options.leaseMs(), options.waitMs(), false);
         CompletableFuture<Lock> user = new CompletableFuture<>();
         user.whenComplete((v, e) -> {
             if (e instanceof CancellationException) {
-                engine.abandon(r, new CancelledException("acquire of " + text + " was cancelled"));
+                engine.abandon(r, new CancelledException("acquire of " + shown + " was cancelled"));
             }
         });
         engine.submit(r).whenComplete((f, ex) -> {
@@ -394,13 +396,11 @@ public final class TicketingClient implements AutoCloseable {
             }
             if (f.status() != Status.OK.code()) {
                 TicketingException t = f.status() == Status.TIMED_OUT.code()
-                        ? new NotAcquiredException(text + " not acquired within "
-                                + (options.waitMs() == 0 ? "a single try (wait 0)" : options.waitMs() + " ms")
-                                + "; it is held by another token")
+                        ? notAcquired(f, shown, options.waitMs())
                         : f.status() == Status.NOT_HELD.code()
-                                ? new ConnectionLostException("acquire of " + text + " was interrupted by a lost "
+                                ? new ConnectionLostException("acquire of " + shown + " was interrupted by a lost "
                                         + "connection and the server holds nothing for it; acquire again")
-                                : statusError(f, "acquire of " + text, key);
+                                : statusError(f, "acquire of " + shown, key);
                 engine.callbackExecutor().execute(() -> user.completeExceptionally(t));
                 return;
             }
@@ -408,7 +408,7 @@ public final class TicketingClient implements AutoCloseable {
             if (!engine.register(lock, r.generation)) {
                 lock.markLost(LostReason.SERVER_RESTARTED);
                 engine.callbackExecutor().execute(() -> user.completeExceptionally(new ServerRestartedException(
-                        "the server restarted while acquire of " + text + " was answered")));
+                        "the server restarted while acquire of " + shown + " was answered")));
                 return;
             }
             lock.start();
@@ -419,6 +419,19 @@ public final class TicketingClient implements AutoCloseable {
             });
         });
         return new Pending(r, user);
+    }
+
+    /**
+     * The error of an ACQUIRE answered TIMED_OUT: the key was taken for the whole wait, or the
+     * server says why (its start-up wait: nothing is granted before it ends).
+     */
+    static NotAcquiredException notAcquired(ResponseFrame f, String shown, long waitMs) {
+        String why = Bytes.oneLine(Bytes.utf8(f.data()));
+        String within = waitMs == 0 ? "in a single try (wait 0)" : "within " + waitMs + " ms";
+        if (!why.isEmpty()) {
+            return new NotAcquiredException(shown + " not acquired " + within + ": " + why);
+        }
+        return new NotAcquiredException(shown + " not acquired " + within + "; it is held by another token");
     }
 
     // ---- by key and token ----
@@ -432,7 +445,7 @@ public final class TicketingClient implements AutoCloseable {
      * @throws NotHeldException when the token does not hold the key (nothing changes)
      */
     public void release(String key, long token) {
-        await(releaseAsync(key, token), "release of " + key);
+        await(releaseAsync(key, token), "release of " + shown(key));
     }
 
     /**
@@ -456,7 +469,7 @@ public final class TicketingClient implements AutoCloseable {
      * @throws NotHeldException when the token does not hold the key
      */
     public Duration extend(String key, long token, Duration lease) {
-        return await(extendAsync(key, token, lease), "extend of " + key);
+        return await(extendAsync(key, token, lease), "extend of " + shown(key));
     }
 
     /**
@@ -487,7 +500,7 @@ public final class TicketingClient implements AutoCloseable {
         } catch (TicketingException e) {
             return CompletableFuture.failedFuture(e);
         }
-        String what = op.name().toLowerCase(java.util.Locale.ROOT) + " of " + key + " (token "
+        String what = op.name().toLowerCase(java.util.Locale.ROOT) + " of " + Bytes.forMessage(k) + " (token "
                 + Long.toUnsignedString(token) + ")";
         return deliver(engine.submit(new Req(op, k, token, leaseMs, 0, false)).thenApply(f -> {
             if (f.status() != Status.OK.code()) {
@@ -505,7 +518,7 @@ public final class TicketingClient implements AutoCloseable {
      * @return what the server knows
      */
     public LockInfo inspect(String key) {
-        return await(inspectAsync(key, 0), "inspect of " + key);
+        return await(inspectAsync(key, 0), "inspect of " + shown(key));
     }
 
     /**
@@ -516,7 +529,7 @@ public final class TicketingClient implements AutoCloseable {
      * @return what the server knows
      */
     public LockInfo inspect(String key, long token) {
-        return await(inspectAsync(key, token), "inspect of " + key);
+        return await(inspectAsync(key, token), "inspect of " + shown(key));
     }
 
     /**
@@ -535,7 +548,7 @@ public final class TicketingClient implements AutoCloseable {
         }
         return deliver(engine.submit(new Req(Op.INSPECT, k, token, 0, 0, false)).thenApply(f -> {
             if (f.status() != Status.OK.code()) {
-                throw statusError(f, "inspect of " + key, k);
+                throw statusError(f, "inspect of " + Bytes.forMessage(k), k);
             }
             ByteBuffer d = ByteBuffer.wrap(f.data().length >= 12 ? f.data() : new byte[12]);
             long heldFor = d.getInt(0) & 0xFFFF_FFFFL;
@@ -620,6 +633,11 @@ public final class TicketingClient implements AutoCloseable {
         return out;
     }
 
+    /** A key as messages show it: at most 64 bytes of it ({@link Bytes#forMessage}). */
+    static String shown(String key) {
+        return key == null ? "null" : Bytes.forMessage(key.getBytes(StandardCharsets.UTF_8));
+    }
+
     static byte[] keyBytes(String key) {
         if (key == null) {
             throw new InvalidArgumentException("key must be a non-empty string, got null");
@@ -670,14 +688,14 @@ public final class TicketingClient implements AutoCloseable {
 
     /** The error for a non-OK answer. */
     static TicketingException statusError(ResponseFrame f, String what, byte[] key) {
-        String msg = Bytes.utf8(f.data());
+        String msg = Bytes.oneLine(Bytes.utf8(f.data()));
         String suffix = msg.isEmpty() ? "" : ": " + msg;
         Status s = Status.fromCode(f.status());
         if (s == null) {
             return new ProtocolException(what + " failed with unknown status " + f.status() + suffix);
         }
         return switch (s) {
-            case TIMED_OUT -> new NotAcquiredException(what + " timed out in the queue");
+            case TIMED_OUT -> new NotAcquiredException(what + " timed out in the queue" + suffix);
             case NOT_HELD -> new NotHeldException(what + ": the token does not hold the key");
             case INVALID -> {
                 InvalidField field = InvalidField.fromCode(f.detail());

@@ -9,7 +9,12 @@ public enum InspectFlag {
     /** The asking session holds the key. */
     SESSION(0x4),
     /** The key waits for storage before its next grant. */
-    STALLED(0x8);
+    STALLED(0x8),
+    /**
+     * The server is in its start-up wait: nothing is granted before it ends; set for every key, and
+     * the lock-delay field is the time left.
+     */
+    STARTUP(0x10);
 
     private final int bit;
 

@@ -49,6 +49,8 @@ type Client struct {
 	delivered  int       // answers the reader handed over since the writer last took wbuf (its hint)
 	hint       string    // a leader address (NOT_LEADER, GOAWAY), tried first
 	next       int       // index of the endpoint to try first
+	silent     string    // the node whose connection the heartbeat found silent last...
+	silentTill time.Time // ...which is not dialled, nor followed as a hint, until then
 	redialNow  bool      // reconnect without a backoff (restart, GOAWAY)
 	connErr    error     // the last failed connect round's error; nil after a success
 	drops      uint64    // connections dropped so far (names a grace timer's drop)

@@ -139,10 +139,10 @@ func (cn *conn) writeLoop() {
 // The heartbeat's timing (docs/clients.md, the heartbeat interval): while any request waits for
 // an answer (a queued ACQUIRE included) a PING goes after busyHeartbeat of silence at most, and a
 // PING unanswered for maxPingWait (at most) fails the connection, so that a frozen leader is
-// left in about 1.5 s and the session resumes on the next one.
+// left about 1 s after it froze and the session resumes on the next one.
 const (
-	busyHeartbeat = 500 * time.Millisecond
-	maxPingWait   = time.Second
+	busyHeartbeat = 250 * time.Millisecond
+	maxPingWait   = 750 * time.Millisecond
 )
 
 // heartbeat sends a PING when nothing has arrived for the heartbeat interval (busyHeartbeat

@@ -157,12 +157,25 @@ func (c *Client) connect(ctx context.Context) error {
 	}
 }
 
+// silentSkip is how long a node whose connection went silent (a PING unanswered: frozen, or cut
+// off) is left out of the connect rounds, as an endpoint and as a leader hint, when there are
+// other endpoints: it still accepts TCP and would cost the handshake wait, and the other nodes
+// keep naming it as the leader until they elect another one (docs/clients.md, rule 1).
+const silentSkip = 2 * time.Second
+
 // dialRound tries the leader hint (if any), then every endpoint once, starting at c.next.
 func (c *Client) dialRound(ctx context.Context) (*conn, *wire.Welcome, [wire.SessionIDSize]byte, error) {
 	c.mu.Lock()
 	hint, start, session := c.hint, c.next, c.session
 	c.hint = ""
+	skip := ""
+	if len(c.opts.endpoints) > 1 && time.Now().Before(c.silentTill) {
+		skip = c.silent
+	}
 	c.mu.Unlock()
+	if hint == skip {
+		hint = ""
+	}
 	eps := c.opts.endpoints
 	type target struct {
 		addr string
@@ -174,7 +187,7 @@ func (c *Client) dialRound(ctx context.Context) (*conn, *wire.Welcome, [wire.Ses
 		targets = append(targets, target{hint, index(hint)})
 	}
 	for i := range eps {
-		if j := (start + i) % len(eps); eps[j] != hint {
+		if j := (start + i) % len(eps); eps[j] != hint && eps[j] != skip {
 			targets = append(targets, target{eps[j], j})
 		}
 	}
@@ -193,7 +206,7 @@ func (c *Client) dialRound(ctx context.Context) (*conn, *wire.Welcome, [wire.Ses
 		}
 		errs = append(errs, err)
 		var re *redirectError
-		if errors.As(err, &re) && re.leader != "" && redirects < maxRedirects && re.leader != t.addr {
+		if errors.As(err, &re) && re.leader != "" && redirects < maxRedirects && re.leader != t.addr && re.leader != skip {
 			redirects++
 			targets = slices.Insert(targets, i+1, target{re.leader, index(re.leader)})
 		}
@@ -357,6 +370,7 @@ func (c *Client) connDown(cn *conn, cause error, how downKind) {
 	switch {
 	case how == downSilent && cn.idx >= 0:
 		c.next = (cn.idx + 1) % len(c.opts.endpoints)
+		c.silent, c.silentTill = cn.addr, time.Now().Add(silentSkip)
 	case how != downMoved && cn.idx >= 0:
 		c.next = cn.idx
 	}

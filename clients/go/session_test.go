@@ -424,7 +424,10 @@ func TestChallengeLeaderHint(t *testing.T) {
 			return &wire.Challenge{Status: wire.StatusNotLeader, Version: wire.Version}
 		}
 	})
-	_, err = Dial(ctxT(t), WithEndpoints(fsA.Addr), WithHeartbeat(0))
+	// Dial keeps trying a cluster that answers NOT_LEADER until its request timeout (rule 1):
+	// 1 s here, well inside ctxT's bound, so the verdict is the last round's and never a dial
+	// cut short by the test's own context on a loaded machine.
+	_, err = Dial(ctxT(t), WithEndpoints(fsA.Addr), WithHeartbeat(0), WithRequestTimeout(time.Second))
 	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrNotLeader) || !strings.Contains(err.Error(), "no leader known") {
 		t.Fatalf("Dial to a follower without a leader: %v", err)
 	}
@@ -513,6 +516,45 @@ func TestSilentNodeIsTriedLast(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs1.noConn(100 * time.Millisecond) // the silent node was not dialled again
+}
+
+// TestSilentNodeIsNotFollowedAsAHint: the other nodes keep naming a frozen leader until they
+// elect another one; for a while the client follows no hint to the node it just found silent
+// (it would accept TCP and cost the handshake wait) and goes on to the next endpoint.
+func TestSilentNodeIsNotFollowedAsAHint(t *testing.T) {
+	fs1, fs2, fs3 := newFakeServer(t), newFakeServer(t), newFakeServer(t)
+	fs2.set(func(fs *fakeServer) {
+		fs.challenge = func(*wire.Hello) *wire.Challenge {
+			return &wire.Challenge{Status: wire.StatusNotLeader, Version: wire.Version, Data: []byte(fs1.Addr)}
+		}
+	})
+	fs3.set(func(fs *fakeServer) { fs.stateID = fs1.stateID })
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	c, err := Dial(ctx, WithEndpoints(fs1.Addr, fs2.Addr, fs3.Addr), WithHeartbeat(50*time.Millisecond), WithBackoff(5*time.Millisecond, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fc := fs1.next()
+	fs3.set(func(fs *fakeServer) { fs.sessions[fc.Hello.SessionID] = true; fs.autoPing = true })
+	acq, _, a := acquireAsync(t, c, fc, "k", time.Minute)
+	if p := fc.next(); p.Op != wire.OpPing { // never answered
+		t.Fatalf("got %v, want the heartbeat PING", p.Op)
+	}
+	fc.waitClosed()
+	fc3 := fs3.next()
+	if !fc3.Resumed {
+		t.Fatal("the session did not resume on the third endpoint")
+	}
+	if r := fc3.nextOp(wire.OpAcquire); r.ID != a.ID {
+		t.Fatalf("re-sent id %d, want %d", r.ID, a.ID)
+	}
+	fc3.ok(a, 3)
+	if err := waitErr(t, acq); err != nil {
+		t.Fatal(err)
+	}
+	fs1.noConn(100 * time.Millisecond) // the hint to the silent node was not followed
 }
 
 // TestRequestTimeout: every call is bounded by the request timeout except the time an ACQUIRE

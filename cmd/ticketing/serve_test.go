@@ -307,10 +307,13 @@ func TestServerSettingErrors(t *testing.T) {
 		{env: []string{"TICKETING_HANDSHAKE_TIMEOUT=-1s"}, want: "TICKETING_HANDSHAKE_TIMEOUT"},
 		{args: []string{"--token", "secret"}, want: "TICKETING_TOKEN"},
 		{env: []string{"TICKETING_STARTUP_GRACE=soon"}, want: "TICKETING_STARTUP_GRACE"},
+		{env: []string{"TICKETING_ADDR=nonsense"}, want: "TICKETING_ADDR"},
+		{env: []string{"TICKETING_ADDR=127.0.0.1:99999"}, want: "TICKETING_ADDR"},
+		{env: []string{"TICKETING_ADMIN_ADDR=localhost"}, want: "TICKETING_ADMIN_ADDR"},
 	}
 	for _, c := range cases {
 		cmd := exec.Command(bin, append([]string{"server"}, c.args...)...)
-		cmd.Env = append(os.Environ(), append(c.env, "TICKETING_DATA_DIR="+t.TempDir(), "TICKETING_ADDR=127.0.0.1:0")...)
+		cmd.Env = append(append(os.Environ(), "TICKETING_DATA_DIR="+t.TempDir(), "TICKETING_ADDR=127.0.0.1:0"), c.env...)
 		out, err := cmd.CombinedOutput()
 		ee, ok := err.(*exec.ExitError)
 		if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), c.want) {

@@ -199,7 +199,9 @@ func (t *Table) run(now int64, i int32, r *wire.Request) {
 		case t.sess.stopping:
 			t.finishAcquire(i, r.ID, r.Key, r.Lease, wire.StatusShuttingDown, 0, msgShuttingDown)
 			return
-		case len(s.records) >= t.sess.maxOutcomes:
+		case len(s.records) >= t.sess.maxOutcomes && !t.grantsAtOnce(now, r.Key, leaseNs(r.Lease)):
+			// Only an acquire that could end without a grant stores an outcome; one granted at
+			// once stores none, so it is answered even with the session's outcomes full.
 			t.answer(i, wire.Response{Op: r.Op, Status: wire.StatusBusy, ID: r.ID, Detail: wire.LimitInflight, Data: msgOutcomes})
 			return
 		}
@@ -256,15 +258,11 @@ func (t *Table) run(now int64, i int32, r *wire.Request) {
 		}
 		var withdrawn uint8
 		target := r.Token
+		// A grant is never revocable here: CANCEL comes on a connection of the session, whose
+		// attach (applied before any of its requests) made the session's grants ordinary.
 		if key, lease, ok := t.QueuedReq(owner, target); ok {
 			kh, lms := keyHash(key), uint32(lease/nsPerMs)
 			t.Cancel(now, owner, target)
-			t.finishAcquireHashed(i, target, kh, lms, wire.StatusCancelled, 0, nil)
-			withdrawn = 1
-		} else if ei := t.FindHeld(owner, target); ei != nilIdx && t.entries.at(ei).revocable {
-			e := t.entries.at(ei)
-			kh, lms := keyHash(e.key), e.holderLeaseMs
-			t.Revoke(now, owner, target)
 			t.finishAcquireHashed(i, target, kh, lms, wire.StatusCancelled, 0, nil)
 			withdrawn = 1
 		}
@@ -326,10 +324,27 @@ func (t *Table) retry(now int64, i int32, r *wire.Request) {
 			t.replay(i, r, rec)
 			return
 		}
-		t.run(now, i, r)
+		t.rerun(now, i, r)
 	default:
-		t.run(now, i, r)
+		if rec := s.find(r.ID); rec != nil && rec.op != r.Op {
+			t.answerInvalid(i, r, wire.FieldRequestID, msgRetryDiffers)
+			return
+		}
+		t.rerun(now, i, r)
 	}
+}
+
+// rerun runs a retry that has no stored outcome of its own op, unless the table still knows
+// its id as an ACQUIRE of the session (queued or held): then the "retry" is another request
+// under a used id, and running it could, for instance, shorten the lease of the lock that id
+// holds. PROTOCOL.md, "Request ids".
+func (t *Table) rerun(now int64, i int32, r *wire.Request) {
+	owner := t.sess.slots[i].owner
+	if _, _, ok := t.QueuedReq(owner, r.ID); ok || t.FindHeld(owner, r.ID) != nilIdx {
+		t.answerInvalid(i, r, wire.FieldRequestID, msgRetryDiffers)
+		return
+	}
+	t.run(now, i, r)
 }
 
 // replay answers a retry from its stored outcome.

@@ -149,6 +149,16 @@ func (t *Table) canGrant(now, lease int64) bool {
 	return t.lastToken < t.tokenLimit && addSat(now, lease) <= t.horizon
 }
 
+// grantsAtOnce reports whether an Acquire of key with lease would be granted now, without
+// queueing (the key is absent, within the limits and the durable bounds, outside the start-up
+// wait).
+func (t *Table) grantsAtOnce(now int64, key []byte, lease int64) bool {
+	if ei, _ := t.lookup(key); ei != nilIdx {
+		return false
+	}
+	return (t.cfg.MaxLocks == 0 || t.nkeys < t.cfg.MaxLocks) && now >= t.availFrom && t.canGrant(now, lease)
+}
+
 // Acquire asks for key on behalf of owner, request reqID. lease > 0 in ns
 // (validated by the caller). wait: 0 = try once, < 0 = wait without limit,
 // > 0 = wait at most that many ns.
@@ -160,9 +170,10 @@ func (t *Table) canGrant(now, lease int64) bool {
 //     or an INIT's) the new key enters lock-delay
 //     until then and the checks below apply. If the grant is within the
 //     durable bounds it happens: OK with a new token, the lease running from
-//     now. Otherwise, with storage failing, Busy (LimitStorage); else the key
-//     is stalled (waiting for storage) and the acquire queues on it, even a
-//     try-once one: Queued.
+//     now. Otherwise, a try-once acquire with storage failing is Busy
+//     (LimitStorage); else the key is stalled (waiting for storage) and the
+//     acquire queues on it, even a try-once one: Queued (a waiting acquire
+//     waits for storage as long as its wait allows, failing or not).
 //  3. wait == 0: TimedOut.
 //  4. MaxWaitersPerKey, then MaxWaitersTotal reached: Busy with that Limit.
 //  5. Queued at the tail of the key's FIFO. The outcome comes later as
@@ -196,7 +207,7 @@ func (t *Table) Acquire(now int64, owner Owner, reqID uint64, key []byte, lease,
 				t.obs.Granted(key, 0, false)
 			}
 			return Result{Status: OK, Token: tok, entry: ei}
-		case t.failing:
+		case t.failing && wait == 0:
 			return Result{Status: Busy, Limit: LimitStorage}
 		default:
 			ei = t.insertKey(key, h)

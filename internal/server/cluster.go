@@ -577,6 +577,13 @@ func (c *cluster) loseLeadership(reason uint32) {
 	c.leader.Store(false)
 	c.prop.wake() // readers waiting for room in the proposer: their commands are dropped now
 	hint := c.leaderHint()
+	if reason == wire.GoawayLeadership {
+		// Deposed (a transfer, or a frozen leader that woke): the new leader is usually known
+		// within a heartbeat or two. Waiting for it briefly gives clients the hint, so they go
+		// straight there instead of trying every endpoint. Nothing is served meanwhile: the
+		// node is not the leader.
+		hint = c.awaitLeaderHint(time.Second)
+	}
 	s.mu.Lock()
 	conns := make([]*conn, 0, len(s.conns))
 	for _, cn := range s.conns {
@@ -599,6 +606,23 @@ func (c *cluster) loseLeadership(reason uint32) {
 		cn.stopReading(time.Now(), time.Now().Add(time.Second))
 	}
 	s.log.Info("cluster: not the leader any more", "leader", hint)
+}
+
+// awaitLeaderHint polls leaderHint for up to d (the node stopping ends it early).
+func (c *cluster) awaitLeaderHint(d time.Duration) string {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	until := time.Now().Add(d)
+	for {
+		if h := c.leaderHint(); h != "" || !time.Now().Before(until) {
+			return h
+		}
+		select {
+		case <-t.C:
+		case <-c.s.done:
+			return ""
+		}
+	}
 }
 
 // leaderHint is the current leader's client address, or "" when unknown.

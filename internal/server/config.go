@@ -170,9 +170,15 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s %v: must be positive", p.name, p.v)
 		}
 	}
+	if err := checkListenAddr(c.Addr); err != nil {
+		return fmt.Errorf("TICKETING_ADDR %q: %v", c.Addr, err)
+	}
+	if c.AdminAddr != "" && c.AdminAddr != "off" {
+		if err := checkListenAddr(c.AdminAddr); err != nil {
+			return fmt.Errorf("TICKETING_ADMIN_ADDR %q: %v (or \"off\")", c.AdminAddr, err)
+		}
+	}
 	switch {
-	case c.Addr == "":
-		return fmt.Errorf("TICKETING_ADDR is empty")
 	case c.DataDir == "":
 		return fmt.Errorf("TICKETING_DATA_DIR is empty")
 	case c.MaxKeyLen < 1 || c.MaxKeyLen > wire.MaxKeyLen:
@@ -212,6 +218,22 @@ func (c *Config) Validate() error {
 		if t == "" {
 			return fmt.Errorf("TICKETING_TOKEN: empty token")
 		}
+	}
+	return nil
+}
+
+// checkListenAddr reports what is wrong with a listen address (host:port, port 0..65535; the
+// host may be empty for every interface): a bad setting exits 2 at start, not 1 at listen.
+func checkListenAddr(a string) error {
+	if a == "" {
+		return fmt.Errorf("empty")
+	}
+	_, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("not host:port")
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,7 @@ type conn struct {
 	owner locktable.Owner
 	sid   [wire.SessionIDSize]byte
 	hs    *pendingWelcome // the handshake's state until WELCOME (Server.mu)
+	maxID uint64          // the highest request id read on this connection (the reader's)
 
 	rbuf   []byte                // read buffer, owned by the reader goroutine; nil between frames (see read)
 	rarr   *[readBufSize]byte    // the pooled array rbuf is, if it is one
@@ -254,9 +256,14 @@ func (c *conn) validate(r *wire.Request) bool {
 	if r.Flags != 0 {
 		return bad(wire.FieldFlags, wire.MsgFlags)
 	}
-	if r.ID == 0 {
+	if r.ID == 0 || r.ID == math.MaxUint64 {
+		// 2^64-1 is reserved: a session whose highest id reached it could send nothing new.
 		return bad(wire.FieldRequestID, wire.MsgRequestID)
 	}
+	// PING is answered here, not by the table: it is checked against the ids this connection
+	// has carried (PROTOCOL.md, "Request ids"), the one id rule it can follow without the table.
+	prevMax := c.maxID
+	c.maxID = max(c.maxID, r.ID)
 	keyed, leased, tokened := false, false, false
 	switch r.Op {
 	case wire.OpAcquire:
@@ -271,6 +278,9 @@ func (c *conn) validate(r *wire.Request) bool {
 		keyed = true
 	case wire.OpAck:
 	case wire.OpPing:
+		if r.ID <= prevMax {
+			return bad(wire.FieldRequestID, wire.MsgPingID)
+		}
 		c.s.metrics.answerLocal(wire.OpPing, wire.StatusOK)
 		c.resp = wire.AppendResponseString(c.resp, r.Op, wire.StatusOK, r.ID, 0, 0, 0, "")
 		return false

@@ -115,6 +115,13 @@ func TestFailingStorageKeepsServing(t *testing.T) {
 	if !sawBusy {
 		t.Fatal("never BUSY/STORAGE with storage failing")
 	}
+	// A waiting ACQUIRE of a free key that needs storage waits for it (bounded by its own
+	// wait), as a queued hand-off does: only a try-once acquire is refused BUSY/STORAGE.
+	fw := connect(t, ts.addr, "")
+	fw.send(acquire(1, "fresh", 60000, wire.WaitForever))
+	if r, err := fw.recvWithin(300 * time.Millisecond); err == nil {
+		t.Fatalf("a waiting acquire with storage failing: %+v, want it to wait", r)
+	}
 	// Everything that needs no storage works.
 	if r := h.roundTrip(wire.Request{Op: wire.OpPing, ID: next()}); r.Status != wire.StatusOK {
 		t.Fatal("ping")
@@ -139,6 +146,9 @@ func TestFailingStorageKeepsServing(t *testing.T) {
 	failing.Store(false)
 	if r := w.recv(); r.Status != wire.StatusOK || r.ID != 1 || r.Token <= g.Token {
 		t.Fatalf("after storage recovered: %+v", r)
+	}
+	if r := fw.recv(); r.Status != wire.StatusOK || r.ID != 1 {
+		t.Fatalf("the waiting acquire of a free key after storage recovered: %+v", r)
 	}
 	if attempts.Load() < 2 {
 		t.Fatal("no retry of the failing write")

@@ -252,7 +252,7 @@ func (s *Server) refuseWelcome(nc net.Conn, w wire.Welcome) {
 // authFailed answers AUTH_FAILED after this address's back-off (see authFailures) and closes.
 func (s *Server) authFailed(nc net.Conn, log interface{ Warn(string, ...any) }, deadline time.Time) {
 	host := hostOf(nc.RemoteAddr())
-	delay, ok := s.failures.fail(host)
+	delay, ok := s.failures.fail(host, time.Now())
 	if !ok {
 		return // too many failing handshakes from this address at once: close without an answer
 	}
@@ -379,9 +379,11 @@ func (p *pendingSet) closeAll() {
 	}
 }
 
-// authFailures slows down wrong-token handshakes per client address: each failure raises the
-// address's score (which decays by one per second), and the AUTH_FAILED answer waits
-// 10 ms * 2^score (at most 2 s). At most 16 failing handshakes of one address wait at once;
+// authFailures slows down wrong-token handshakes per client address (docs/operations.md,
+// "Security"): the address has a score, s = max(s' - seconds since its previous failure, 0) + 1
+// at each failure (s' its score then; 0 for an address not seen), and that failure's AUTH_FAILED
+// waits 10 ms * 2^(floor(s) - 1), at most 2 s: 10, 20, 40 ... ms for failures in quick
+// succession, back to 10 ms after a quiet spell as long as the score was. At most 16 failing handshakes of one address wait at once;
 // more are closed without an answer. Handshakes that succeed are never delayed, so legitimate
 // clients sharing the address are not slowed.
 type authFailures struct {
@@ -404,10 +406,9 @@ const (
 
 func (f *authFailures) init() { f.m = make(map[string]*failRec) }
 
-func (f *authFailures) fail(host string) (time.Duration, bool) {
+func (f *authFailures) fail(host string, now time.Time) (time.Duration, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	now := time.Now()
 	r := f.m[host]
 	if r == nil {
 		if len(f.m) >= failMapMax {
@@ -426,7 +427,7 @@ func (f *authFailures) fail(host string) (time.Duration, bool) {
 		return 0, false
 	}
 	r.waiting++
-	d := failBase << min(int(r.score), 8)
+	d := failBase << min(int(r.score)-1, 8)
 	return min(d, failMax), true
 }
 

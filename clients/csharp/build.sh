@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the C# client with Mono's C# compiler (mcs, C# 7.2) into build/: the library
-# (Ticketing.dll with its XML documentation), the conformance driver and the NUnit tests.
+# (Ticketing.dll with its XML documentation), the conformance driver, the NUnit tests and the
+# exit-check program they run.
 # Needs Debian's mono-devel and libnunit-cil-dev (test.sh installs them). Exits non-zero on any
 # compiler error or warning.
 set -euo pipefail
@@ -21,6 +22,11 @@ mcs -langversion:7.2 -warnaserror+ -debug+ -target:library -define:MONO \
 mcs "${mcs_args[@]}" -target:exe -out:build/Ticketing.ConformanceDriver.exe \
   -r:build/Ticketing.dll -r:System.dll -r:System.Core.dll \
   src/Ticketing.ConformanceDriver/*.cs
+
+# A program the tests run as a process of its own (RealServerTests.ExitsCleanlyAfterConcurrentUse).
+mcs "${mcs_args[@]}" -target:exe -out:build/Ticketing.ExitCheck.exe \
+  -r:build/Ticketing.dll -r:System.dll -r:System.Core.dll \
+  tests/ExitCheck/*.cs
 
 mcs "${mcs_args[@]}" -target:library -out:build/Ticketing.Tests.dll \
   -r:build/Ticketing.dll -r:"$nunit" -r:System.dll -r:System.Core.dll \

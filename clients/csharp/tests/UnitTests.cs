@@ -61,6 +61,13 @@ namespace Ticketing.Tests
             Assert.AreEqual("\"order-1234\"", Args.Printable(Encoding.UTF8.GetBytes("order-1234")));
             Assert.AreEqual("0x00ff10c3bc", Args.Printable(new byte[] { 0x00, 0xff, 0x10, 0xc3, 0xbc }));
             Assert.AreEqual("0x0a", Args.Printable(new byte[] { 0x0a }), "control characters as hex");
+            // Keys in messages are cut to 64 bytes, with their length (never a whole 5,000-byte key).
+            Assert.AreEqual("\"" + new string('a', 64) + "\"\u2026(300 bytes)", Args.Printable(Encoding.UTF8.GetBytes(new string('a', 300))));
+            Assert.AreEqual("\"" + new string('a', 64) + "\"", Args.Printable(Encoding.UTF8.GetBytes(new string('a', 64))));
+            Assert.AreEqual("0x" + string.Concat(Enumerable.Repeat("ff", 64)) + "\u2026(5000 bytes)", Args.Printable(Enumerable.Repeat((byte)0xff, 5000).ToArray()));
+            // A cut never splits a character: 63 bytes of "a" and a 2-byte "\u00e9" stop before it.
+            string accented = new string('a', 63) + "\u00e9\u00e9";
+            Assert.AreEqual("\"" + new string('a', 63) + "\"\u2026(67 bytes)", Args.Printable(Encoding.UTF8.GetBytes(accented)));
             Assert.AreEqual("ü", Args.Text(new byte[] { 0xc3, 0xbc }));
         }
 

@@ -100,25 +100,54 @@ namespace Ticketing
             return t.TotalMilliseconds.ToString("0.###", System.Globalization.CultureInfo.InvariantCulture) + " ms";
         }
 
-        /// <summary>The key as text when it is valid UTF-8 (quoted), else hex.</summary>
+        /// <summary>How much of a key a message shows, in bytes (as the Go client).</summary>
+        internal const int MaxKeyInMessage = 64;
+
+        /// <summary>
+        /// The key for messages: quoted text when it is valid UTF-8 without control characters,
+        /// else <c>0x</c> and hex; a key longer than 64 bytes is cut (never inside a character),
+        /// followed by its length: <c>"aaaa…"…(300 bytes)</c>.
+        /// </summary>
         internal static string Printable(byte[] key)
         {
+            int n = Math.Min(key.Length, MaxKeyInMessage);
+            string suffix = n < key.Length ? "\u2026(" + key.Length + " bytes)" : "";
+            string text = null;
             try
             {
-                string s = StrictUtf8.GetString(key);
-                foreach (char c in s)
+                text = StrictUtf8.GetString(key);
+                foreach (char c in text)
                 {
                     if (char.IsControl(c))
                     {
-                        return "0x" + Hex(key);
+                        text = null;
+                        break;
                     }
                 }
-                return s.Length > 80 ? "\"" + s.Substring(0, 77) + "...\"" : "\"" + s + "\"";
             }
             catch (DecoderFallbackException)
             {
-                return "0x" + Hex(key);
+                text = null;
             }
+            if (text == null)
+            {
+                var sb = new StringBuilder(2 + 2 * n);
+                sb.Append("0x");
+                for (int i = 0; i < n; i++)
+                {
+                    sb.Append(key[i].ToString("x2"));
+                }
+                return sb.Append(suffix).ToString();
+            }
+            if (n < key.Length)
+            {
+                while (n > MaxKeyInMessage - 3 && (key[n] & 0xC0) == 0x80)
+                {
+                    n--; // do not split a character: key[n] continues the one before
+                }
+                text = StrictUtf8.GetString(key, 0, n);
+            }
+            return "\"" + text + "\"" + suffix;
         }
 
         /// <summary>The key decoded leniently (what <c>TicketingLock.Key</c> shows for a binary key).</summary>

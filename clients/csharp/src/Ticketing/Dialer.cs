@@ -71,6 +71,9 @@ namespace Ticketing
             }
         }
 
+        /// <summary>How long TLS and the protocol handshake may take once TCP is connected (docs/clients.md, the connect timeout).</summary>
+        internal const double HandshakeWaitMs = 2000;
+
         /// <summary>Connects to one endpoint within the connect timeout; <paramref name="closing"/> aborts it.</summary>
         internal static async Task<Dialed> DialAsync(Endpoint ep, Settings s, byte[] sessionId, RandomNumberGenerator rng, CancellationToken closing)
         {
@@ -78,10 +81,14 @@ namespace Ticketing
             Stream stream = null;
             var stage = Stage.Connect;
             bool ok = false;
-            using (var deadline = new CancellationTokenSource(s.ConnectTimeout))
+            using (var deadline = new CancellationTokenSource())
             using (var abort = CancellationTokenSource.CreateLinkedTokenSource(deadline.Token, closing))
             using (abort.Token.Register(() => Abort(Volatile.Read(ref socket), Volatile.Read(ref stream))))
             {
+                long started = Clock.Now;
+                double boundMs = s.ConnectTimeout.TotalMilliseconds;
+                string boundFrom = "";
+                TimerEntry timeout = TimerQueue.Shared.CancelAfter(deadline, s.ConnectTimeout);
                 try
                 {
                     IPAddress[] addresses = await ResolveAsync(ep, abort.Token).ConfigureAwait(false);
@@ -112,6 +119,17 @@ namespace Ticketing
                     {
                         throw new UnavailableException("cannot connect to " + ep + ": " + last.Message, last);
                     }
+                    // TLS and the handshake get at most HandshakeWaitMs once TCP is connected: a
+                    // frozen node's kernel still accepts connections, and the next endpoint should
+                    // not wait for the whole connect timeout behind it.
+                    double left = s.ConnectTimeout.TotalMilliseconds - Clock.ToMs(Clock.Now - started);
+                    if (HandshakeWaitMs < left)
+                    {
+                        timeout.Dispose();
+                        boundMs = HandshakeWaitMs;
+                        boundFrom = " of the TCP connection";
+                        timeout = TimerQueue.Shared.CancelAfter(deadline, TimeSpan.FromMilliseconds(HandshakeWaitMs));
+                    }
                     socket.SetSocketOption(SocketOptionLevel.Socket, SocketOptionName.KeepAlive, true);
                     Volatile.Write(ref stream, new NetworkStream(socket, true));
                     if (s.Tls != null)
@@ -133,16 +151,17 @@ namespace Ticketing
                 catch (Exception e) when (deadline.IsCancellationRequested
                     && !(e is AuthFailedException || e is UnsupportedVersionException || e is NotLeaderException))
                 {
-                    long ms = (long)s.ConnectTimeout.TotalMilliseconds;
+                    long ms = (long)boundMs;
                     switch (stage)
                     {
                         case Stage.Connect:
                             throw new UnavailableException("connect to " + ep + " timed out after " + ms + " ms");
                         case Stage.Tls:
-                            throw new TlsException("TLS handshake with " + ep + " timed out after " + ms + " ms; is the server using TLS?");
+                            throw new TlsException("TLS handshake with " + ep + " timed out: no answer within " + ms + " ms" + boundFrom
+                                + " (is the server using TLS, or frozen?)");
                         default:
-                            throw new UnavailableException("handshake with " + ep + " timed out after " + ms + " ms"
-                                + (s.Tls == null ? " (is the server using TLS?)" : ""));
+                            throw new UnavailableException("handshake with " + ep + " timed out: no answer within " + ms + " ms" + boundFrom
+                                + (s.Tls == null ? " (is the server frozen, or using TLS?)" : " (is the server frozen?)"));
                     }
                 }
                 catch (TicketingException)
@@ -169,6 +188,7 @@ namespace Ticketing
                 }
                 finally
                 {
+                    timeout.Dispose();
                     if (!ok)
                     {
                         Abort(Volatile.Read(ref socket), Volatile.Read(ref stream));

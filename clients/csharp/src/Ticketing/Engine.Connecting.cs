@@ -52,7 +52,7 @@ namespace Ticketing
                             (long)pause.TotalMilliseconds, e.Message);
                         try
                         {
-                            await Task.Delay(pause, _closeCts.Token).ConfigureAwait(false);
+                            await TimerQueue.Shared.Delay(pause, _closeCts.Token).ConfigureAwait(false);
                         }
                         catch (OperationCanceledException)
                         {
@@ -284,7 +284,7 @@ namespace Ticketing
                 round++;
                 try
                 {
-                    await Task.Delay(pause, _closeCts.Token).ConfigureAwait(false);
+                    await TimerQueue.Shared.Delay(pause, _closeCts.Token).ConfigureAwait(false);
                 }
                 catch (OperationCanceledException)
                 {
@@ -328,16 +328,34 @@ namespace Ticketing
                 _generation++;
                 _stateId = w.StateId;
                 var e = new ServerRestartedException("the server at " + d.Endpoint
-                    + " restarted (its state id changed): every lock of this client is lost");
-                foreach (Request r in _unsent.ToList())
-                {
-                    FailLocked(r, e, after);
-                }
+                    + " restarted (its state id changed): the request was in flight and is not sent again; every lock of this client is lost");
+                // Only what the old state may have run fails: requests in flight on it, and the
+                // client's own clean-up of it. A request not sent yet, or answered NOT_LEADER (it
+                // never ran), goes to the new state as a new request.
+                var requeue = new List<Request>();
                 foreach (Request r in _inflight.Values.ToList())
                 {
-                    FailLocked(r, e, after);
+                    if (r.NotRun && !r.Internal && !r.Abandoned)
+                    {
+                        _inflight.Remove(r.Id);
+                        r.Id = 0;
+                        r.NotRun = false;
+                        requeue.Add(r);
+                    }
+                    else
+                    {
+                        FailLocked(r, e, after);
+                    }
                 }
                 _inflight.Clear();
+                foreach (Request r in _unsent.ToList())
+                {
+                    if (r.Internal)
+                    {
+                        FailLocked(r, e, after);
+                    }
+                }
+                _unsent.InsertRange(0, requeue);
                 foreach (TicketingLock l in _held.Values.ToList())
                 {
                     after.Add(() => l.MarkLost(LostReason.ServerRestarted));
@@ -419,6 +437,16 @@ namespace Ticketing
 
         public void OnFailure(Connection c, TicketingException cause)
         {
+            OnFailure(c, cause, false);
+        }
+
+        /// <summary>
+        /// Gives <paramref name="c"/> up: the next connection resumes the session. After an
+        /// unanswered heartbeat (<paramref name="silent"/>: a frozen or cut-off node, whose kernel
+        /// still accepts connections) the next round tries the node just left last.
+        /// </summary>
+        private void OnFailure(Connection c, TicketingException cause, bool silent)
+        {
             lock (_mu)
             {
                 if (c != _conn)
@@ -427,6 +455,11 @@ namespace Ticketing
                     return;
                 }
                 Log.TraceEvent(TraceEventType.Verbose, 0, "connection lost: {0}", cause.Message);
+                int idx = Opts.Endpoints.IndexOf(c.Endpoint);
+                if (silent && idx >= 0)
+                {
+                    _endpointIndex = (idx + 1) % Opts.Endpoints.Count;
+                }
                 _conn = null;
                 _droppedAt = Clock.Now;
                 c.Close();
@@ -482,6 +515,20 @@ namespace Ticketing
             Run(after);
         }
 
+        /// <summary>
+        /// The heartbeat's timing (docs/clients.md, the heartbeat interval): while any request waits
+        /// for an answer (a queued <c>ACQUIRE</c> included) a <c>PING</c> goes after
+        /// <see cref="BusyHeartbeatMs"/> of silence at most, and a <c>PING</c> unanswered within
+        /// min(heartbeat, <see cref="MaxPingWaitMs"/>) gives the connection up: the client
+        /// reconnects and resumes, and the calls in flight keep waiting, so that a frozen leader is
+        /// left in about 1.5 s.
+        /// </summary>
+        internal const double BusyHeartbeatMs = 500;
+
+        /// <summary>The longest a heartbeat <c>PING</c> may stay unanswered; see <see cref="BusyHeartbeatMs"/>.</summary>
+        internal const double MaxPingWaitMs = 1000;
+
+        /// <summary>_mu must be held. Starts the heartbeat of a new connection (one pending check at a time).</summary>
         private void StartHeartbeatLocked(Connection c)
         {
             double interval = Opts.HeartbeatInterval.TotalMilliseconds;
@@ -489,27 +536,65 @@ namespace Ticketing
             {
                 return;
             }
-            long period = (long)Math.Max(5, interval / 4);
-            _heartbeatTimer = new Timer(_ => HeartbeatCheck(c, interval), null, period, period);
+            ScheduleHeartbeatLocked(c, Math.Min(interval, BusyHeartbeatMs));
         }
 
-        private void HeartbeatCheck(Connection c, double interval)
+        private void ScheduleHeartbeatLocked(Connection c, double ms)
         {
+            if (_heartbeatTimer != null)
+            {
+                _heartbeatTimer.Dispose();
+            }
+            _heartbeatTimer = Clock.Once(ms, () => HeartbeatCheck(c));
+        }
+
+        /// <summary>
+        /// Sends a <c>PING</c> when nothing has arrived for the heartbeat interval
+        /// (<see cref="BusyHeartbeatMs"/> while requests wait), and gives the connection up when a
+        /// <c>PING</c> stays unanswered for min(heartbeat, <see cref="MaxPingWaitMs"/>).
+        /// </summary>
+        private void HeartbeatCheck(Connection c)
+        {
+            TicketingException silent;
             lock (_mu)
             {
-                if (c != _conn || _heartbeat != null || _closed)
+                if (c != _conn || _closed)
                 {
                     return;
                 }
-                if (Clock.ToMs(Clock.Now - c.LastReceive) < interval)
+                double interval = Opts.HeartbeatInterval.TotalMilliseconds;
+                long now = Clock.Now;
+                if (_heartbeat != null)
                 {
+                    double wait = Math.Min(interval, MaxPingWaitMs);
+                    double waited = Clock.ToMs(now - _heartbeatSent);
+                    if (waited < wait)
+                    {
+                        ScheduleHeartbeatLocked(c, wait - waited);
+                        return;
+                    }
+                    silent = new RequestTimeoutException("the server (" + c.Endpoint + ") did not answer a heartbeat PING within "
+                        + (long)wait + " ms");
+                }
+                else
+                {
+                    double due = _inflight.Count > 0 ? Math.Min(interval, BusyHeartbeatMs) : interval;
+                    double idle = Clock.ToMs(now - c.LastReceive);
+                    if (idle < due)
+                    {
+                        // Checked again at least every BusyHeartbeatMs: a request made meanwhile shortens the interval.
+                        ScheduleHeartbeatLocked(c, Math.Min(due - idle, BusyHeartbeatMs));
+                        return;
+                    }
+                    var ping = new Request(Op.Ping, null, 0, 0, 0, true);
+                    _heartbeat = ping;
+                    _heartbeatSent = now;
+                    SendLocked(ping);
+                    ScheduleHeartbeatLocked(c, Math.Min(interval, MaxPingWaitMs));
                     return;
                 }
-                var ping = new Request(Op.Ping, null, 0, 0, 0, true);
-                ping.Timer = Clock.Once(Opts.RequestTimeout.TotalMilliseconds, () => OnTimeout(ping));
-                _heartbeat = ping;
-                SendLocked(ping);
             }
+            OnFailure(c, silent, true);
         }
 
         // ---- closing ----
@@ -543,6 +628,7 @@ namespace Ticketing
             var after = new List<Action>();
             var waits = new List<Task>();
             var toRelease = new List<TicketingLock>();
+            List<TicketingLock> stillHeld;
             bool connected;
             lock (_mu)
             {
@@ -581,7 +667,7 @@ namespace Ticketing
             if (connected && waits.Count > 0)
             {
                 TimeSpan bound = Opts.CleanupTimeout < Opts.RequestTimeout ? Opts.CleanupTimeout : Opts.RequestTimeout;
-                await Task.WhenAny(Task.WhenAll(waits), Task.Delay(bound)).ConfigureAwait(false);
+                await TimerQueue.Shared.WaitAsync(Task.WhenAll(waits), bound).ConfigureAwait(false);
             }
             lock (_mu)
             {
@@ -595,6 +681,7 @@ namespace Ticketing
                 {
                     FailLocked(r, e, after);
                 }
+                stillHeld = _held.Values.ToList(); // their keep-alive stops (below); their deadlines still fire
                 _held.Clear();
                 if (_conn != null)
                 {
@@ -613,6 +700,10 @@ namespace Ticketing
                 }
             }
             _closeCts.Cancel();
+            foreach (TicketingLock l in stillHeld)
+            {
+                l.StopKeepAlive();
+            }
             Run(after);
         }
     }

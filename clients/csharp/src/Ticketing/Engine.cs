@@ -46,9 +46,10 @@ namespace Ticketing
         private Connection _conn;
         private bool _connecting;
         private long _droppedAt;
-        private Timer _graceTimer;
-        private Timer _heartbeatTimer;
+        private TimerEntry _graceTimer;
+        private TimerEntry _heartbeatTimer;
         private Request _heartbeat;
+        private long _heartbeatSent; // Clock ticks
         private string _leaderHint;
         private int _endpointIndex;
         private TicketingException _lastConnectError; // of the last failed round since the connection dropped
@@ -171,30 +172,21 @@ namespace Ticketing
         private void OnTimeout(Request r)
         {
             var after = new List<Action>();
-            Connection failed = null;
             lock (_mu)
             {
                 if (r.Done)
                 {
                     return;
                 }
-                bool isHeartbeat = r == _heartbeat;
                 double requestMs = Opts.RequestTimeout.TotalMilliseconds;
                 double ms = r.Op == Op.Acquire && r.Id != 0 && r.WaitMs != Wire.WaitForever ? r.WaitMs + requestMs : requestMs;
                 // While the client reconnects, the timeout names the last connect error (its inner exception).
                 TicketingException why = _conn == null ? _lastConnectError : null;
-                var e = new RequestTimeoutException((isHeartbeat ? "heartbeat PING" : r.Describe()) + " got no answer within "
+                var e = new RequestTimeoutException(r.Describe() + " got no answer within "
                     + (long)ms + " ms (request timeout " + (long)requestMs + " ms)"
                     + (_conn == null ? "; not connected" : "")
                     + (why != null ? ", last connect error: " + why.Message : ""), why);
-                if (isHeartbeat)
-                {
-                    _heartbeat = null;
-                    failed = _conn;
-                    _inflight.Remove(r.Id);
-                    r.Done = true;
-                }
-                else if (r.Op == Op.Acquire)
+                if (r.Op == Op.Acquire)
                 {
                     AbandonLocked(r, e, after);
                 }
@@ -204,11 +196,6 @@ namespace Ticketing
                 }
             }
             Run(after);
-            if (failed != null)
-            {
-                OnFailure(failed, new RequestTimeoutException("the server did not answer a heartbeat within "
-                    + (long)Opts.RequestTimeout.TotalMilliseconds + " ms"));
-            }
         }
 
         /// <summary>_mu must be held. Ends a request with an error (it is no longer awaited).</summary>

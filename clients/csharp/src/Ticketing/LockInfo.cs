@@ -31,7 +31,7 @@ namespace Ticketing
         /// <summary>How long the holder has held the key.</summary>
         public TimeSpan HeldFor { get; }
 
-        /// <summary>Lock-delay left after an expiry (the key is unavailable meanwhile).</summary>
+        /// <summary>Lock-delay left after an expiry, or the start-up wait left (<see cref="InStartupWait"/>): the key is unavailable meanwhile.</summary>
         public TimeSpan LockDelayLeft { get; }
 
         /// <summary>The raw flags.</summary>
@@ -39,6 +39,13 @@ namespace Ticketing
 
         /// <summary>Tells whether the token given to the inspect holds the key.</summary>
         public bool TokenMatches => (Flags & InspectFlags.TokenMatch) != 0;
+
+        /// <summary>
+        /// Tells whether the server is in its start-up wait (a restarted single node waits until
+        /// every lease granted before the restart has ended): no key is granted before it ends, and
+        /// <see cref="LockDelayLeft"/> is the time left.
+        /// </summary>
+        public bool InStartupWait => (Flags & InspectFlags.Startup) != 0;
 
         /// <summary>Tells whether this client's session holds the key.</summary>
         public bool HeldByThisSession => (Flags & InspectFlags.Session) != 0;

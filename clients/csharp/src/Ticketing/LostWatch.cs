@@ -1,6 +1,5 @@
 using System.Collections.Generic;
 using System.Linq;
-using System.Threading;
 using Ticketing.Protocol;
 
 namespace Ticketing
@@ -17,7 +16,7 @@ namespace Ticketing
     {
         private readonly SuspendClock _clock;
         private readonly HashSet<TicketingLock> _locks = new HashSet<TicketingLock>(); // guarded by itself
-        private Timer _timer; // guarded by _locks; runs while _locks is not empty
+        private TimerEntry _timer; // guarded by _locks; pending while _locks is not empty
 
         internal LostWatch(SuspendClock clock)
         {
@@ -30,7 +29,7 @@ namespace Ticketing
             {
                 if (_locks.Add(l) && _timer == null)
                 {
-                    _timer = new Timer(_ => Check(), null, Wire.LostCheckMs, Wire.LostCheckMs);
+                    ScheduleLocked();
                 }
             }
         }
@@ -39,7 +38,7 @@ namespace Ticketing
         {
             lock (_locks)
             {
-                if (_locks.Remove(l) && _locks.Count == 0)
+                if (_locks.Remove(l) && _locks.Count == 0 && _timer != null)
                 {
                     _timer.Dispose();
                     _timer = null;
@@ -47,12 +46,25 @@ namespace Ticketing
             }
         }
 
-        private void Check()
+        /// <summary>_locks must be held. The next check (one chain of them at a time).</summary>
+        private void ScheduleLocked()
+        {
+            TimerEntry next = null;
+            next = Clock.Once(Wire.LostCheckMs, () => Check(next));
+            _timer = next;
+        }
+
+        private void Check(TimerEntry self)
         {
             TicketingLock[] locks;
             lock (_locks)
             {
+                if (_timer != self)
+                {
+                    return; // stopped (no lock left) since it was scheduled
+                }
                 locks = _locks.ToArray();
+                ScheduleLocked();
             }
             long now = _clock.ExactNow;
             foreach (TicketingLock l in locks)

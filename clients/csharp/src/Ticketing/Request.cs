@@ -33,7 +33,7 @@ namespace Ticketing
         internal ulong Id; // 0 until the frame is queued for the wire
         internal long FirstSent; // the deadline clock (SuspendClock) at the first send; a re-send keeps it
         internal long Generation; // the engine's state generation when first sent
-        internal Timer Timer;
+        internal TimerEntry Timer;
         internal bool Done; // Answer completed (or about to be)
         internal bool Abandoned; // an ACQUIRE whose caller gave up: withdraw it, release any grant
         internal bool CancelSent; // the CANCEL for an abandoned ACQUIRE is on its way
@@ -70,12 +70,9 @@ namespace Ticketing
         }
     }
 
-    /// <summary>Monotonic time in <see cref="Stopwatch"/> ticks, and timers that fire once.</summary>
+    /// <summary>Monotonic time in <see cref="Stopwatch"/> ticks, and actions that run once after a delay.</summary>
     internal static class Clock
     {
-        /// <summary>The longest delay a <see cref="Timer"/> takes (about 49.7 days); later ones fire then.</summary>
-        private const double MaxDueMs = 4294967294.0;
-
         internal static long Now => Stopwatch.GetTimestamp();
 
         internal static long FromMs(double ms)
@@ -94,13 +91,12 @@ namespace Ticketing
         }
 
         /// <summary>
-        /// Runs <paramref name="action"/> once after <paramref name="delayMs"/> on a pool thread. The
-        /// caller keeps the returned timer referenced until it fired or was disposed.
+        /// Runs <paramref name="action"/> once after <paramref name="delayMs"/> on the client's timer
+        /// thread (<see cref="TimerQueue"/>); dispose the entry to cancel it.
         /// </summary>
-        internal static Timer Once(double delayMs, Action action)
+        internal static TimerEntry Once(double delayMs, Action action)
         {
-            long due = (long)Math.Min(MaxDueMs, Math.Max(0, Math.Ceiling(delayMs)));
-            return new Timer(_ => action(), null, due, Timeout.Infinite);
+            return TimerQueue.Shared.Once(delayMs, action);
         }
     }
 }

@@ -348,7 +348,7 @@ namespace Ticketing
             catch (OperationCanceledException) when (ct.IsCancellationRequested)
             {
                 // Wait (bounded) for the withdrawal, so that the caller may acquire again at once.
-                await Task.WhenAny(r.Settled.Task, Task.Delay(_engine.Opts.CleanupTimeout)).ConfigureAwait(false);
+                await TimerQueue.Shared.WaitAsync(r.Settled.Task, _engine.Opts.CleanupTimeout).ConfigureAwait(false);
                 throw new OperationCanceledException("acquire of " + text + " was cancelled; the wait was withdrawn", ct);
             }
             finally
@@ -359,8 +359,10 @@ namespace Ticketing
             {
                 if (f.Status == Status.TimedOut)
                 {
+                    string why = Args.Utf8(f.Data);
                     throw new NotAcquiredException(text + " not acquired within "
-                        + (waitMs == 0 ? "a single try (wait 0)" : waitMs + " ms") + "; it is held by another token");
+                        + (waitMs == 0 ? "a single try (wait 0)" : waitMs + " ms") + "; "
+                        + (why.Length > 0 ? why : "it is held by another token")); // the server says why (its start-up wait)
                 }
                 if (f.Status == Status.NotHeld)
                 {

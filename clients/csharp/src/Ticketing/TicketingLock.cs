@@ -44,8 +44,8 @@ namespace Ticketing
         private LostReason? _lostReason;
         private bool _released;
         private Task _releasing;
-        private Timer _deadlineTimer;
-        private Timer _keepAliveTimer;
+        private TimerEntry _deadlineTimer;
+        private TimerEntry _keepAliveTimer;
 
         /// <summary>A granted lock: deadline = first send + (detail + lease) · (1 − 2ρ) (PROTOCOL.md, "The lost signal").</summary>
         internal TicketingLock(Engine engine, byte[] key, ulong token, uint leaseMs, uint detailMs, long firstSent, AcquireOptions options)
@@ -228,7 +228,7 @@ namespace Ticketing
         /// </summary>
         /// <param name="cancellationToken">stops waiting for the answer (the release may still happen)</param>
         /// <returns>a task that completes when the server answered</returns>
-        /// <exception cref="LockLostException">the lock was lost (earlier, or the server answered <c>NOT_HELD</c>); the server is told anyway</exception>
+        /// <exception cref="LockLostException">the lock was lost (earlier: thrown at once, without waiting for the server, which is told in the background; or the server answered <c>NOT_HELD</c>)</exception>
         /// <exception cref="TicketingException">a timeout, a closed client, a lost connection...</exception>
         public Task ReleaseAsync(CancellationToken cancellationToken = default(CancellationToken))
         {
@@ -256,12 +256,38 @@ namespace Ticketing
                 {
                     return _releasing;
                 }
-                StopKeepAliveLocked();
-                done = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
-                _releasing = done.Task;
-                lostBefore = _lostReason;
+                if (_lostReason != null)
+                {
+                    // Known lost: answer at once, whether or not the server can be reached, and
+                    // tell the server in the background (it may not have reclaimed the lock yet,
+                    // so the next waiter need not wait for the lease), unless nothing is left to
+                    // release there (a restarted server, a NOT_HELD answer).
+                    _released = true;
+                    lostBefore = _lostReason;
+                    CancelTimersLocked();
+                    done = null;
+                }
+                else
+                {
+                    StopKeepAliveLocked();
+                    done = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
+                    _releasing = done.Task;
+                    lostBefore = null;
+                }
             }
-            ReleaseCoreAsync(isInternal, lostBefore).ContinueWith(t =>
+            if (done == null)
+            {
+                LostReason reason = lostBefore.Value;
+                if (reason != Ticketing.LostReason.ServerRestarted && reason != Ticketing.LostReason.NotHeld)
+                {
+                    _engine.Submit(new Request(Op.Release, _key, Token, 0, 0, true)).ContinueWith(
+                        t => { var ignored = t.Exception; }, TaskContinuationOptions.ExecuteSynchronously);
+                }
+                var failed = new TaskCompletionSource<bool>();
+                failed.SetException(LostError(reason));
+                return failed.Task;
+            }
+            ReleaseCoreAsync(isInternal).ContinueWith(t =>
             {
                 if (t.IsFaulted)
                 {
@@ -275,7 +301,7 @@ namespace Ticketing
             return done.Task;
         }
 
-        private async Task ReleaseCoreAsync(bool isInternal, LostReason? lostBefore)
+        private async Task ReleaseCoreAsync(bool isInternal)
         {
             ResponseFrame f;
             try
@@ -288,26 +314,23 @@ namespace Ticketing
                 {
                     _releasing = null; // may be retried
                 }
-                if (lostBefore != null)
-                {
-                    throw LostError(lostBefore.Value);
-                }
                 throw;
             }
             if (f.Status == Status.Ok)
             {
                 FinishRelease();
-                if (lostBefore != null)
-                {
-                    throw LostError(lostBefore.Value);
-                }
                 return;
             }
             if (f.Status == Status.NotHeld)
             {
                 MarkLost(Ticketing.LostReason.NotHeld);
                 FinishRelease();
-                throw LostError(lostBefore ?? Ticketing.LostReason.NotHeld);
+                LostReason? reason;
+                lock (_gate)
+                {
+                    reason = _lostReason;
+                }
+                throw LostError(reason ?? Ticketing.LostReason.NotHeld);
             }
             lock (_gate)
             {
@@ -401,8 +424,9 @@ namespace Ticketing
         }
 
         /// <summary>
-        /// Releases the lock (a <c>using</c> block). When the lock was lost while held it still tells
-        /// the server, then throws <see cref="LockLostException"/> naming the reason, unless the
+        /// Releases the lock (a <c>using</c> block). When the lock was lost while held it throws
+        /// <see cref="LockLostException"/> naming the reason at once (the server is told in the
+        /// background, unless it restarted or answered <c>NOT_HELD</c>), unless the
         /// acquire set <see cref="AcquireOptions.ThrowOnLost"/> to false. Disposing a released lock
         /// does nothing, and so does disposing it after its client was closed (the server then keeps
         /// the lock until its lease ends).
@@ -489,6 +513,15 @@ namespace Ticketing
             _deadlineTimer = null;
             _engine.Watch.Remove(this);
             StopKeepAliveLocked();
+        }
+
+        /// <summary>Stops the keep-alive (its client is closing); the lock runs out its lease.</summary>
+        internal void StopKeepAlive()
+        {
+            lock (_gate)
+            {
+                StopKeepAliveLocked();
+            }
         }
 
         private void StopKeepAliveLocked()

@@ -47,20 +47,26 @@ namespace Ticketing
         /// <summary>TLS settings, or null for plaintext. Default: null.</summary>
         public TlsOptions Tls { get; set; }
 
-        /// <summary>TCP connect, TLS and handshake, per endpoint. Default: 5 s.</summary>
+        /// <summary>
+        /// TCP connect, TLS and handshake, per endpoint; once TCP is connected, TLS and the handshake
+        /// must also finish within 2 s (a frozen node's kernel still accepts connections). Default: 5 s.
+        /// </summary>
         public TimeSpan ConnectTimeout { get; set; } = DefaultConnectTimeout;
 
         /// <summary>
         /// How long any request waits for its answer, <b>except</b> the time an acquire spends queued
-        /// (bounded by its wait timeout and the heartbeat instead); also how long the first connect
-        /// keeps trying while a cluster elects a leader. Default: 10 s.
+        /// (bounded by its wait timeout and the heartbeat instead), also while the client reconnects
+        /// (a fail-fast caller sets a short one); also how long the first connect keeps trying while
+        /// a cluster elects a leader. Default: 10 s.
         /// </summary>
         public TimeSpan RequestTimeout { get; set; } = DefaultRequestTimeout;
 
         /// <summary>
-        /// After this long without receiving anything the client sends <c>PING</c>; a heartbeat
-        /// unanswered within the request timeout replaces the connection. <see cref="TimeSpan.Zero"/>
-        /// turns it off. Default: 2 s.
+        /// After this long without receiving anything the client sends <c>PING</c> (after 500 ms at
+        /// most while any request waits for its answer, a queued acquire included); a <c>PING</c>
+        /// unanswered within min(heartbeat, 1 s) replaces the connection: the session resumes on the
+        /// next one (the endpoint just left is tried last) and the calls in flight keep waiting.
+        /// <see cref="TimeSpan.Zero"/> turns it off. Default: 2 s.
         /// </summary>
         public TimeSpan HeartbeatInterval { get; set; } = DefaultHeartbeatInterval;
 

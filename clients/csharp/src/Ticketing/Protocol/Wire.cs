@@ -244,5 +244,8 @@ namespace Ticketing.Protocol
 
         /// <summary>The key waits for storage before its next grant.</summary>
         Stalled = 8,
+
+        /// <summary>The server is in its start-up wait: no grant before it ends (<see cref="LockInfo.LockDelayLeft"/> says when).</summary>
+        Startup = 16,
     }
 }

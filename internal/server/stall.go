@@ -49,14 +49,6 @@ func (s *timedLogStore) StoreLogs(logs []*raft.Log) error {
 	return s.LogStore.StoreLogs(logs)
 }
 
-// stalledFor is how long the write in progress has been running (0 when none).
-func (s *timedLogStore) stalledFor() time.Duration {
-	if t := s.since.Load(); t != 0 {
-		return time.Since(time.Unix(0, t))
-	}
-	return 0
-}
-
 // stallBound is how long a leader's log write may take before it steps down.
 func (c *cluster) stallBound() time.Duration {
 	return max(time.Second, time.Duration(float64(4*baseHeartbeat)*c.cfg.timing()))
@@ -65,7 +57,8 @@ func (c *cluster) stallBound() time.Duration {
 // watchDisk steps a leader down when its log store stalls past the bound.
 func (c *cluster) watchDisk(logs *timedLogStore) {
 	defer c.s.wg.Done()
-	tick := time.NewTicker(c.stallBound() / 4)
+	w := stallWatch{interval: c.stallBound() / 4}
+	tick := time.NewTicker(w.interval)
 	defer tick.Stop()
 	for {
 		select {
@@ -73,7 +66,7 @@ func (c *cluster) watchDisk(logs *timedLogStore) {
 			return
 		case <-tick.C:
 		}
-		d := logs.stalledFor()
+		d := w.observe(time.Now(), logs.since.Load())
 		if d < c.stallBound() || c.raft.State() != raft.Leader {
 			continue
 		}
@@ -82,4 +75,33 @@ func (c *cluster) watchDisk(logs *timedLogStore) {
 		c.s.flushLog()
 		os.Exit(70)
 	}
+}
+
+// stallWatch counts a write's stall only over time the watchdog itself saw pass: when its ticks
+// come much later than their interval, the whole process was frozen (SIGSTOP, a VM paused) or
+// starved of CPU, and a write in progress then looks stalled though the disk did nothing
+// wrong. Exiting on waking would turn every pause of a leader into a crash and a restart; the
+// watch restarts from the wake instead, so a write that still hangs afterwards is caught one
+// bound later.
+type stallWatch struct {
+	interval time.Duration
+	last     time.Time // the previous observation
+	resumed  time.Time // the last wake after a gap in the ticks
+}
+
+// observe returns how long the write in progress since (UnixNano; 0: none) has stalled, counted
+// from the later of its start and the last wake.
+func (w *stallWatch) observe(now time.Time, since int64) time.Duration {
+	if !w.last.IsZero() && now.Sub(w.last) > 2*w.interval {
+		w.resumed = now
+	}
+	w.last = now
+	if since == 0 {
+		return 0
+	}
+	from := time.Unix(0, since)
+	if w.resumed.After(from) {
+		from = w.resumed
+	}
+	return now.Sub(from)
 }

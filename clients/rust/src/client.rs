@@ -263,8 +263,15 @@ pub(crate) struct State {
     /// `clock` is kept past the writer's next pass, which was queued before the batch's callers
     /// (and then comes round once more, after them).
     pub clock_kept: bool,
-    /// Why the last reconnect round failed.
+    /// Why the last reconnect round failed (or, before one did, why the connection ended): a
+    /// call that times out while the client reconnects names it.
     pub last_error: Option<Error>,
+    /// An error no retry fixes (auth failed, unsupported version) from the last reconnect round:
+    /// calls that find no connection fail with it at once. Cleared by the next connection.
+    pub fatal: Option<Error>,
+    /// The index in the endpoint list where the next connect round starts (see
+    /// [`conn::connect_round`]).
+    pub next_endpoint: usize,
     /// The callers' answer slots, by [`Waiter`] ticket, and the free ones.
     slots: Vec<Slot>,
     free_slots: Vec<usize>,
@@ -458,17 +465,31 @@ impl State {
                 let what = format!("acquire of {:?}", key_text(&p.req.key));
                 // Withdrawn: a grant that still comes is released.
                 self.cancel_acquire(id, now);
-                self.deliver(waiter, Err(Error::Timeout { what, timeout }));
+                let source = self.reconnect_cause();
+                self.deliver(waiter, Err(Error::Timeout { what, timeout, source }));
             } else {
                 let op = p.req.op;
                 self.pending.remove(id);
-                self.deliver(waiter, Err(Error::Timeout { what: op_name(op).into(), timeout: request_timeout }));
+                let source = self.reconnect_cause();
+                self.deliver(
+                    waiter,
+                    Err(Error::Timeout { what: op_name(op).into(), timeout: request_timeout, source }),
+                );
             }
         }
         // What is left may have been answered: drop those at the front, so that the timer sleeps
         // until a live deadline.
         let pending = &self.pending;
         self.deadlines.drop_dead(|at, id| request_live(pending, at, id));
+    }
+
+    /// While the client has no connection: the last connect error, for a call that times out
+    /// meanwhile (docs/clients.md, rule 1).
+    fn reconnect_cause(&self) -> Option<crate::error::Cause> {
+        if self.out.is_some() {
+            return None;
+        }
+        self.last_error.clone().map(|e| Arc::new(e) as crate::error::Cause)
     }
 
     /// The earliest instant the timer task has to act at, from `now`: a lock's lost time, at
@@ -716,7 +737,11 @@ impl Inner {
         let registered = waker.is_some();
         Ok(match st.queue_call(self, req, waker, now, bound) {
             Ok((id, ticket)) => Queued::Sent(Sent { id, ticket, registered }),
-            Err(req) => Queued::NoConnection(req, self.conn_tx.subscribe()),
+            Err(req) => match &st.fatal {
+                // The last reconnect round failed in a way no retry fixes.
+                Some(e) => return Err(e.clone()),
+                None => Queued::NoConnection(req, self.conn_tx.subscribe()),
+            },
         })
     }
 
@@ -732,7 +757,7 @@ impl Inner {
             match timeout_at(deadline, conn_rx.changed()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => return Err(Error::Closed),
-                Err(_) => return Err(self.no_connection_error()),
+                Err(_) => return Err(self.no_connection_error(req.op)),
             }
             match self.try_send(req, gate, Some(Instant::now()), bound, None)? {
                 Queued::Sent(sent) => return Ok(sent),
@@ -741,15 +766,19 @@ impl Inner {
         }
     }
 
-    fn no_connection_error(&self) -> Error {
+    /// The error of a call `op` whose timeout passed while it waited for a connection: a
+    /// timeout, naming the last connect error (docs/clients.md, rule 1).
+    fn no_connection_error(&self, op: Op) -> Error {
         let st = self.lock_state();
         if st.closed {
             return Error::Closed;
         }
-        match &st.last_error {
-            Some(e) => e.clone(),
-            None => Error::Timeout { what: "waiting for a connection".into(), timeout: self.opts.request_timeout },
-        }
+        let source = st.last_error.clone().map(|e| Arc::new(e) as crate::error::Cause);
+        let what = match &source {
+            Some(_) => op_name(op).to_owned(),
+            None => format!("{} (waiting for a connection)", op_name(op)),
+        };
+        Error::Timeout { what, timeout: self.opts.request_timeout, source }
     }
 
     /// Sends `req` and waits for its answer, all within the request timeout. A request given up
@@ -821,12 +850,69 @@ impl Inner {
         }
     }
 
-    /// Marks the client closed and fails everything in flight (no I/O).
+    /// [`Client::close`]'s first step: every acquire on the wire whose caller waits fails with
+    /// [`Error::Closed`] and is withdrawn (`CANCEL`); waits, at most the cleanup timeout, until
+    /// the server has answered each (a grant that raced the withdrawal is then released, and that
+    /// release answered too).
+    async fn withdraw_acquires(&self) {
+        let withdrawn: Vec<u64> = {
+            let mut st = self.lock_state();
+            if st.closed || st.out.is_none() {
+                return;
+            }
+            let ids: Vec<u64> = st
+                .pending
+                .iter()
+                .filter(|(_, p)| p.req.op == Op::ACQUIRE && p.waiter.is_some())
+                .map(|(id, _)| id)
+                .collect();
+            let now = Instant::now();
+            for &id in &ids {
+                let Some(w) = st.pending.get_mut(id).and_then(|p| p.waiter.take()) else { continue };
+                st.deliver(w, Err(Error::Closed));
+                st.cancel_acquire(id, now);
+            }
+            ids
+        };
+        if withdrawn.is_empty() {
+            return;
+        }
+        let deadline = Instant::now() + self.opts.cleanup_timeout;
+        // Polled: a close is rare, and its wait short.
+        while Instant::now() < deadline {
+            let settled = {
+                let st = self.lock_state();
+                // Without a connection nothing more can be withdrawn (the server drops the
+                // session's waits when its grace ends).
+                st.closed
+                    || st.out.is_none()
+                    || (withdrawn.iter().all(|&id| !st.pending.contains_key(id))
+                        && !st.pending.values().any(|p| p.req.op == Op::RELEASE && p.waiter.is_none()))
+            };
+            if settled {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Marks the client closed and fails everything in flight (no I/O but a best-effort `CANCEL`
+    /// of the acquires still on the wire, flushed as the connection closes).
     pub fn shut(&self) {
         {
             let mut st = self.lock_state();
             if st.closed {
                 return;
+            }
+            if st.out.is_some() {
+                let acquires: Vec<u64> =
+                    st.pending.iter().filter(|(_, p)| p.req.op == Op::ACQUIRE).map(|(id, _)| id).collect();
+                let now = Instant::now();
+                for id in acquires {
+                    let mut cancel = Req::new(Op::CANCEL, empty_key());
+                    cancel.token = id;
+                    st.queue(cancel, None, now);
+                }
             }
             st.closed = true;
             st.fail_all(&Error::Closed);
@@ -899,7 +985,7 @@ impl Drop for ForgetOnDrop<'_> {
 pub(crate) fn status_error(op: Op, r: &Reply, key: &[u8], token: u64, wait: Duration) -> Error {
     let message = String::from_utf8_lossy(&r.data).into_owned();
     match r.status {
-        Status::TIMED_OUT => Error::NotAcquired { key: key_text(key), wait },
+        Status::TIMED_OUT => Error::NotAcquired { key: key_text(key), wait, message },
         Status::NOT_HELD => Error::NotHeld { key: key_text(key), token },
         Status::INVALID => Error::InvalidArgument { field: Some(InvalidField(r.detail)), message },
         Status::BUSY => Error::Busy { limit: BusyLimit(r.detail), message },
@@ -980,6 +1066,10 @@ pub struct Inspection {
     pub lock_delay_left: Duration,
     /// The key waits for storage before its next grant.
     pub stalled: bool,
+    /// The server is in its start-up wait (a restarted single node waiting out the leases granted
+    /// before its restart): no grant before it ends; [`lock_delay_left`](Self::lock_delay_left)
+    /// is the time left.
+    pub startup: bool,
     /// The holder's token: shown only to the holding session, or when the token asked about is
     /// the holder's.
     pub token: Option<u64>,
@@ -1004,6 +1094,7 @@ impl Inspection {
             held_for: Duration::from_millis(data.held_for_ms.into()),
             lock_delay_left: Duration::from_millis(data.lock_delay_ms.into()),
             stalled: flags.contains(InspectFlags::STALLED),
+            startup: flags.contains(InspectFlags::STARTUP),
             token: (token_matches || held_by_this_session).then_some(r.token),
             token_matches,
             held_by_this_session,
@@ -1131,6 +1222,8 @@ impl Client {
             clock: None,
             clock_kept: false,
             last_error: None,
+            fatal: None,
+            next_endpoint: 0,
             slots: Vec::new(),
             free_slots: Vec::new(),
         };
@@ -1270,12 +1363,22 @@ impl Client {
     }
 
     /// Closes the client: calls in flight fail with [`Error::Closed`], keep-alive stops, and later
-    /// calls fail with [`Error::Closed`]. Locks still held are not released (the server keeps
-    /// them until their lease ends) unless [`ClientOptions::release_on_close`] is set, in which
-    /// case they are released first, each bounded by the request timeout. Returns within a few
-    /// seconds even when the server does not answer. Idempotent.
+    /// calls fail with [`Error::Closed`].
+    ///
+    /// Acquires still queued on the server are withdrawn first: their callers get
+    /// [`Error::Closed`] at once, `CANCEL` goes to the server, and `close` waits (at most the
+    /// [`cleanup_timeout`](ClientOptions::cleanup_timeout)) for the server to confirm, releasing a
+    /// grant that raced the withdrawal: a closed client is never granted a lock it would hold
+    /// until its session ends. (Without a connection nothing can be withdrawn: the server drops
+    /// the session's waits when its grace ends.)
+    ///
+    /// Locks still held are not released (the server keeps them until their lease ends) unless
+    /// [`ClientOptions::release_on_close`] is set, in which case they are released first, each
+    /// bounded by the request timeout. Returns within a few seconds even when the server does not
+    /// answer. Idempotent.
     pub async fn close(&self) {
         let inner = self.inner();
+        inner.withdraw_acquires().await;
         if inner.opts.release_on_close {
             let locks: Vec<(u64, u32, Key)> = {
                 let st = inner.lock_state();

@@ -12,12 +12,12 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
-use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
+use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls::{self, RootCertStore};
 
 use crate::client::{Answer, ForgetOnDrop, Inner, Outbox, Reply, Req, Sent, empty_key};
-use crate::error::{Error, LostReason};
+use crate::error::{Cause, Error, LostReason};
 use crate::lock::local_deadline;
 use crate::options::{ClientOptions, Pem};
 use crate::wire::{
@@ -26,7 +26,7 @@ use crate::wire::{
 
 /// Fills `buf` from the operating system's cryptographic random source.
 pub(crate) fn fill_random(buf: &mut [u8]) -> Result<(), Error> {
-    getrandom::getrandom(buf).map_err(|e| Error::ConnectionLost { message: format!("no random source: {e}") })
+    getrandom::getrandom(buf).map_err(|e| Error::connection_lost(format!("no random source: {e}")))
 }
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -46,7 +46,24 @@ const SYSTEM_CA_FILES: &[&str] = &[
 ];
 
 fn tls_config_error(message: impl Into<String>) -> Error {
-    Error::Tls { endpoint: String::new(), message: message.into() }
+    Error::Tls { endpoint: String::new(), message: message.into(), source: None }
+}
+
+/// The rustls crypto provider: the process default when the application installed one
+/// (`CryptoProvider::install_default`), else the one rustls's crate features name (*ring*, which
+/// this crate enables), which rustls then installs as the process default.
+fn crypto_provider() -> Result<Arc<rustls::crypto::CryptoProvider>, Error> {
+    if let Some(provider) = rustls::crypto::CryptoProvider::get_default() {
+        return Ok(provider.clone());
+    }
+    // rustls panics when its features name no single provider (an application that enabled
+    // another one too and installed none): a configuration error, not a panic of the client.
+    match std::panic::catch_unwind(rustls::ClientConfig::builder) {
+        Ok(builder) => Ok(builder.crypto_provider().clone()),
+        Err(_) => Err(tls_config_error(
+            "no rustls CryptoProvider: install one with rustls::crypto::CryptoProvider::install_default",
+        )),
+    }
 }
 
 fn read_pem(pem: &Pem, what: &str) -> Result<Vec<u8>, Error> {
@@ -84,8 +101,7 @@ impl Dialer {
                 if roots.is_empty() {
                     return Err(tls_config_error("no CA certificate to verify the server with (set a CA file or PEM)"));
                 }
-                let provider = Arc::new(rustls::crypto::ring::default_provider());
-                let builder = rustls::ClientConfig::builder_with_provider(provider)
+                let builder = rustls::ClientConfig::builder_with_provider(crypto_provider()?)
                     .with_safe_default_protocol_versions()
                     .map_err(|e| tls_config_error(e.to_string()))?
                     .with_root_certificates(roots);
@@ -128,6 +144,8 @@ enum Failure {
     Fatal(Error),
     /// Try the next endpoint.
     Next(String, Option<Error>),
+    /// Try the next endpoint: an I/O error (the cause of the round's error).
+    Io(String, Cause),
     /// `CHALLENGE` `NOT_LEADER`: try the leader (when known) next.
     NotLeader(Option<String>),
 }
@@ -148,7 +166,7 @@ async fn read_handshake_frame(
     tls: bool,
 ) -> Result<Vec<u8>, Failure> {
     let mut head = [0u8; 4];
-    s.read_exact(&mut head).await.map_err(|e| closed_in_handshake(&e, tls))?;
+    s.read_exact(&mut head).await.map_err(|e| closed_in_handshake(e, tls))?;
     let n = match size(&head) {
         Ok(n) if n >= head.len() => n,
         Ok(_) => return Err(Failure::Next("bad handshake frame from the server".into(), None)),
@@ -157,6 +175,7 @@ async fn read_handshake_frame(
                 return Err(Failure::Fatal(Error::Tls {
                     endpoint: String::new(),
                     message: "the server answered with TLS: is the server using TLS? (set ClientOptions::tls)".into(),
+                    source: None,
                 }));
             }
             return Err(Failure::Next(format!("bad handshake frame from the server: {e}"), None));
@@ -164,20 +183,21 @@ async fn read_handshake_frame(
     };
     let mut frame = vec![0u8; n];
     frame[..4].copy_from_slice(&head);
-    s.read_exact(&mut frame[4..]).await.map_err(|e| closed_in_handshake(&e, tls))?;
+    s.read_exact(&mut frame[4..]).await.map_err(|e| closed_in_handshake(e, tls))?;
     Ok(frame)
 }
 
-fn closed_in_handshake(e: &std::io::Error, tls: bool) -> Failure {
+fn closed_in_handshake(e: std::io::Error, tls: bool) -> Failure {
     if tls && let Some(te) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
         // A TLS alert after the TLS handshake, such as a server that requires a client certificate.
-        return Failure::Fatal(Error::Tls { endpoint: String::new(), message: te.to_string() });
+        let message = te.to_string();
+        return Failure::Fatal(Error::Tls { endpoint: String::new(), message, source: Some(Arc::new(te.clone())) });
     }
     let hint = if tls { "" } else { " (is the server using TLS?)" };
     if e.kind() == std::io::ErrorKind::UnexpectedEof {
-        Failure::Next(format!("the server closed the connection during the handshake{hint}"), None)
+        Failure::Io(format!("the server closed the connection during the handshake{hint}"), Arc::new(e))
     } else {
-        Failure::Next(format!("handshake: {e}{hint}"), None)
+        Failure::Io(format!("handshake: {e}{hint}"), Arc::new(e))
     }
 }
 
@@ -193,12 +213,36 @@ fn connected_to_itself(tcp: &TcpStream) -> bool {
     matches!((tcp.local_addr(), tcp.peer_addr()), (Ok(l), Ok(p)) if l == p)
 }
 
+/// How long TLS and the protocol handshake may take once TCP is connected (docs/clients.md, the
+/// connect timeout): a frozen node's kernel still accepts connections, and the next endpoint
+/// should not wait for the whole dial timeout behind it.
+pub(crate) const HANDSHAKE_WAIT: Duration = Duration::from_secs(2);
+
 async fn dial(inner: &Inner, endpoint: &str, session_id: [u8; 16]) -> Result<Established, Failure> {
-    let tcp = TcpStream::connect(endpoint).await.map_err(|e| Failure::Next(e.to_string(), None))?;
+    let tcp = TcpStream::connect(endpoint).await.map_err(|e| Failure::Io(e.to_string(), Arc::new(e)))?;
     if connected_to_itself(&tcp) {
         return Err(Failure::Next("nothing listens there (the connection reached itself)".into(), None));
     }
     let _ = tcp.set_nodelay(true);
+    let wait = HANDSHAKE_WAIT.min(inner.opts.dial_timeout);
+    match timeout(wait, secure_and_handshake(inner, endpoint, session_id, tcp)).await {
+        Ok(r) => r,
+        Err(_) => Err(Failure::Next(
+            format!(
+                "timed out: no handshake within {wait:?} of the TCP connection (is the server frozen, or not a Ticketing server?)"
+            ),
+            None,
+        )),
+    }
+}
+
+/// TLS (when configured) and the protocol handshake on a connected socket.
+async fn secure_and_handshake(
+    inner: &Inner,
+    endpoint: &str,
+    session_id: [u8; 16],
+    tcp: TcpStream,
+) -> Result<Established, Failure> {
     let tls = inner.dialer.tls.is_some();
     let mut stream: Stream = match &inner.dialer.tls {
         None => Box::new(tcp),
@@ -208,6 +252,7 @@ async fn dial(inner: &Inner, endpoint: &str, session_id: [u8; 16]) -> Result<Est
                 Failure::Fatal(Error::Tls {
                     endpoint: endpoint.to_owned(),
                     message: format!("server name {name:?}: {e}"),
+                    source: Some(Arc::new(e)),
                 })
             })?;
             match connector.connect(server_name, tcp).await {
@@ -215,19 +260,25 @@ async fn dial(inner: &Inner, endpoint: &str, session_id: [u8; 16]) -> Result<Est
                 Err(e) => {
                     // A TLS error (certificate, alert) speaks for itself; a connection that
                     // closed or broke during the TLS handshake is most likely a plaintext server.
-                    let is_tls_error = e.get_ref().is_some_and(|i| i.is::<rustls::Error>());
-                    let hint = if is_tls_error { "" } else { " (is the server using TLS?)" };
+                    let tls_error = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()).cloned();
+                    let hint = if tls_error.is_some() { "" } else { " (is the server using TLS?)" };
+                    let message = format!("{e}{hint}");
+                    let source: Cause = match tls_error {
+                        Some(te) => Arc::new(te),
+                        None => Arc::new(e),
+                    };
                     return Err(Failure::Fatal(Error::Tls {
                         endpoint: endpoint.to_owned(),
-                        message: format!("{e}{hint}"),
+                        message,
+                        source: Some(source),
                     }));
                 }
             }
         }
     };
     let welcome = handshake(&mut stream, inner, endpoint, &session_id, tls).await.map_err(|f| match f {
-        Failure::Fatal(Error::Tls { endpoint: e, message }) if e.is_empty() => {
-            Failure::Fatal(Error::Tls { endpoint: endpoint.to_owned(), message })
+        Failure::Fatal(Error::Tls { endpoint: e, message, source }) if e.is_empty() => {
+            Failure::Fatal(Error::Tls { endpoint: endpoint.to_owned(), message, source })
         }
         f => f,
     })?;
@@ -245,7 +296,7 @@ async fn handshake(
     let mut client_nonce = [0u8; wire::NONCE_LEN];
     fill_random(&mut client_nonce).map_err(Failure::Fatal)?;
     let hello = Hello { version: wire::VERSION, flags: 0, session_id: *session_id, client_nonce };
-    let io = |e: std::io::Error| Failure::Next(format!("handshake: {e}"), None);
+    let io = |e: std::io::Error| Failure::Io(format!("handshake: {e}"), Arc::new(e));
     s.write_all(&hello.encode()).await.map_err(io)?;
     s.flush().await.map_err(io)?;
 
@@ -352,18 +403,29 @@ pub(crate) struct RoundFailed {
     pub not_leader: bool,
 }
 
-/// One round over the endpoints (the leader hint first), following `NOT_LEADER` hints a few
+/// One round over the endpoints: the leader hint first, then every endpoint once, starting at
+/// `State::next_endpoint` (the endpoint of the connection that dropped, or the one after a node
+/// the heartbeat found silent: that node is tried last), following `NOT_LEADER` hints a few
 /// times. Returns the first connection that completes the handshake.
 pub(crate) async fn connect_round(inner: &Inner) -> Result<Established, RoundFailed> {
-    let (session_id, hint) = {
+    let (session_id, hint, start) = {
         let mut st = inner.lock_state();
-        (st.session_id, st.hint.take())
+        (st.session_id, st.hint.take(), st.next_endpoint)
     };
-    let mut order: Vec<String> = Vec::with_capacity(inner.opts.endpoints.len() + 1);
-    order.extend(hint);
-    order.extend(inner.opts.endpoints.iter().cloned());
+    let eps = &inner.opts.endpoints;
+    let mut order: Vec<String> = Vec::with_capacity(eps.len() + 1);
+    for i in 0..eps.len() {
+        let ep = &eps[(start + i) % eps.len()];
+        if hint.as_ref() != Some(ep) {
+            order.push(ep.clone());
+        }
+    }
+    if let Some(hint) = hint {
+        order.insert(0, hint);
+    }
     let mut failures: Vec<String> = Vec::new();
     let mut specific: Vec<Error> = Vec::new();
+    let mut cause: Option<Cause> = None;
     let mut hops = 0;
     let mut not_leader = false;
     let mut i = 0;
@@ -377,6 +439,10 @@ pub(crate) async fn connect_round(inner: &Inner) -> Result<Established, RoundFai
             Ok(Err(Failure::Next(msg, e))) => {
                 failures.push(format!("{endpoint}: {msg}"));
                 specific.extend(e);
+            }
+            Ok(Err(Failure::Io(msg, e))) => {
+                failures.push(format!("{endpoint}: {msg}"));
+                cause = Some(e);
             }
             Ok(Err(Failure::NotLeader(leader))) => {
                 not_leader = true;
@@ -395,7 +461,7 @@ pub(crate) async fn connect_round(inner: &Inner) -> Result<Established, RoundFai
     let error = if failures.len() == 1 && specific.len() == 1 {
         specific.remove(0)
     } else {
-        Error::Unavailable { message: failures.join("; ") }
+        Error::Unavailable { message: failures.join("; "), source: cause }
     };
     Err(RoundFailed { error, not_leader })
 }
@@ -493,6 +559,7 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
                 st.queue(req, None, now);
             }
             st.last_error = None;
+            st.fatal = None;
             wake.notify_one();
             Ok(Connected { stream: est.stream, wake, epoch, endpoint: est.endpoint })
         }
@@ -523,7 +590,8 @@ enum ConnEnd {
     Io(std::io::Error),
     Protocol(String),
     Redirect(String),
-    Heartbeat(Duration),
+    /// A `PING` went unanswered for this long: the node is frozen or cut off.
+    Silent(Duration),
     Closed,
     Stale,
 }
@@ -535,7 +603,7 @@ impl fmt::Display for ConnEnd {
             ConnEnd::Io(e) => write!(f, "connection error: {e}"),
             ConnEnd::Protocol(m) => write!(f, "protocol error: {m}"),
             ConnEnd::Redirect(m) => f.write_str(m),
-            ConnEnd::Heartbeat(d) => write!(f, "heartbeat unanswered for {d:?}"),
+            ConnEnd::Silent(d) => write!(f, "the server did not answer a PING within {d:?}"),
             ConnEnd::Closed => f.write_str("client closed"),
             ConnEnd::Stale => f.write_str("connection replaced"),
         }
@@ -556,7 +624,18 @@ pub(crate) async fn manage(inner: Arc<Inner>, first: Connected) {
             if matches!(end, ConnEnd::Closed) || inner.lock_state().closed {
                 return;
             }
-            disconnect(&inner, &format!("{end} ({endpoint})"));
+            // Where the next round starts: at the endpoint that dropped (it most likely comes
+            // back), but after one the heartbeat found silent (a frozen node's kernel still
+            // accepts connections: it is tried last); a redirect names its own target.
+            let eps = &inner.opts.endpoints;
+            if let Some(idx) = eps.iter().position(|e| *e == endpoint) {
+                match end {
+                    ConnEnd::Silent(_) => inner.lock_state().next_endpoint = (idx + 1) % eps.len(),
+                    ConnEnd::Redirect(_) => {}
+                    _ => inner.lock_state().next_endpoint = idx,
+                }
+            }
+            disconnect(&inner, &format!("{end} ({endpoint})"), end);
             // Reconnect at once after a connection that lived; back off from one that ended at
             // once (a server that keeps redirecting or closing must not make this loop spin).
             attempt = if started.elapsed() >= Duration::from_secs(1) { 0 } else { attempt.saturating_add(1) };
@@ -579,7 +658,18 @@ pub(crate) async fn manage(inner: Arc<Inner>, first: Connected) {
                 Err(NotInstalled::Restarted) => attempt = attempt.saturating_add(1).min(1),
             },
             Err(f) => {
-                inner.lock_state().last_error = Some(f.error);
+                let mut st = inner.lock_state();
+                if matches!(f.error, Error::AuthFailed { .. } | Error::UnsupportedVersion { .. }) {
+                    // No retry fixes it: every waiting call fails at once (docs/clients.md, rule
+                    // 1); the client keeps trying for later calls.
+                    st.fail_waiters(&f.error);
+                    st.fatal = Some(f.error.clone());
+                    drop(st);
+                    inner.conn_tx.send_modify(|v| *v += 1);
+                    st = inner.lock_state();
+                }
+                st.last_error = Some(f.error);
+                drop(st);
                 // A node answered NOT_LEADER: the cluster is electing a leader, which takes about a
                 // second; retry at the shortest pause rather than back off as from a dead server
                 // (docs/clients.md, rule 1).
@@ -600,25 +690,34 @@ pub(crate) fn backoff(opts: &ClientOptions, attempt: u32) -> Duration {
     base.mul_f64(frac)
 }
 
-/// Marks the session detached after a connection ended; unanswered requests wait for a resume
-/// until the session grace passes (or fail at once with no grace).
-fn disconnect(inner: &Arc<Inner>, end: &str) {
+/// Marks the session detached after a connection ended (`end`, described by `what`); unanswered
+/// requests wait for a resume until the session grace passes (or fail at once with no grace).
+fn disconnect(inner: &Arc<Inner>, what: &str, end: ConnEnd) {
+    let cause: Option<Cause> = match end {
+        ConnEnd::Io(e) => Some(Arc::new(e)),
+        _ => None,
+    };
     let (epoch, grace) = {
         let mut st = inner.lock_state();
         st.out = None;
         st.clock = None;
         st.clock_kept = false;
         st.epoch += 1;
+        // What a call that times out before the next connect names as the reason.
+        st.last_error = Some(Error::ConnectionLost { message: what.to_owned(), source: cause.clone() });
         let grace = st.grace;
         if grace.is_zero() {
-            st.fail_waiters(&Error::connection_lost(format!("{end}; the server keeps no session to resume")));
+            st.fail_waiters(&Error::ConnectionLost {
+                message: format!("{what}; the server keeps no session to resume"),
+                source: cause,
+            });
         }
         (st.epoch, grace)
     };
     inner.conn_tx.send_modify(|v| *v += 1);
     if !grace.is_zero() {
         let weak = Arc::downgrade(inner);
-        let what = end.to_owned();
+        let what = what.to_owned();
         inner.runtime.spawn(async move {
             sleep(grace).await;
             let Some(inner) = weak.upgrade() else { return };
@@ -917,16 +1016,38 @@ fn handle(inner: &Arc<Inner>, st: &mut crate::client::State, res: &Response<'_>,
     None
 }
 
+/// While any request waits for an answer (a queued `ACQUIRE` included), a `PING` goes after this
+/// long of silence at most (docs/clients.md, the heartbeat interval).
+pub(crate) const BUSY_HEARTBEAT: Duration = Duration::from_millis(500);
+/// A `PING` unanswered for this long (at most) gives the connection up: the client replaces it
+/// and resumes the session, the calls in flight keep waiting. A frozen leader is so left in about
+/// 1.5 s.
+pub(crate) const MAX_PING_WAIT: Duration = Duration::from_secs(1);
+
+/// Sends a `PING` when nothing has arrived for the heartbeat interval (at most
+/// [`BUSY_HEARTBEAT`] while requests wait), and ends the connection ([`ConnEnd::Silent`]) when
+/// one stays unanswered for min(heartbeat, [`MAX_PING_WAIT`]).
 async fn heartbeat_loop(inner: &Inner, last_rx: &AtomicU64, base: Instant, epoch: u64) -> ConnEnd {
     let interval = inner.opts.heartbeat_interval;
     if interval.is_zero() {
         return future::pending().await;
     }
-    let request_timeout = inner.opts.request_timeout;
+    let ping_wait = interval.min(MAX_PING_WAIT);
     loop {
-        let due = base + Duration::from_micros(last_rx.load(Ordering::Relaxed)) + interval;
-        if Instant::now() < due {
-            sleep_until(due).await;
+        let busy = {
+            let st = inner.lock_state();
+            if st.epoch != epoch {
+                return ConnEnd::Stale;
+            }
+            st.pending.len() > 0
+        };
+        let due = base
+            + Duration::from_micros(last_rx.load(Ordering::Relaxed))
+            + if busy { interval.min(BUSY_HEARTBEAT) } else { interval };
+        let now = Instant::now();
+        if now < due {
+            // Looked at again within BUSY_HEARTBEAT: a request made meanwhile shortens the wait.
+            sleep_until(due.min(now + BUSY_HEARTBEAT)).await;
             continue;
         }
         let sent = {
@@ -946,8 +1067,8 @@ async fn heartbeat_loop(inner: &Inner, last_rx: &AtomicU64, base: Instant, epoch
         };
         // Forgotten when the connection ends first (this future is dropped) or the answer is late.
         let mut forget = ForgetOnDrop { inner, id: Some((sent.id, sent.ticket)) };
-        if timeout_at(Instant::now() + request_timeout, sent.answer(inner)).await.is_err() {
-            return ConnEnd::Heartbeat(request_timeout);
+        if timeout(ping_wait, sent.answer(inner)).await.is_err() {
+            return ConnEnd::Silent(ping_wait);
         }
         forget.id = None;
     }

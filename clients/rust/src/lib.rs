@@ -19,7 +19,7 @@ pub use client::{Client, Inspection};
 #[cfg(any(target_os = "linux", target_os = "android"))]
 #[doc(hidden)]
 pub use clock::boottime;
-pub use error::{Error, LostReason};
+pub use error::{Cause, Error, LostReason};
 pub use lock::{Lock, LockGuard};
 pub use options::{
     ClientOptions, DEFAULT_CLEANUP_TIMEOUT, DEFAULT_DIAL_TIMEOUT, DEFAULT_ENDPOINT, DEFAULT_HEARTBEAT_INTERVAL,

@@ -59,6 +59,8 @@ pub(crate) struct Held {
     pub released: bool,
     pub releasing: bool,
     pub lost: Option<LostReason>,
+    /// A release of the lock, lost before it, queued its `RELEASE` in the background (once).
+    told: bool,
     /// The lost signal, made when first asked for (most locks are released without anyone
     /// watching): one channel per lock would cost two allocations and a wake-up of eight
     /// notifiers on drop.
@@ -111,6 +113,7 @@ impl State {
             released: false,
             releasing: false,
             lost: None,
+            told: false,
             lost_tx: None,
             keepalive: None,
         };
@@ -262,19 +265,29 @@ impl State {
     }
 
     /// The release's first step, at `now`: marks the lock releasing (stops keep-alive) and
-    /// returns the reason it was lost before, or the outcome when there is nothing to send.
+    /// returns the reason it was lost before, or the outcome when there is nothing to wait for.
+    ///
+    /// A lock lost before reports it at once, whether or not the server can be reached
+    /// (docs/clients.md, rule 4), and its `RELEASE` goes in the background (once), for a server
+    /// that may still hold it so that the next waiter need not wait for the lease: not after a
+    /// restart (the new server has nothing of the old state) nor after a `NOT_HELD`.
     fn begin_release(&mut self, g: &Gate<'_>, now: Instant) -> Result<Option<LostReason>, Result<(), Error>> {
-        let now = self.lease_clock.at(now);
-        self.fire_if_due(g.token, g.era, now);
+        let tick = self.lease_clock.at(now);
+        self.fire_if_due(g.token, g.era, tick);
         let Some(h) = self.lock_entry(g.token, g.era) else {
             return Err(Err(lost_error(g.key, g.token, LostReason::ServerRestarted)));
         };
         if h.released {
             return Err(Ok(()));
         }
-        if h.lost == Some(LostReason::ServerRestarted) {
-            // The server that granted it is gone: nothing to tell the new one.
-            return Err(Err(lost_error(g.key, g.token, LostReason::ServerRestarted)));
+        if let Some(reason) = h.lost {
+            if !h.told && !matches!(reason, LostReason::ServerRestarted | LostReason::NotHeld) {
+                h.told = true;
+                let mut release = Req::new(Op::RELEASE, g.key.clone());
+                release.token = g.token;
+                self.queue_internal(release, now);
+            }
+            return Err(Err(lost_error(g.key, g.token, reason)));
         }
         h.releasing = true;
         h.stop_keepalive();
@@ -540,6 +553,26 @@ pub(crate) async fn release_unclaimed(inner: &Inner, g: Gate<'_>, deadline: Inst
 /// Dropping a `Lock` does **not** release it (the server reclaims it when the lease ends, and
 /// keep-alive stops); call [`release`](Lock::release), or turn it into a [`LockGuard`] that
 /// releases on drop. Any task holding the token may release or extend the lock.
+///
+/// A `Lock` dropped unused is a mistake the compiler reports (`#[must_use]`): the key would stay
+/// held, blocking every other holder, until its lease ends.
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// async fn f(client: ticketing::Client) {
+///     // error: the lock is dropped at once, and the key stays held until its lease ends
+///     client.acquire("k", std::time::Duration::from_secs(30)).await.unwrap();
+/// }
+/// ```
+///
+/// ```
+/// #![deny(unused_must_use)]
+/// async fn f(client: ticketing::Client) {
+///     let lock = client.acquire("k", std::time::Duration::from_secs(30)).await.unwrap();
+///     let _ = lock.release().await;
+/// }
+/// ```
+#[must_use = "dropping a Lock does not release it: the key stays held until its lease ends; call release() or into_guard()"]
 pub struct Lock {
     client: Client,
     key: Key,
@@ -664,12 +697,14 @@ impl Lock {
 
     /// Releases the lock: the next waiter is granted at once.
     ///
-    /// Returns `Ok(())` (also when it was already released). A lock that was lost is still
-    /// released on the server if it still holds (not after a restart: the new server cannot),
-    /// and the call reports [`Error::LockLost`] with the reason; a `NOT_HELD` answer makes the
-    /// lock lost (reason `not held`). Keep-alive stops when
-    /// the release is sent. On a transport error ([`Error::Timeout`], ...) the lock is still
-    /// held as far as the client knows; call it again.
+    /// Returns `Ok(())` (also when it was already released). A lock that was lost before reports
+    /// [`Error::LockLost`] with the reason **at once**, without waiting for the server (which may
+    /// be unreachable): the work done under the lock may not have been protected. It is still
+    /// released on the server in the background, in case the server still holds it (not after a
+    /// restart or a `NOT_HELD`: nothing is left to release). A `NOT_HELD` answer makes the lock
+    /// lost (reason `not held`). Keep-alive stops when the release is sent. On a transport error
+    /// ([`Error::Timeout`], ...) the lock is still held as far as the client knows; call it
+    /// again.
     pub fn release(&self) -> impl Future<Output = Result<(), Error>> + Send + '_ {
         ReleaseFuture::new(self.client.inner(), self.gate())
     }
@@ -710,7 +745,8 @@ impl Drop for Lock {
 /// runtime), like tokio's `OwnedMutexGuard`. Prefer [`release`](LockGuard::release) where you can
 /// await: it reports the outcome. Dereferences to the [`Lock`].
 ///
-/// A guard dropped while the lock is lost still tells the server (which may still hold it).
+/// A guard dropped while the lock is lost still tells the server (which may still hold it), in
+/// the background.
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
     /// Always there but in [`release`](LockGuard::release), [`into_lock`](LockGuard::into_lock)

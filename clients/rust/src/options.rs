@@ -49,14 +49,21 @@ pub struct ClientOptions {
     pub token: Option<String>,
     /// TLS settings; `None` for plain TCP. Default: none.
     pub tls: Option<TlsOptions>,
-    /// Limit on TCP connect + TLS + handshake, per endpoint. Default: 5 s.
+    /// Limit on TCP connect + TLS + handshake, per endpoint; once TCP is connected, TLS and the
+    /// handshake must also finish within 2 s (a frozen node's kernel still accepts connections).
+    /// Default: 5 s.
     pub dial_timeout: Duration,
     /// Limit on every request's answer, except the time an acquire spends queued (which its wait
-    /// timeout and the heartbeat bound instead). Also bounds a call's wait for a connection.
+    /// timeout and the heartbeat bound instead). Also bounds a call's wait for a connection: a call
+    /// whose timeout passes while the client reconnects fails [`Error::Timeout`](crate::Error::Timeout),
+    /// naming the last connect error. A short one makes calls fail fast while the server is down.
     /// Default: 10 s.
     pub request_timeout: Duration,
-    /// After this long without receiving anything, send `PING`; a `PING` unanswered within the
-    /// request timeout fails the connection. `Duration::ZERO` disables it. Default: 2 s.
+    /// After this long without receiving anything, send `PING` (after 500 ms at most while any
+    /// request waits for its answer, a queued acquire included); a `PING` unanswered within
+    /// min(this, 1 s) gives the connection up: the client reconnects (the node just left tried
+    /// last) and resumes the session, and the calls in flight keep waiting. `Duration::ZERO`
+    /// disables it. Default: 2 s.
     pub heartbeat_interval: Duration,
     /// First pause between reconnect rounds (each round tries every endpoint once); it doubles
     /// up to [`reconnect_backoff_max`](Self::reconnect_backoff_max), with jitter. Default: 50 ms.
@@ -67,10 +74,11 @@ pub struct ClientOptions {
     /// this client (each bounded by the request timeout). Default: off: closing leaves locks
     /// held until their lease ends.
     pub release_on_close: bool,
-    /// How long an acquire cancelled through [`Acquire::cancel_on`](crate::Acquire::cancel_on)
-    /// waits for the server to confirm the withdrawal (and for the release of a grant that raced
-    /// it) before returning; the clean-up then finishes in the background. (A dropped acquire
-    /// future cannot wait: its clean-up always runs in the background.) Default: 5 s.
+    /// How long an acquire cancelled through [`Acquire::cancel_on`](crate::Acquire::cancel_on),
+    /// and [`Client::close`](crate::Client::close) withdrawing the acquires still queued, wait for
+    /// the server to confirm the withdrawal (and for the release of a grant that raced it) before
+    /// returning; the clean-up then finishes in the background. (A dropped acquire future cannot
+    /// wait: its clean-up always runs in the background.) Default: 5 s.
     pub cleanup_timeout: Duration,
     /// See [`wall_clock`](Self::wall_clock).
     pub(crate) wall_clock: Option<WallClock>,

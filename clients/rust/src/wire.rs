@@ -245,6 +245,9 @@ code_set! {
         SESSION = 4,
         /// The key waits for storage before its next grant.
         STALLED = 8,
+        /// The server is in its start-up wait: no grant before it ends (the lock-delay left says
+        /// when).
+        STARTUP = 16,
     }
 }
 

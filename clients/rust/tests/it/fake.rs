@@ -247,7 +247,7 @@ async fn first_connect_keeps_trying_while_nodes_answer_not_leader() {
     };
     let took = start.elapsed();
     let err = res.expect_err("no leader within the request timeout");
-    assert!(matches!(&err, Error::Unavailable { message } if message.contains("not the leader")), "{err}");
+    assert!(matches!(&err, Error::Unavailable { message, .. } if message.contains("not the leader")), "{err}");
     assert!(took >= Duration::from_millis(300) && took < Duration::from_millis(1500), "gave up after {took:?}");
     assert!(tries.get() >= 2, "tried {} time(s)", tries.get());
 }
@@ -436,7 +436,7 @@ async fn resume_resends_unanswered_requests_in_id_order_before_new_ones() {
         conn.grant(r, 100 + i as u64, 0).await;
     }
     for t in tasks {
-        t.await.unwrap().expect("granted after resume");
+        let _lock = t.await.unwrap().expect("granted after resume");
     }
     conn.status(&new, Status::OK, 0, &[0; 12]).await;
     later.await.unwrap().expect("inspect");
@@ -1191,7 +1191,9 @@ async fn refuse_held_fails_at_once_and_queueing_behind_yourself_is_the_default()
 #[tokio::test]
 async fn close_fails_calls_in_flight_returns_promptly_and_keeps_locks() {
     let fake = FakeServer::bind().await;
-    let (client, mut conn) = connect(&fake, opts(&fake.addr), &FakeOpts::default()).await;
+    // The server never answers the withdrawal: close waits the cleanup timeout at most.
+    let o = opts(&fake.addr).cleanup_timeout(Duration::from_millis(500));
+    let (client, mut conn) = connect(&fake, o, &FakeOpts::default()).await;
     let lock = hold(&client, &mut conn, "held", 4).await;
     let c = client.clone();
     let task = tokio::spawn(async move { c.acquire("k", Duration::from_secs(9)).await });
@@ -1201,13 +1203,17 @@ async fn close_fails_calls_in_flight_returns_promptly_and_keeps_locks() {
     assert!(start.elapsed() < Duration::from_secs(3));
     assert!(matches!(task.await.unwrap(), Err(Error::Closed)));
     assert!(matches!(client.ping().await, Err(Error::Closed)));
-    // No RELEASE for the held lock (release on close is off); the connection ends.
+    // The queued acquire was withdrawn; no RELEASE for the held lock (release on close is off);
+    // the connection ends.
+    let mut cancels = 0;
     loop {
         match conn.read_within(Duration::from_secs(2)).await {
             None => break,
+            Some(r) if r.op == Op::CANCEL => cancels += 1,
             Some(r) => assert_ne!(r.op, Op::RELEASE, "close does not release"),
         }
     }
+    assert!(cancels >= 1, "the queued acquire is withdrawn");
     assert!(!lock.is_lost());
     assert!(matches!(lock.release().await, Err(Error::Closed)));
     client.close().await; // idempotent
@@ -1282,7 +1288,7 @@ async fn a_client_that_cannot_connect_is_unavailable() {
     drop(fake);
     let start = Instant::now();
     let err = Client::connect(opts(&addr).endpoints([addr.clone(), addr.clone()])).await.expect_err("nobody listens");
-    assert!(matches!(&err, Error::Unavailable { message } if message.contains(&addr)), "{err}");
+    assert!(matches!(&err, Error::Unavailable { message, source: Some(_) } if message.contains(&addr)), "{err}");
     assert!(start.elapsed() < Duration::from_secs(2));
     let err = Client::connect(opts(&addr).endpoints(Vec::<String>::new())).await.expect_err("no endpoints");
     assert!(matches!(err, Error::InvalidArgument { .. }));

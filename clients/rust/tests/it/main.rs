@@ -3,6 +3,7 @@
 
 mod clock;
 mod driver;
+mod edges;
 mod fake;
 mod server;
 mod support;

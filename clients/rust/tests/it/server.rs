@@ -53,6 +53,19 @@ async fn acquire_release_and_fencing_tokens() {
 }
 
 #[tokio::test]
+async fn the_start_up_wait_shows_in_inspect_and_in_a_timed_out_acquire() {
+    let server = Server::start(&[("TICKETING_STARTUP_GRACE", "3s")]);
+    let a = client(&server.addr).await;
+    let seen = a.inspect("k").await.expect("inspect");
+    assert!(seen.startup, "{seen:?}");
+    assert!(!seen.lock_delay_left.is_zero(), "the time left: {seen:?}");
+    let err = a.acquire("k", 5 * SECOND).wait(Duration::from_millis(300)).await.expect_err("no grant yet");
+    assert!(matches!(&err, Error::NotAcquired { message, .. } if message.contains("start-up wait")), "{err}");
+    assert!(err.to_string().contains("start-up wait"), "{err}");
+    a.close().await;
+}
+
+#[tokio::test]
 async fn fifo_order_with_direct_hand_off() {
     let server = Server::start(&[("TICKETING_STARTUP_GRACE", "0")]);
     let r = client(&server.addr).await;
@@ -252,6 +265,8 @@ async fn tls_and_mutual_tls() {
         .await
         .expect_err("unknown issuer");
     assert!(matches!(&err, Error::Tls { message, .. } if !message.contains("using TLS")), "{err}");
+    let cause = std::error::Error::source(&err).expect("the TLS error is the source");
+    assert!(cause.is::<ticketing::rustls::Error>(), "{cause:?}");
 
     let start = Instant::now();
     let err = Client::connect(opts(&server.addr).dial_timeout(2 * SECOND)).await.expect_err("plaintext to TLS");

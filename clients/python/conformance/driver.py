@@ -165,7 +165,7 @@ class Driver:
     async def op_close(self, cmd: Json) -> None:
         client = self.clients.pop(cmd["client"], None)
         if client is not None:
-            await asyncio.wait_for(client.close(), 5)
+            await client.close()  # bounded by itself (the withdrawal of queued acquires: cleanup_timeout)
 
     def _client(self, cmd: Json) -> ticketing.asyncio.Client:
         return self.clients[cmd["client"]]

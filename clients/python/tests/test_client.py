@@ -210,10 +210,13 @@ def test_tls(tls_server: ServerProcess, server: ServerProcess, tls_files: TLSFil
         _hammer(client, key, threads=4, rounds=20)  # threads reading and writing one TLS connection
     with pytest.raises(ticketing.TLSError, match="certificate verification failed"):
         ticketing.Client(tls_server.addr, token=TOKEN, ssl=True).connect()  # the test CA is not trusted
-    with pytest.raises((ticketing.TLSError, ticketing.Unavailable)):
-        ticketing.Client(tls_server.addr, token=TOKEN, connect_timeout=3).connect()  # plaintext to TLS
+    # A TLS/plaintext mismatch, both ways, is a TLSError that says so.
     t0 = time.monotonic()
-    with pytest.raises(ticketing.TLSError, match="is the server using TLS"):
+    with pytest.raises(ticketing.TLSError, match=r"is the server using TLS\?"):
+        ticketing.Client(tls_server.addr, token=TOKEN, connect_timeout=3).connect()  # plaintext to TLS
+    with pytest.raises(ticketing.TLSError, match=r"is the server using TLS\?"):
+        ticketing.Client(tls_server.addr, token=TOKEN, connect_timeout=3).ping()  # the first call connects
+    with pytest.raises(ticketing.TLSError, match=r"is the server using TLS\?"):
         ticketing.Client(server.addr, ssl=tls_files.client_context(), connect_timeout=3).connect()
     assert time.monotonic() - t0 < 3
 
@@ -341,13 +344,37 @@ def test_calls_wait_for_a_server_that_comes_back(server_bin: Path, tmp_path: Pat
 
 def test_graceful_stop_reports_server_stopping(own_server: ServerProcess, key: str) -> None:
     with ticketing.Client(own_server.addr) as a, ticketing.Client(own_server.addr) as b:
-        lock = a.acquire(key, 30)
-        t, out = in_thread(lambda: b.acquire(key, 30))
-        wait_for(lambda: a.inspect(key).waiters == 1)
-        own_server.stop()
-        assert lock.lost.is_set() and lock.lost_reason is LostReason.SERVER_STOPPING
+        with pytest.raises(ticketing.LockLost, match="server stopping") as e:
+            with a.lock(key, 30) as lock:
+                t, out = in_thread(lambda: b.acquire(key, 30))
+                wait_for(lambda: a.inspect(key).waiters == 1)
+                own_server.stop()
+                assert lock.lost.is_set() and lock.lost_reason is LostReason.SERVER_STOPPING
+                t0 = time.monotonic()
+        # Leaving the block reports the loss at once: the server is gone, and the release of a
+        # lock known lost does not wait for it (it waited out the request timeout, 10 s).
+        assert time.monotonic() - t0 < 1 and e.value.reason is LostReason.SERVER_STOPPING
         t.join(5)
         assert len(out) == 1 and isinstance(out[0], ticketing.ShuttingDown), out
+
+
+def test_close_withdraws_a_queued_acquire(server: ServerProcess, key: str) -> None:
+    """Closing a client withdraws its queued acquire from the server (it was left queued, to be
+    granted to the closed client later)."""
+    with ticketing.Client(server.addr) as r:
+        holder = r.acquire(key, 30)
+        a = ticketing.Client(server.addr)
+        t, out = in_thread(lambda: a.acquire(key, 30))
+        wait_for(lambda: r.inspect(key).waiters == 1)
+        t0 = time.monotonic()
+        a.close()
+        assert time.monotonic() - t0 < 2
+        t.join(2)
+        assert len(out) == 1 and isinstance(out[0], ticketing.ClientClosed), out
+        assert "withdrawn" in str(out[0])
+        assert r.inspect(key).waiters == 0  # withdrawn before close returned
+        holder.release()
+        assert r.try_acquire(key, 5) is not None
 
 
 def test_resume_keeps_the_queue_place(own_server: ServerProcess, key: str) -> None:

@@ -107,14 +107,15 @@ def test_restart_loses_locks_and_fails_waiters() -> None:
         assert len(out) == 1 and isinstance(out[0], ticketing.ServerRestarted), out
         assert lock.lost.is_set() and lock.lost_reason is LostReason.SERVER_RESTARTED
         assert reasons == [LostReason.SERVER_RESTARTED]
+        t0 = time.monotonic()
         with pytest.raises(ticketing.LockLost) as e:
-            lock.release()  # still told to the server, reported lost
-        assert e.value.reason is LostReason.SERVER_RESTARTED
-        wait_for(lambda: len(fake.hellos) >= 3)
+            lock.release()  # reported lost at once; nothing to tell a restarted server
+        assert e.value.reason is LostReason.SERVER_RESTARTED and time.monotonic() - t0 < 0.5
+        assert client.acquire("new", 5).token == 1001
         assert fake.hellos[0].session_id == fake.hellos[1].session_id != fake.hellos[2].session_id
         assert client.session_id == fake.hellos[2].session_id
         assert [r.op for r in fake.conns[1].requests] == []  # nothing sent on the restarted server's first connection
-        assert client.acquire("new", 5).token == 1001
+        assert Op.RELEASE not in fake.ops()
         assert not fake.errors
 
 
@@ -313,7 +314,8 @@ def test_first_connect_gives_up_after_the_request_timeout() -> None:
         t0 = time.monotonic()
         with pytest.raises(ticketing.Unavailable):
             ticketing.Client(closing.addr, request_timeout=5).connect()
-        assert time.monotonic() - t0 < 1 and len(closing.conns) == 1
+        # one round: the connection, and the probe asking whether the endpoint speaks TLS
+        assert time.monotonic() - t0 < 1 and len(closing.conns) <= 2
 
 
 @pytest.mark.parametrize("how", ["close", "reset"])
@@ -440,6 +442,154 @@ def test_frozen_server_request_timeout_and_heartbeat() -> None:
         assert time.monotonic() - t0 < 2
 
 
+def test_silent_connection_is_replaced_and_the_call_goes_on() -> None:
+    """Default options: while a request waits, a PING goes after 500 ms of silence; unanswered
+    within 1 s, the connection is given up and replaced, and the session resumes: the queued
+    ACQUIRE is re-sent with its id on the new connection and granted there (it is not failed).
+    The heartbeat waited 2 s, then the request timeout (10 s) for the PING's answer."""
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        if len(fake.conns) == 1:
+            c.answer(c.recv(answer_pings=False))  # connect()'s PING
+            while True:
+                c.recv(answer_pings=False)  # frozen from now on
+        retry = c.recv()
+        c.answer(retry, token=31, lease_ms=retry.lease_ms)
+        serve(c)
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr) as client:
+        t0 = time.monotonic()
+        lock = client.acquire("k", 30)
+        took = time.monotonic() - t0
+        assert lock.token == 31 and 1.2 < took < 3, took
+        first = fake.conns[0].requests
+        assert [r.op for r in first[1:]] == [Op.ACQUIRE, Op.PING]  # one heartbeat, never answered
+        assert fake.conns[1].requests[0] == first[1]  # re-sent with its id and fields
+        assert fake.hellos[1].session_id == fake.hellos[0].session_id
+        assert not fake.errors
+
+
+def test_silent_node_is_tried_last() -> None:
+    """After a node stopped answering, the next round starts at the next endpoint: a frozen
+    node's kernel still accepts connections (here: the frozen node never answers a HELLO)."""
+    def frozen_later(c: FakeConn) -> None:
+        if len(frozen.conns) > 1:
+            c._read(1 << 20)  # accepts, never answers
+        c.handshake()
+        c.answer(c.recv(answer_pings=False))  # connect()'s PING
+        while True:
+            c.recv(answer_pings=False)
+
+    def other(c: FakeConn) -> None:
+        c.handshake(resumed=True)
+        retry = c.recv()
+        c.answer(retry, token=41, lease_ms=retry.lease_ms)
+        serve(c)
+
+    with FakeServer(other) as live, FakeServer(frozen_later, state_id=live.state_id) as frozen:
+        with ticketing.Client([frozen.addr, live.addr], heartbeat=0.2) as client:
+            t0 = time.monotonic()
+            lock = client.acquire("k", 30)
+            assert lock.token == 41 and client.endpoint == live.addr
+            assert time.monotonic() - t0 < 2
+            assert len(frozen.conns) == 1  # the silent node was not dialled again first
+        assert not live.errors and not frozen.errors
+
+
+def test_handshake_gets_two_seconds_after_tcp() -> None:
+    """Once TCP is connected, TLS and the handshake must finish within 2 s whatever the connect
+    timeout (a frozen node's kernel accepts connections; the next endpoint should not wait)."""
+    def silent(c: FakeConn) -> None:
+        c._read(1 << 20)
+
+    with FakeServer(silent) as fake:
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.Unavailable, match="handshake timed out after 2 s"):
+            ticketing.Client(fake.addr, connect_timeout=5).connect()
+        assert 1.5 < time.monotonic() - t0 < 3.5
+
+
+def test_release_of_a_lost_lock_answers_at_once_with_the_server_silent() -> None:
+    """Leaving ``with client.lock(...)`` after the lock was lost (the server's EXPIRED) while
+    the server answers nothing: LockLost at once, not a RequestTimeout after the request
+    timeout; the RELEASE still goes out, in the background."""
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        acq = c.recv()
+        c.answer(acq, token=51, lease_ms=acq.lease_ms)
+        c.send(Response(op=Op.EXPIRED, status=Status.OK, id=0, token=51, detail=ExpiredReason.LEASE, data=acq.key))
+        while True:
+            c.recv(answer_pings=False)  # silent from now on
+
+    with FakeServer(script) as fake:
+        client = ticketing.Client(fake.addr, request_timeout=3, heartbeat=0)
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.LockLost, match="lost: expired") as e:
+            with client.lock("k", 30) as lock:
+                assert lock.lost.wait(5)
+                t0 = time.monotonic()
+        assert time.monotonic() - t0 < 0.5 and e.value.reason is LostReason.EXPIRED
+        wait_for(lambda: fake.ops() == [Op.ACQUIRE, Op.RELEASE])
+        t0 = time.monotonic()
+        client.close()
+        assert time.monotonic() - t0 < 1
+        assert not fake.errors
+
+
+@pytest.mark.parametrize("outcome", ["cancelled", "granted"])
+def test_close_withdraws_a_queued_acquire(outcome: str) -> None:
+    """close() withdraws a queued ACQUIRE (CANCEL): its caller fails ClientClosed at once; a
+    grant that raced the CANCEL is released before close returns."""
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        acq = c.recv()
+        cancel = c.recv()
+        assert cancel.op == Op.CANCEL and cancel.token == acq.id
+        if outcome == "cancelled":
+            c.answer(acq, Status.CANCELLED)
+            c.answer(cancel, detail=1)
+        else:
+            c.answer(acq, token=61, lease_ms=acq.lease_ms)
+            c.answer(cancel, detail=0)
+            rel = c.recv()
+            assert rel.op == Op.RELEASE and rel.token == 61
+            time.sleep(0.2)  # close() waits for the answer
+            c.answer(rel)
+        c.recv()  # the client closes
+
+    with FakeServer(script) as fake:
+        client = ticketing.Client(fake.addr, heartbeat=0)
+        t, out = in_thread(lambda: client.acquire("k", 30))
+        wait_for(lambda: fake.ops() == [Op.ACQUIRE])
+        t0 = time.monotonic()
+        client.close()
+        took = time.monotonic() - t0
+        assert took < 2 and (outcome == "cancelled" or took >= 0.2), took
+        t.join(2)
+        assert len(out) == 1 and isinstance(out[0], ticketing.ClientClosed) and "withdrawn" in str(out[0]), out
+        want = [Op.ACQUIRE, Op.CANCEL] + ([Op.RELEASE] if outcome == "granted" else [])
+        assert fake.ops() == want and client.locks == []
+        assert not fake.errors
+
+
+def test_close_with_a_frozen_server_is_bounded_by_the_cleanup_timeout() -> None:
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        while True:
+            c.recv(answer_pings=False)
+
+    with FakeServer(script) as fake:
+        client = ticketing.Client(fake.addr, heartbeat=0, cleanup_timeout=0.3)
+        t, out = in_thread(lambda: client.acquire("k", 30))
+        wait_for(lambda: fake.ops() == [Op.ACQUIRE])
+        t0 = time.monotonic()
+        client.close()
+        assert 0.25 < time.monotonic() - t0 < 1.5
+        t.join(2)
+        assert isinstance(out[0], ticketing.ClientClosed)
+        assert fake.ops() == [Op.ACQUIRE, Op.CANCEL]
+
+
 def test_abandoned_acquire_granted_anyway_is_released() -> None:
     """The wait is given up (request timeout) and CANCEL sent, but the server had granted it
     already: the client releases that token."""
@@ -520,10 +670,16 @@ def test_expired_push_fires_lost(reason: int, want: LostReason) -> None:
         with pytest.raises(ticketing.LockLost) as e:
             lock.extend()
         assert e.value.reason is want and "token 9" in str(e.value) and "'k'" in str(e.value)
+        t0 = time.monotonic()
         with pytest.raises(ticketing.LockLost) as e:
-            lock.release()
+            lock.release()  # at once, without waiting for the server's answer
         assert e.value.reason is want and seen == [want]  # fired once
-        assert fake.ops()[-1] == Op.RELEASE  # the release was still told to the server
+        assert time.monotonic() - t0 < 0.5
+        wait_for(lambda: fake.ops()[-1] == Op.RELEASE)  # still told to the server, in the background
+        with pytest.raises(ticketing.LockLost):
+            lock.release()  # again: lost, and nothing more sent
+        time.sleep(0.1)
+        assert fake.ops().count(Op.RELEASE) == 1
 
 
 def test_lost_fires_before_the_server_expiry() -> None:
@@ -670,7 +826,7 @@ def test_scoped_helper_raises_when_the_lock_was_lost() -> None:
             with client.lock("k", 30) as lock:
                 assert lock.lost.wait(5)
                 raise KeyError("body")
-        assert fake.ops().count(Op.RELEASE) == 3
+        wait_for(lambda: fake.ops().count(Op.RELEASE) == 3)  # each told to the server in the background
 
 
 # --- helpers and options --------------------------------------------------------------------

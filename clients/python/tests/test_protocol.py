@@ -317,3 +317,43 @@ def test_inspect_answers_to_key_info() -> None:
     assert info.held and info.token is None and int(info.flags) == 0x31
     with pytest.raises(ex.ProtocolError):
         key_info(Response(op=Op.INSPECT, status=Status.OK, id=1, data=b"\0" * 11))
+
+
+def test_inspect_startup_flag() -> None:
+    """STARTUP (0x10): the server's start-up wait; the lock-delay field is the time left."""
+    from ticketing import InspectFlag
+    from ticketing._common import key_info
+
+    resp = Response(op=Op.INSPECT, status=Status.OK, id=1, data=bytes.fromhex("00000000" "00000bb8" "00000010"))
+    info = key_info(resp)
+    assert info.flags == InspectFlag.STARTUP and info.startup and not info.held
+    assert info.lock_delay_remaining == 3.0
+    assert not key_info(Response(op=Op.INSPECT, status=Status.OK, id=1, data=bytes(12))).startup
+
+
+def test_messages_cut_long_keys_and_say_nothing_twice() -> None:
+    """A key longer than 64 bytes is cut in messages (never inside a character), with its
+    length; the server's message for an INVALID key names its limit, once."""
+    assert ex.describe_key(b"k") == "'k'"
+    assert ex.describe_key(b"k" * 64) == "'" + "k" * 64 + "'"
+    assert ex.describe_key(b"k" * 300) == "'" + "k" * 64 + "'…(300 bytes)"
+    assert ex.describe_key("é".encode() * 40) == "'" + "é" * 32 + "'…(80 bytes)"
+    assert ex.describe_key("éa".encode() * 30) == "'" + "éa" * 21 + "'…(90 bytes)"  # byte 64 would split an é
+    assert ex.describe_key(b"\xff" * 70) == "0x" + "ff" * 64 + "…(70 bytes)"
+    key = b"k" * 300
+    err = ex.error_for_status(Status.INVALID, Field.KEY,
+                              b"key of 300 bytes is longer than the server's max key length (256)",
+                              f"key {ex.describe_key(key)}, lease 1 s, try once")
+    text = str(err)
+    assert "256" in text and "k" * 65 not in text and "\n" not in text
+    assert text.count("is longer than the server's max key length") == 1
+
+
+def test_not_acquired_gives_the_server_reason() -> None:
+    """TIMED_OUT with the server's message (its start-up wait) says that, not "the key is held"."""
+    err = ex.error_for_status(Status.TIMED_OUT, 0, b"the server is in its start-up wait: no grant for 2676 ms more",
+                              "key 'k', wait timeout 0.3 s")
+    assert str(err) == ("not acquired: the server is in its start-up wait: no grant for 2676 ms more "
+                        "(key 'k', wait timeout 0.3 s)")
+    plain = ex.error_for_status(Status.TIMED_OUT, 0, b"", "key 'k', try once")
+    assert str(plain) == "not acquired: the key is held and the wait timeout passed (key 'k', try once)"

@@ -130,6 +130,43 @@ def test_abandoned_acquire_is_cancelled_and_a_racing_grant_released() -> None:
     assert acq.cleanup.done and not s.pending
 
 
+def test_close_withdraws_queued_acquires_and_settles_them() -> None:
+    """Session.withdraw_acquires (close): each ACQUIRE still awaited fails its caller now and
+    gets a CANCEL; it is settled once its answer came and a raced grant's RELEASE is answered.
+    An abandoned ACQUIRE, a try and internal calls are left alone."""
+    s = connected()
+    queued = Call(Op.ACQUIRE, key=b"q", lease_ms=5, wait_ms=0xFFFFFFFF)
+    raced = Call(Op.ACQUIRE, key=b"r", lease_ms=5, wait_ms=0xFFFFFFFF)
+    ping = Call(Op.PING)
+    for c in (queued, raced, ping):
+        s.submit(c, 1.0)
+    reqs = sent(s)
+    withdrawn = s.withdraw_acquires(lambda c: ConnectionLost(f"closed ({c.describe()})"), 2.0)
+    assert withdrawn == [queued, raced]
+    assert [(r.op, r.token) for r in sent(s)] == [(Op.CANCEL, queued.id), (Op.CANCEL, raced.id)]
+    assert queued.done and str(queued.error) == "closed (ACQUIRE 'q')"
+    assert s.take_finished() == [queued, raced] and not ping.done
+    assert not s.settled(queued) and not s.settled(raced)
+    s.on_response(Response(op=Op.ACQUIRE, status=Status.CANCELLED, id=reqs[0].id), 2.1)
+    s.on_response(ok(reqs[1], token=9, lease_ms=5), 2.1)  # granted before the CANCEL arrived
+    (release,) = sent(s)
+    assert release.op == Op.RELEASE and release.token == 9
+    assert s.settled(queued) and not s.settled(raced)
+    s.on_response(ok(release), 2.2)
+    assert s.settled(raced)
+    assert s.withdraw_acquires(lambda c: ConnectionLost("again"), 3.0) == []  # nothing left to withdraw
+
+
+def test_withdraw_without_a_connection_does_nothing() -> None:
+    s = connected()
+    acq = Call(Op.ACQUIRE, key=b"k", lease_ms=5, wait_ms=0xFFFFFFFF)
+    s.submit(acq, 1.0)
+    sent(s)
+    s.connection_lost()
+    assert s.withdraw_acquires(lambda c: ConnectionLost("closed"), 2.0) == []
+    assert not acq.done and s.take_out() == b""
+
+
 def test_abandoned_while_disconnected_is_retried_then_cancelled() -> None:
     s = connected()
     acq = Call(Op.ACQUIRE, key=b"k", lease_ms=5, wait_ms=0xFFFFFFFF)

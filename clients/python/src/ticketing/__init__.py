@@ -9,7 +9,12 @@ Blocking::
             use(lock.token)
 
 asyncio: ``ticketing.asyncio.Client``, the same API with ``await`` / ``async with``.
+
+The library logs to the ``ticketing`` logger and is silent until the application configures
+logging (a :class:`logging.NullHandler` keeps Python's last-resort handler from printing).
 """
+
+import logging as _logging
 
 from ._common import KeyInfo, KeyLike
 from .client import Client
@@ -52,6 +57,10 @@ from .exceptions import (
 from .lock import Lock, LockContext
 
 __version__ = "0.2.0"
+
+# A library never prints by itself: without this, Python's last-resort handler would write the
+# client's warnings (a server restart, a lock released on close that did not finish) to stderr.
+_logging.getLogger("ticketing").addHandler(_logging.NullHandler())
 
 __all__ = [
     "Client",

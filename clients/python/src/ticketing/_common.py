@@ -44,6 +44,16 @@ DEFAULT_CLEANUP_TIMEOUT = 5.0
 #: Reconnect backoff: the first pause, doubling up to the second, with jitter.
 BACKOFF_MIN = 0.05
 BACKOFF_MAX = 2.0
+#: While any request waits for an answer (a queued ACQUIRE included), the heartbeat PING goes
+#: after at most this many seconds of silence (docs/clients.md, the heartbeat interval).
+BUSY_HEARTBEAT = 0.5
+#: A PING unanswered for min(heartbeat, this) seconds gives the connection up: the client
+#: reconnects (the node just left tried last) and resumes, so a frozen leader is left in about
+#: 1.5 s. Calls in flight keep waiting, each bounded by its own timeout.
+MAX_PING_WAIT = 1.0
+#: Once TCP is connected, TLS and the handshake must finish within min(connect_timeout, this)
+#: seconds: a frozen node's kernel still accepts connections.
+HANDSHAKE_WAIT = 2.0
 
 _RHO = CLOCK_RATE_BOUND_PPM / 1_000_000
 _MAX_U64 = (1 << 64) - 1
@@ -125,6 +135,35 @@ def refused_not_leader(e: BaseException) -> NotLeader | None:
     return cause if isinstance(cause, NotLeader) else None
 
 
+def tls_client_hello() -> bytes:
+    """The first flight of a TLS client (a ClientHello), to ask an endpoint whether it speaks
+    TLS (see :func:`speaks_tls`); nothing is verified, the handshake is never finished."""
+    ctx = _ssl.SSLContext(_ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = _ssl.CERT_NONE
+    incoming, outgoing = _ssl.MemoryBIO(), _ssl.MemoryBIO()
+    obj = ctx.wrap_bio(incoming, outgoing, server_side=False)
+    try:
+        obj.do_handshake()
+    except _ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
+
+
+def speaks_tls(answer: bytes) -> bool:
+    """``answer`` (the first bytes an endpoint sent back to :func:`tls_client_hello`) is a TLS
+    record: a handshake or an alert."""
+    return len(answer) >= 2 and answer[0] in (0x15, 0x16) and answer[1] == 0x03
+
+
+#: How long the probe of :func:`speaks_tls` may take, at most.
+TLS_PROBE_WAIT = 1.0
+
+#: The message of a plaintext connect to an endpoint that speaks TLS.
+PLAINTEXT_TO_TLS = ("the server closed the plaintext handshake and answers a TLS ClientHello "
+                    "(is the server using TLS? pass ssl= to connect with TLS)")
+
+
 def ssl_context(value: _ssl.SSLContext | bool | None) -> _ssl.SSLContext | None:
     """``None``/``False``: plain TCP; ``True``: the system's default trust; a context: as given."""
     if value is None or value is False:
@@ -174,6 +213,13 @@ def seconds_required(name: str, value: float, *, allow_zero: bool = False) -> fl
     if v < 0 or (v == 0 and not allow_zero):
         raise InvalidArgument(f"{name} must be {'at least 0' if allow_zero else 'positive'}, got {value!r}")
     return v
+
+
+def heartbeat_due(heartbeat: float, busy: bool, idle: float) -> float:
+    """Seconds until a heartbeat PING is due (0: now), for a connection silent for ``idle``
+    seconds, with ``busy`` true while any request waits for an answer."""
+    interval = min(heartbeat, BUSY_HEARTBEAT) if busy else heartbeat
+    return max(0.0, interval - idle)
 
 
 # --- request arguments ----------------------------------------------------------------------
@@ -314,10 +360,18 @@ class KeyInfo:
     #: Seconds since the holder was granted the lock (0.0 when not held).
     held_for: float
     #: Seconds of lock-delay left: after a lease expiry the server may keep the key unavailable
-    #: for a while (0.0 when not in lock-delay, or when the server has no lock-delay).
+    #: for a while (0.0 when not in lock-delay, or when the server has no lock-delay); during
+    #: the server's start-up wait (flag ``STARTUP``), the time left in that wait.
     lock_delay_remaining: float
-    #: The raw flags word (:class:`InspectFlag`): ``HELD``, ``TOKEN_MATCH``, ``SESSION``, ``STALLED``.
+    #: The raw flags word (:class:`InspectFlag`): ``HELD``, ``TOKEN_MATCH``, ``SESSION``,
+    #: ``STALLED``, ``STARTUP``.
     flags: InspectFlag
+
+    @property
+    def startup(self) -> bool:
+        """The server is in its start-up wait (flag ``STARTUP``): nothing is granted before it
+        ends, in :attr:`lock_delay_remaining` seconds."""
+        return bool(self.flags & InspectFlag.STARTUP)
 
 
 def key_info(resp: Response) -> KeyInfo:

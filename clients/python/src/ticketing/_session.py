@@ -233,6 +233,31 @@ class Session:
         if call.op == Op.ACQUIRE and self.ready:
             self._cancel(call, now)
 
+    def withdraw_acquires(self, error: Callable[[Call], TicketingError], now: float) -> list[Call]:
+        """The client is closing: every ACQUIRE sent and not answered whose caller still waits
+        is withdrawn (CANCEL; a grant that races it is released) and its caller fails with
+        ``error(call)`` now. Returns those calls, to wait for with :meth:`settled`. Without a
+        ready connection nothing can be withdrawn (the server drops the waits when the session's
+        grace ends): nothing is done and nothing returned."""
+        if not self.ready:
+            return []
+        withdrawn = []
+        for call in sorted(self.pending.values(), key=lambda c: c.id):
+            if call.op != Op.ACQUIRE or call.internal or call.abandoned or call.done:
+                continue
+            call.abandoned = True
+            self._cancel(call, now)
+            self._fail_caller(call, error(call))
+            withdrawn.append(call)
+        return withdrawn
+
+    def settled(self, call: Call) -> bool:
+        """The outcome of abandoned ``call`` is known: its answer arrived (or it was dropped) and
+        the release of a grant that raced its withdrawal, if any, is answered."""
+        if self.pending.get(call.id) is call:
+            return False
+        return call.cleanup is None or call.cleanup.done
+
     def _cancel(self, call: Call, now: float) -> None:
         if not call.cancel_sent:
             call.cancel_sent = True

@@ -15,11 +15,13 @@ from . import _clock
 from ._common import (
     BACKOFF_MAX,
     BACKOFF_MIN,
+    BUSY_HEARTBEAT,
     DEFAULT_CLEANUP_TIMEOUT,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_ENDPOINTS,
     DEFAULT_HEARTBEAT,
     DEFAULT_REQUEST_TIMEOUT,
+    MAX_PING_WAIT,
     Endpoint,
     ForkAware,
     KeyInfo,
@@ -28,6 +30,7 @@ from ._common import (
     check_token,
     describe_wait,
     format_endpoint,
+    heartbeat_due,
     key_bytes,
     key_info,
     lease_ms,
@@ -93,15 +96,22 @@ class Client(ForkAware):
       client certificate into it for mutual TLS. Default None (plain TCP).
     - ``server_hostname``: the name to verify the server's certificate against. Default: the
       endpoint's host.
-    - ``connect_timeout``: TCP + TLS + handshake, per endpoint. Default 5.0.
+    - ``connect_timeout``: TCP + TLS + handshake, per endpoint; once TCP is connected, TLS and
+      the handshake get at most 2 s of it (a frozen node's kernel still accepts connections).
+      Default 5.0.
     - ``request_timeout``: how long any call waits for its answer, not counting the time an
-      ACQUIRE spends queued (its ``wait_timeout`` bounds that). Default 10.0; None: no limit.
-    - ``heartbeat``: after this long without receiving anything, send PING; a PING unanswered
-      within ``request_timeout`` fails the connection. Default 2.0; 0 or None disables it.
+      ACQUIRE spends queued (its ``wait_timeout`` bounds that); a call made while the client
+      has no connection waits for one within it (a short one fails fast). Default 10.0; None:
+      no limit.
+    - ``heartbeat``: after this long without receiving anything, send PING (after 0.5 s while
+      any request waits); a PING unanswered within min(``heartbeat``, 1 s) gives the connection
+      up as silent: the client reconnects, trying that node last, and resumes, the calls in
+      flight keep waiting. Default 2.0; 0 or None disables it.
     - ``release_on_close``: :meth:`close` releases every lock still held. Default False: locks
       stay held on the server until their lease ends.
     - ``cleanup_timeout``: how long an acquire interrupted while it waits (KeyboardInterrupt)
-      waits for its CANCEL answer and the release of a grant that raced it. Default 5.0.
+      waits for its CANCEL answer and the release of a grant that raced it, and how long
+      :meth:`close` waits for the withdrawal of queued acquires. Default 5.0.
 
     The client connects on first use (or :meth:`connect`). If the connection drops it reconnects
     by itself (50 ms backoff doubling to 2 s, with jitter) and resumes its session: calls in
@@ -131,7 +141,7 @@ class Client(ForkAware):
         self._connect_timeout = seconds_required("connect_timeout", connect_timeout)
         self._request_timeout = seconds_option("request_timeout", request_timeout)
         self._heartbeat = seconds_option("heartbeat", heartbeat, allow_zero=True) or 0.0
-        self._hb_timeout = self._request_timeout or DEFAULT_REQUEST_TIMEOUT
+        self._close_timeout = self._request_timeout or DEFAULT_REQUEST_TIMEOUT  # release_on_close's bound
         self._release_on_close = bool(release_on_close)
         self._cleanup_timeout = seconds_required("cleanup_timeout", cleanup_timeout, allow_zero=True)
         self._init_state()
@@ -140,6 +150,7 @@ class Client(ForkAware):
     def _init_state(self) -> None:
         self._mu = threading.Lock()  # guards everything below, the session and the lock registry
         self._wake = threading.Condition(self._mu)  # the connector's backoff wait
+        self._settle = threading.Condition(self._mu)  # close() waiting for withdrawn acquires
         self._session = Session()
         self._session.failover_limit = len(self._endpoints) - 1
         self._conn: Connection | None = None
@@ -175,14 +186,25 @@ class Client(ForkAware):
 
     def close(self) -> None:
         """Close the client; bounded in time even when the server is frozen. Calls in flight
-        raise :class:`ClientClosed`. Locks still held are *not* released (unless
-        ``release_on_close``): the server keeps them until their lease ends, and their lost
-        signal still fires at their local deadline."""
+        raise :class:`ClientClosed`. Acquires still queued on the server are withdrawn first
+        (CANCEL; a grant that races the withdrawal is released), waiting at most
+        ``cleanup_timeout``: a closed client is never granted a lock it would hold until its
+        session ends. Locks still held are *not* released (unless ``release_on_close``): the
+        server keeps them until their lease ends, and their lost signal still fires at their
+        local deadline."""
         with self._mu:
             if self._closed or self._closing:
                 return
             self._closing = True
             held = [lk for lk in self._locks.values() if lk._is_held()]
+            withdrawn = self._session.withdraw_acquires(
+                lambda c: ClientClosed(f"the client was closed; the queued acquire was withdrawn ({c.describe()})"),
+                _clock.now())
+            self._flush_locked()
+            finished = self._session.take_finished()
+        self._handle(finished, [], None)
+        if withdrawn:
+            self._wait_settled(withdrawn)
         if self._release_on_close and held:
             self._release_all(held)
         with self._mu:
@@ -202,10 +224,23 @@ class Client(ForkAware):
             lock._stop_keepalive()
         self._handle(finished, [], None)
 
+    def _wait_settled(self, calls: list[Call]) -> None:
+        """Wait until the outcome of every withdrawn acquire in ``calls`` is known (and a raced
+        grant released), at most ``cleanup_timeout``; the clean-up then goes on until the
+        connection closes."""
+        deadline = time.monotonic() + self._cleanup_timeout
+        with self._mu:
+            while not all(self._session.settled(c) for c in calls):
+                left = deadline - time.monotonic()
+                if left <= 0 or self._conn is None:
+                    log.debug("close: %d withdrawn acquire(s) not settled", len(calls))
+                    return
+                self._settle.wait(min(left, 0.05))
+
     def _release_all(self, locks: list[Lock]) -> None:
         """Release ``locks`` at once (pipelined), bounded by the request timeout in all (10 s
         when it is None: close is always bounded)."""
-        deadline = time.monotonic() + self._hb_timeout
+        deadline = time.monotonic() + self._close_timeout
         pending: list[tuple[Lock, Call, threading.Event]] = []
         for lock in locks:
             call = Call(Op.RELEASE, key=lock._key_bytes, token=lock.token)
@@ -416,6 +451,17 @@ class Client(ForkAware):
             if self._locks:
                 self._lost_watch = self._timers.call_later(LOST_CHECK_MS / 1000, self._watch_locks)
 
+    def _release_in_background(self, k: bytes, token: int) -> None:
+        """Tell the server that the lost lock ``token`` on ``k`` is released, without waiting
+        (Lock.release of a lost lock): best effort, the answer changes nothing here."""
+        call = Call(Op.RELEASE, key=k, token=token, internal=True)
+        call.callbacks.append(lambda c: log.debug("background release of %s (token %d): %s", describe_key(k), token,
+                                                  c.error or (c.response and c.response.status)))
+        try:
+            self._submit(call)
+        except TicketingError as e:  # closed: the lease runs out on the server
+            log.debug("background release of %s (token %d) not sent: %s", describe_key(k), token, e)
+
     def _holds(self, k: bytes) -> bool:
         with self._mu:
             return any(lk._key_bytes == k and lk._is_held() for lk in self._locks.values())
@@ -551,6 +597,8 @@ class Client(ForkAware):
             self._flush_locked()
             finished = self._session.take_finished()
             events = self._session.take_events()
+            if self._closing:
+                self._settle.notify_all()
         self._handle(finished, events, conn)
 
     def _on_conn_closed(self, conn: Connection, reason: str) -> None:
@@ -585,23 +633,33 @@ class Client(ForkAware):
         self._handle(finished, [], None)
 
     def _heartbeat_check(self, conn: Connection) -> None:
-        """Timer: PING after ``heartbeat`` s of silence; fail the connection when a PING stays
-        unanswered for ``request_timeout`` s."""
+        """Timer: PING after ``heartbeat`` s of silence (at most BUSY_HEARTBEAT while any request
+        waits); when a PING stays unanswered for min(heartbeat, MAX_PING_WAIT) the connection is
+        given up as silent (a frozen node, a cut network): the client reconnects, trying the
+        node just left last, and resumes; calls in flight keep waiting."""
         dead = ""
         with self._mu:
             if self._conn is not conn or self._closed:
                 return
             now = _clock.now()
             hb = self._session.heartbeat
-            if hb is not None and now - hb.t_send >= self._hb_timeout:
-                dead = f"no answer to a heartbeat PING within {self._hb_timeout:g} s"
+            ping_wait = min(self._heartbeat, MAX_PING_WAIT)
+            if hb is not None and now - hb.t_send >= ping_wait:
+                dead = f"silent: no answer to a heartbeat PING within {ping_wait:g} s"
+                self._advance_locked(conn.endpoint)
             else:
-                if hb is None and now - conn.last_received >= self._heartbeat:
-                    hb = self._session.send_heartbeat(now)
-                    self._flush_locked()
-                due = hb.t_send + self._hb_timeout if hb is not None else conn.last_received + self._heartbeat
+                left = BUSY_HEARTBEAT
+                if hb is None:
+                    left = heartbeat_due(self._heartbeat, bool(self._session.pending), now - conn.last_received)
+                    if left <= 0:
+                        hb = self._session.send_heartbeat(now)
+                        self._flush_locked()
+                # Look again at most BUSY_HEARTBEAT from now: a request made meanwhile shortens
+                # the interval.
+                due = hb.t_send + ping_wait if hb is not None else now + min(left or BUSY_HEARTBEAT, BUSY_HEARTBEAT)
                 self._timers.call_at(max(due, now + 0.01), lambda: self._heartbeat_check(conn))
         if dead:
+            log.info("connection to %s %s; reconnecting", format_endpoint(conn.endpoint), dead)
             conn.close(dead)
 
     def _follow(self, ev: Follow, conn: Connection | None) -> None:
@@ -703,7 +761,7 @@ class Client(ForkAware):
                 transport, leftover, welcome = dial(
                     ep, session_id=sid, token=self._token, ssl_context=self._ssl,
                     server_hostname=self._server_hostname, timeout=self._connect_timeout,
-                    on_socket=self._set_dial_sock)
+                    on_socket=self._set_dial_sock, probe_tls=not self._ever_connected)
             except TicketingError as e:
                 log.debug("connecting to %s failed: %s", format_endpoint(ep), e)
                 errors.append((ep, e))
@@ -749,7 +807,7 @@ class Client(ForkAware):
                 conn.write(self._session.take_out())
                 conn.start()
                 if self._heartbeat > 0:
-                    self._timers.call_later(self._heartbeat, lambda: self._heartbeat_check(conn))
+                    self._timers.call_later(min(self._heartbeat, BUSY_HEARTBEAT), lambda: self._heartbeat_check(conn))
                 log.debug("connected to %s (resumed: %s)", format_endpoint(ep), welcome.resumed)
             finished = self._session.take_finished()
             events = self._session.take_events()

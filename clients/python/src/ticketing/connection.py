@@ -16,7 +16,16 @@ import time
 from collections.abc import Callable
 
 from . import _clock
-from ._common import Endpoint, format_endpoint, not_leader_unavailable
+from ._common import (
+    HANDSHAKE_WAIT,
+    PLAINTEXT_TO_TLS,
+    TLS_PROBE_WAIT,
+    Endpoint,
+    format_endpoint,
+    not_leader_unavailable,
+    speaks_tls,
+    tls_client_hello,
+)
 from .constants import WELCOME_SIZE
 from .exceptions import NotLeader, ProtocolError, TicketingError, TLSError, Unavailable
 from .protocol import ClientHandshake, FrameBuffer, Response, Welcome, challenge_size
@@ -111,10 +120,13 @@ def _shutdown(sock: socket.socket) -> None:
 
 def dial(endpoint: Endpoint, *, session_id: bytes, token: bytes | None, ssl_context: _ssl.SSLContext | None,
          server_hostname: str | None, timeout: float | None,
-         on_socket: Callable[[socket.socket | None], None]) -> tuple[_Transport, bytes, Welcome]:
+         on_socket: Callable[[socket.socket | None], None],
+         probe_tls: bool = True) -> tuple[_Transport, bytes, Welcome]:
     """Connect to ``endpoint`` and run TLS and the handshake within ``timeout`` seconds. Returns
     the transport, bytes received after WELCOME, and the WELCOME. ``on_socket`` is told the
     socket while it is being dialed (so that closing the client can interrupt it), then None.
+    With ``probe_tls`` (the client's first connection), a plaintext handshake closed before
+    any byte of the CHALLENGE asks the endpoint whether it speaks TLS (then :class:`TLSError`).
 
     Raises :class:`Unavailable` (refused, unreachable, timed out, closed or reset during the
     handshake, or not the leader: then its ``__cause__`` is the :class:`NotLeader` with the
@@ -129,7 +141,13 @@ def dial(endpoint: Endpoint, *, session_id: bytes, token: bytes | None, ssl_cont
     except OSError as e:
         raise Unavailable(f"{where}: {e.strerror or e}") from None
     on_socket(sock)
+    # TLS and the handshake get at most HANDSHAKE_WAIT once TCP is connected: a frozen node's
+    # kernel still accepts connections, and the next endpoint should not wait behind it.
+    hs_limit = HANDSHAKE_WAIT if timeout is None else min(HANDSHAKE_WAIT, timeout)
+    hs_deadline = time.monotonic() + HANDSHAKE_WAIT
+    deadline = hs_deadline if deadline is None else min(deadline, hs_deadline)
     tls_phase = ssl_context is not None
+    buf = bytearray()
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         _set_remaining(sock, deadline)
@@ -140,7 +158,6 @@ def dial(endpoint: Endpoint, *, session_id: bytes, token: bytes | None, ssl_cont
             transport = _PlainTransport(sock)
         tls_phase = False
         hs = ClientHandshake(session_id, token)
-        buf = bytearray()
         transport.sendall(hs.hello())
         _fill(transport, sock, buf, 4, deadline)
         try:
@@ -168,7 +185,8 @@ def dial(endpoint: Endpoint, *, session_id: bytes, token: bytes | None, ssl_cont
     except (TimeoutError, socket.timeout):
         _shutdown(sock)
         what = "TLS handshake" if tls_phase else "handshake"
-        raise Unavailable(f"{where}: {what} timed out after {timeout:g} s") from None
+        raise Unavailable(f"{where}: {what} timed out after {hs_limit:g} s of the TCP connection "
+                          "(is the server frozen, or not a Ticketing server?)") from None
     except _ssl.SSLCertVerificationError as e:
         _shutdown(sock)
         raise TLSError(f"{where}: TLS certificate verification failed: {e.verify_message or e.reason}") from None
@@ -181,12 +199,15 @@ def dial(endpoint: Endpoint, *, session_id: bytes, token: bytes | None, ssl_cont
         if tls_phase:
             raise TLSError(f"{where}: the server closed the connection during the TLS handshake "
                            "(is the server using TLS?)") from None
-        hint = "; is the server using TLS?" if ssl_context is None else ""
-        raise Unavailable(f"{where}: the server closed the connection during the handshake{hint}") from None
+        if probe_tls and ssl_context is None and not buf and _probe_tls(endpoint, deadline):
+            raise TLSError(f"{where}: {PLAINTEXT_TO_TLS}") from None
+        raise Unavailable(f"{where}: the server closed the connection during the handshake") from None
     except OSError as e:
         _shutdown(sock)
         if tls_phase:
             raise TLSError(f"{where}: TLS failed: {e.strerror or e} (is the server using TLS?)") from None
+        if probe_tls and ssl_context is None and not buf and _probe_tls(endpoint, deadline):
+            raise TLSError(f"{where}: {PLAINTEXT_TO_TLS}") from None
         raise Unavailable(f"{where}: {e.strerror or e}") from None
     except BaseException:
         _shutdown(sock)
@@ -194,6 +215,33 @@ def dial(endpoint: Endpoint, *, session_id: bytes, token: bytes | None, ssl_cont
     finally:
         on_socket(None)
     return transport, bytes(buf), welcome
+
+
+def _probe_tls(endpoint: Endpoint, deadline: float | None) -> bool:
+    """A plaintext handshake was closed (or reset) before any byte of a CHALLENGE: does the
+    endpoint speak TLS? A second connection sends a TLS ClientHello and looks at the first bytes
+    of the answer (at most TLS_PROBE_WAIT, within ``deadline``). A Ticketing server closes it
+    without an answer."""
+    left = TLS_PROBE_WAIT if deadline is None else min(TLS_PROBE_WAIT, deadline - time.monotonic())
+    if left <= 0:
+        return False
+    end = time.monotonic() + left
+    try:
+        with socket.create_connection(endpoint, timeout=left) as probe:
+            probe.sendall(tls_client_hello())
+            answer = b""
+            while len(answer) < 2:
+                rest = end - time.monotonic()
+                if rest <= 0:
+                    break
+                probe.settimeout(rest)
+                data = probe.recv(16)
+                if not data:
+                    break
+                answer += data
+    except OSError:
+        return False
+    return speaks_tls(answer)
 
 
 def _set_remaining(sock: socket.socket, deadline: float | None) -> None:

@@ -125,6 +125,7 @@ class InspectFlag(enum.IntFlag):
     TOKEN_MATCH = 0x2  #: the request's token is the holder's token
     SESSION = 0x4  #: the asking session holds the key
     STALLED = 0x8  #: the key waits for storage before its next grant
+    STARTUP = 0x10  #: the server is in its start-up wait: no grant before it ends (lock-delay left: when)
 
 
 HEADER_SIZE = 32  #: request and response header

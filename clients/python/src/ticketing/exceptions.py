@@ -61,17 +61,23 @@ __all__ = [
 ]
 
 
+#: A message shows at most this many bytes of a key (as the Go client does).
+MAX_KEY_IN_MESSAGE = 64
+
+
 def describe_key(key: bytes) -> str:
-    """A key for messages: quoted text when it is printable UTF-8, else ``0x`` and its hex."""
+    """A key for messages: quoted text when it is printable UTF-8, else ``0x`` and its hex; a key
+    longer than 64 bytes is cut (never inside a character) and its length added, so a message
+    never echoes a long key whole: ``'kkkk…'…(300 bytes)``."""
+    cut = key[:MAX_KEY_IN_MESSAGE]
+    suffix = f"…({len(key)} bytes)" if len(key) > MAX_KEY_IN_MESSAGE else ""
     try:
         text = key.decode("utf-8")
     except UnicodeDecodeError:
-        return "0x" + key.hex()
+        return "0x" + cut.hex() + suffix
     if not text.isprintable():
-        return "0x" + key.hex()
-    if len(text) > 80:
-        text = text[:77] + "..."
-    return repr(text)
+        return "0x" + cut.hex() + suffix
+    return repr(cut.decode("utf-8", "ignore")) + suffix  # "ignore": a character cut at the end
 
 
 class TicketingError(Exception):
@@ -196,6 +202,12 @@ class NotAcquired(ServerError):
 
     status = Status.TIMED_OUT
     default_message = "not acquired: the key is held and the wait timeout passed"
+
+    def _format(self) -> str:
+        # The server's own reason, when it gives one, replaces the usual one (during its
+        # start-up wait the key is not held: "the server is in its start-up wait...").
+        text = f"not acquired: {self.message}" if self.message else self.default_message
+        return f"{text} ({self.context})" if self.context else text
 
 
 class NotHeld(ServerError):

@@ -59,6 +59,7 @@ class Lock:
         self._deferred_lost: LostReason | None = None
         self._released = False
         self._releasing = False
+        self._told_server = False  # release() of the lost lock sent its RELEASE in the background
         self._mutex = threading.Lock()  # guards the state above and below
         self._release_mutex = threading.Lock()
         self._callbacks: list[Callable[[Lock], object]] = []
@@ -128,17 +129,28 @@ class Lock:
     def release(self) -> None:
         """Release the lock; the next waiter gets it at once. Does nothing once it succeeded.
 
-        A lock lost earlier is still released on the server (if it still holds), then
-        :class:`LockLost` is raised: the work done under it was not protected to the end. A
-        NOT_HELD answer raises :class:`LockLost` (reason ``"not held"``, unless it was lost
-        earlier for another reason).
+        A lock lost earlier raises :class:`LockLost` at once, without waiting for the server
+        (which may be unreachable): the work done under it was not protected to the end. The
+        server is still told, in the background, so that the next waiter need not wait for the
+        lease (not after a restart or a NOT_HELD answer: nothing is left to release). A NOT_HELD
+        answer raises :class:`LockLost` (reason ``"not held"``, unless it was lost earlier for
+        another reason).
         """
         with self._release_mutex:
             if self._released:
                 return
             self._check_deadline()
             with self._mutex:
-                self._releasing = True
+                lost = self._lost_reason
+                tell = lost is not None and not self._told_server
+                if tell:
+                    self._told_server = True
+                if lost is None:
+                    self._releasing = True
+            if lost is not None:
+                if tell and lost not in (LostReason.SERVER_RESTARTED, LostReason.NOT_HELD):
+                    self._client._release_in_background(self._key_bytes, self._token)
+                raise LockLost(lost, self._key_bytes, self._token)
             self._stop_keepalive()
             try:
                 resp = self._client._request(Call(Op.RELEASE, key=self._key_bytes, token=self._token),

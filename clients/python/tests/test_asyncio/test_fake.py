@@ -106,14 +106,15 @@ def test_restart_loses_locks_and_fails_waiters() -> None:
                 await client.acquire("queued", 30)
             assert lock.lost.is_set() and lock.lost_reason is LostReason.SERVER_RESTARTED
             assert reasons == [LostReason.SERVER_RESTARTED]
+            t0 = time.monotonic()
             with pytest.raises(ticketing.LockLost) as e:
-                await lock.release()
-            assert e.value.reason is LostReason.SERVER_RESTARTED
-            await wait_for(lambda: len(fake.hellos) >= 3)
+                await lock.release()  # reported lost at once; nothing to tell a restarted server
+            assert e.value.reason is LostReason.SERVER_RESTARTED and time.monotonic() - t0 < 0.5
+            assert (await client.acquire("new", 5)).token == 1001
             assert fake.hellos[0].session_id == fake.hellos[1].session_id != fake.hellos[2].session_id
             assert client.session_id == fake.hellos[2].session_id
             assert [r.op for r in fake.conns[1].requests] == []
-            assert (await client.acquire("new", 5)).token == 1001
+            assert Op.RELEASE not in fake.ops()
 
     with FakeServer(script) as fake:
         run(main)
@@ -321,7 +322,8 @@ def test_first_connect_gives_up_after_the_request_timeout() -> None:
         t0 = time.monotonic()
         with pytest.raises(ticketing.Unavailable):
             await ticketing.asyncio.Client(closing.addr, request_timeout=5).connect()
-        assert time.monotonic() - t0 < 1 and len(closing.conns) == 1
+        # one round: the connection, and the probe asking whether the endpoint speaks TLS
+        assert time.monotonic() - t0 < 1 and len(closing.conns) <= 2
 
     with FakeServer(not_leader("challenge")) as node, FakeServer(lambda c: c.close()) as closing:
         run(main)
@@ -482,6 +484,163 @@ def test_frozen_server_request_timeout_and_heartbeat() -> None:
         run(main)
 
 
+def test_silent_connection_is_replaced_and_the_call_goes_on() -> None:
+    """Default options: while a request waits, a PING goes after 500 ms of silence; unanswered
+    within 1 s, the connection is given up and replaced, and the session resumes: the queued
+    ACQUIRE is re-sent with its id on the new connection and granted there (it is not failed)."""
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        if len(fake.conns) == 1:
+            c.answer(c.recv(answer_pings=False))  # connect()'s PING
+            while True:
+                c.recv(answer_pings=False)  # frozen from now on
+        retry = c.recv()
+        c.answer(retry, token=31, lease_ms=retry.lease_ms)
+        serve(c)
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            t0 = time.monotonic()
+            lock = await client.acquire("k", 30)
+            took = time.monotonic() - t0
+            assert lock.token == 31 and 1.2 < took < 3, took
+            first = fake.conns[0].requests
+            assert [r.op for r in first[1:]] == [Op.ACQUIRE, Op.PING]  # one heartbeat, never answered
+            assert fake.conns[1].requests[0] == first[1]  # re-sent with its id and fields
+            assert fake.hellos[1].session_id == fake.hellos[0].session_id
+
+    with FakeServer(script) as fake:
+        run(main)
+        assert not fake.errors
+
+
+def test_silent_node_is_tried_last() -> None:
+    def frozen_later(c: FakeConn) -> None:
+        if len(frozen.conns) > 1:
+            c._read(1 << 20)  # accepts, never answers
+        c.handshake()
+        c.answer(c.recv(answer_pings=False))  # connect()'s PING
+        while True:
+            c.recv(answer_pings=False)
+
+    def other(c: FakeConn) -> None:
+        c.handshake(resumed=True)
+        retry = c.recv()
+        c.answer(retry, token=41, lease_ms=retry.lease_ms)
+        serve(c)
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client([frozen.addr, live.addr], heartbeat=0.2) as client:
+            t0 = time.monotonic()
+            lock = await client.acquire("k", 30)
+            assert lock.token == 41 and client.endpoint == live.addr
+            assert time.monotonic() - t0 < 2
+            assert len(frozen.conns) == 1  # the silent node was not dialled again first
+
+    with FakeServer(other) as live, FakeServer(frozen_later, state_id=live.state_id) as frozen:
+        run(main)
+        assert not live.errors and not frozen.errors
+
+
+def test_handshake_gets_two_seconds_after_tcp() -> None:
+    def silent(c: FakeConn) -> None:
+        c._read(1 << 20)
+
+    async def main() -> None:
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.Unavailable, match="handshake timed out after 2 s"):
+            await ticketing.asyncio.Client(fake.addr, connect_timeout=5).connect()
+        assert 1.5 < time.monotonic() - t0 < 3.5
+
+    with FakeServer(silent) as fake:
+        run(main)
+
+
+def test_release_of_a_lost_lock_answers_at_once_with_the_server_silent() -> None:
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        acq = c.recv()
+        c.answer(acq, token=51, lease_ms=acq.lease_ms)
+        c.send(Response(op=Op.EXPIRED, status=Status.OK, id=0, token=51, detail=ExpiredReason.LEASE, data=acq.key))
+        while True:
+            c.recv(answer_pings=False)  # silent from now on
+
+    async def main() -> None:
+        client = ticketing.asyncio.Client(fake.addr, request_timeout=3, heartbeat=0)
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.LockLost, match="lost: expired") as e:
+            async with client.lock("k", 30) as lock:
+                await lost(lock)
+                t0 = time.monotonic()
+        assert time.monotonic() - t0 < 0.5 and e.value.reason is LostReason.EXPIRED
+        await wait_for(lambda: fake.ops() == [Op.ACQUIRE, Op.RELEASE])  # told in the background
+        t0 = time.monotonic()
+        await client.close()
+        assert time.monotonic() - t0 < 1.5
+
+    with FakeServer(script) as fake:
+        run(main)
+        assert not fake.errors
+
+
+@pytest.mark.parametrize("outcome", ["cancelled", "granted"])
+def test_close_withdraws_a_queued_acquire(outcome: str) -> None:
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        acq = c.recv()
+        cancel = c.recv()
+        assert cancel.op == Op.CANCEL and cancel.token == acq.id
+        if outcome == "cancelled":
+            c.answer(acq, Status.CANCELLED)
+            c.answer(cancel, detail=1)
+        else:
+            c.answer(acq, token=61, lease_ms=acq.lease_ms)
+            c.answer(cancel, detail=0)
+            rel = c.recv()
+            assert rel.op == Op.RELEASE and rel.token == 61
+            time.sleep(0.2)  # close() waits for the answer
+            c.answer(rel)
+        c.recv()  # the client closes
+
+    async def main() -> None:
+        client = ticketing.asyncio.Client(fake.addr, heartbeat=0)
+        task = asyncio.create_task(client.acquire("k", 30))
+        await wait_for(lambda: fake.ops() == [Op.ACQUIRE])
+        t0 = time.monotonic()
+        await client.close()
+        took = time.monotonic() - t0
+        assert took < 2 and (outcome == "cancelled" or took >= 0.2), took
+        with pytest.raises(ticketing.ClientClosed, match="withdrawn"):
+            await asyncio.wait_for(task, 2)
+        want = [Op.ACQUIRE, Op.CANCEL] + ([Op.RELEASE] if outcome == "granted" else [])
+        assert fake.ops() == want and client.locks == []
+
+    with FakeServer(script) as fake:
+        run(main)
+        assert not fake.errors
+
+
+def test_close_with_a_frozen_server_is_bounded_by_the_cleanup_timeout() -> None:
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        while True:
+            c.recv(answer_pings=False)
+
+    async def main() -> None:
+        client = ticketing.asyncio.Client(fake.addr, heartbeat=0, cleanup_timeout=0.3)
+        task = asyncio.create_task(client.acquire("k", 30))
+        await wait_for(lambda: fake.ops() == [Op.ACQUIRE])
+        t0 = time.monotonic()
+        await client.close()
+        assert 0.25 < time.monotonic() - t0 < 1.5
+        with pytest.raises(ticketing.ClientClosed):
+            await asyncio.wait_for(task, 2)
+        assert fake.ops() == [Op.ACQUIRE, Op.CANCEL]
+
+    with FakeServer(script) as fake:
+        run(main)
+
+
 def test_abandoned_acquire_granted_anyway_is_released() -> None:
     def script(c: FakeConn) -> None:
         c.handshake()
@@ -608,10 +767,16 @@ def test_expired_push_fires_lost(reason: int, want: LostReason) -> None:
             with pytest.raises(ticketing.LockLost) as e:
                 await lock.extend()
             assert e.value.reason is want and "token 9" in str(e.value)
+            t0 = time.monotonic()
             with pytest.raises(ticketing.LockLost) as e:
-                await lock.release()
+                await lock.release()  # at once, without waiting for the server's answer
             assert e.value.reason is want and seen == [want]
-            assert fake.ops()[-1] == Op.RELEASE
+            assert time.monotonic() - t0 < 0.5
+            await wait_for(lambda: fake.ops()[-1] == Op.RELEASE)  # still told to the server, in the background
+            with pytest.raises(ticketing.LockLost):
+                await lock.release()  # again: lost, and nothing more sent
+            await asyncio.sleep(0.1)
+            assert fake.ops().count(Op.RELEASE) == 1
 
     with FakeServer(script) as fake:
         run(main)
@@ -724,7 +889,7 @@ def test_scoped_helper_raises_when_the_lock_was_lost() -> None:
                 async with client.lock("k", 30) as lock:
                     await lost(lock)
                     raise KeyError("body")
-            assert fake.ops().count(Op.RELEASE) == 3
+            await wait_for(lambda: fake.ops().count(Op.RELEASE) == 3)  # each told to the server in the background
 
     with FakeServer(script) as fake:
         run(main)

@@ -15,11 +15,13 @@ from .. import _clock
 from .._common import (
     BACKOFF_MAX,
     BACKOFF_MIN,
+    BUSY_HEARTBEAT,
     DEFAULT_CLEANUP_TIMEOUT,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_ENDPOINTS,
     DEFAULT_HEARTBEAT,
     DEFAULT_REQUEST_TIMEOUT,
+    MAX_PING_WAIT,
     Endpoint,
     ForkAware,
     KeyInfo,
@@ -28,6 +30,7 @@ from .._common import (
     check_token,
     describe_wait,
     format_endpoint,
+    heartbeat_due,
     key_bytes,
     key_info,
     lease_ms,
@@ -83,9 +86,11 @@ class Client(ForkAware):
     Arguments are those of the blocking :class:`ticketing.Client`, with the same defaults:
     ``endpoints`` (``"127.0.0.1:7070"``), ``token`` (None), ``ssl`` (None), ``server_hostname``
     (the endpoint's host), ``connect_timeout`` (5.0 s), ``request_timeout`` (10.0 s; None: no
-    limit), ``heartbeat`` (2.0 s; 0 or None disables it), ``release_on_close`` (False),
-    ``cleanup_timeout`` (5.0 s: how long a cancelled acquire waits for its CANCEL answer and the
-    release of a grant that raced it before the cancellation propagates).
+    limit), ``heartbeat`` (2.0 s, 0.5 s while a request waits; a PING unanswered within
+    min(heartbeat, 1 s) replaces the connection; 0 or None disables it), ``release_on_close``
+    (False), ``cleanup_timeout`` (5.0 s: how long a cancelled acquire waits for its CANCEL
+    answer and the release of a grant that raced it before the cancellation propagates, and how
+    long :meth:`close` waits for the withdrawal of queued acquires).
 
     Cancelling a task that waits in :meth:`acquire` withdraws its place in the queue (CANCEL);
     if the lock was granted anyway, the client releases it: a cancelled wait never leaves a lock
@@ -113,7 +118,7 @@ class Client(ForkAware):
         self._connect_timeout = seconds_required("connect_timeout", connect_timeout)
         self._request_timeout = seconds_option("request_timeout", request_timeout)
         self._heartbeat = seconds_option("heartbeat", heartbeat, allow_zero=True) or 0.0
-        self._hb_timeout = self._request_timeout or DEFAULT_REQUEST_TIMEOUT
+        self._close_timeout = self._request_timeout or DEFAULT_REQUEST_TIMEOUT  # release_on_close's bound
         self._release_on_close = bool(release_on_close)
         self._cleanup_timeout = seconds_required("cleanup_timeout", cleanup_timeout, allow_zero=True)
         self._init_state()
@@ -125,6 +130,7 @@ class Client(ForkAware):
         self._conn: Connection | None = None
         self._connector: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
+        self._settle: asyncio.Event | None = None  # close() waiting for withdrawn acquires
         self._preferred = 0
         self._hint: Endpoint | None = None
         self._ever_connected = False
@@ -154,13 +160,22 @@ class Client(ForkAware):
 
     async def close(self) -> None:
         """Close the client; bounded in time even when the server is frozen. Calls in flight
-        raise :class:`ClientClosed`. Locks still held are *not* released (unless
-        ``release_on_close``): the server keeps them until their lease ends, and their lost
-        signal still fires at their local deadline."""
+        raise :class:`ClientClosed`. Acquires still queued on the server are withdrawn first
+        (CANCEL; a grant that races the withdrawal is released), waiting at most
+        ``cleanup_timeout``: a closed client is never granted a lock it would hold until its
+        session ends. Locks still held are *not* released (unless ``release_on_close``): the
+        server keeps them until their lease ends, and their lost signal still fires at their
+        local deadline."""
         if self._closed or self._closing:
             return
         self._closing = True
         held = [lk for lk in self._locks.values() if lk._is_held()]
+        withdrawn = self._session.withdraw_acquires(
+            lambda c: ClientClosed(f"the client was closed; the queued acquire was withdrawn ({c.describe()})"),
+            _clock.now())
+        self._flush_and_handle()
+        if withdrawn:
+            await self._wait_settled(withdrawn)
         if self._release_on_close and held:
             await self._release_all(held)
         self._closed = True
@@ -183,6 +198,23 @@ class Client(ForkAware):
 
     aclose = close
 
+    async def _wait_settled(self, calls: list[Call]) -> None:
+        """Wait until the outcome of every withdrawn acquire in ``calls`` is known (and a raced
+        grant released), at most ``cleanup_timeout``; the clean-up then goes on until the
+        connection closes."""
+        deadline = time.monotonic() + self._cleanup_timeout
+        while not all(self._session.settled(c) for c in calls):
+            if time.monotonic() >= deadline or self._conn is None:
+                log.debug("close: %d withdrawn acquire(s) not settled", len(calls))
+                return
+            if self._settle is None:
+                self._settle = asyncio.Event()
+            self._settle.clear()
+            try:
+                await asyncio.wait_for(self._settle.wait(), min(deadline - time.monotonic(), 0.05))
+            except TimeoutError:
+                pass
+
     async def _release_all(self, locks: list[Lock]) -> None:
         """Release ``locks`` at once (pipelined), bounded by the request timeout in all (10 s
         when it is None: close is always bounded)."""
@@ -197,7 +229,7 @@ class Client(ForkAware):
                 continue
             calls.append((lock, call))
         if futs:
-            await asyncio.wait(futs, timeout=self._hb_timeout)
+            await asyncio.wait(futs, timeout=self._close_timeout)
         for lock, call in calls:
             if call.response is not None and call.response.status == Status.OK:
                 lock._mark_released()
@@ -397,6 +429,17 @@ class Client(ForkAware):
         if self._locks:
             self._lost_watch = asyncio.get_running_loop().call_later(LOST_CHECK_MS / 1000, self._watch_locks)
 
+    def _release_in_background(self, k: bytes, token: int) -> None:
+        """Tell the server that the lost lock ``token`` on ``k`` is released, without waiting
+        (Lock.release of a lost lock): best effort, the answer changes nothing here."""
+        call = Call(Op.RELEASE, key=k, token=token, internal=True)
+        call.callbacks.append(lambda c: log.debug("background release of %s (token %d): %s", describe_key(k), token,
+                                                  c.error or (c.response and c.response.status)))
+        try:
+            self._submit(call)
+        except TicketingError as e:  # closed: the lease runs out on the server
+            log.debug("background release of %s (token %d) not sent: %s", describe_key(k), token, e)
+
     def _holds(self, k: bytes) -> bool:
         return any(lk._key_bytes == k and lk._is_held() for lk in self._locks.values())
 
@@ -521,6 +564,8 @@ class Client(ForkAware):
             self._session.on_response(frame, now)
         self._flush()
         self._handle(self._session.take_finished(), self._session.take_events(), conn)
+        if self._settle is not None:
+            self._settle.set()
 
     def _on_conn_closed(self, conn: Connection, reason: str) -> None:
         if self._conn is not conn:
@@ -549,19 +594,29 @@ class Client(ForkAware):
         self._handle(self._session.take_finished(), [], None)
 
     def _heartbeat_check(self, conn: Connection) -> None:
-        """Timer: PING after ``heartbeat`` s of silence; fail the connection when a PING stays
-        unanswered for ``request_timeout`` s."""
+        """Timer: PING after ``heartbeat`` s of silence (at most BUSY_HEARTBEAT while any request
+        waits); when a PING stays unanswered for min(heartbeat, MAX_PING_WAIT) the connection is
+        given up as silent (a frozen node, a cut network): the client reconnects, trying the
+        node just left last, and resumes; calls in flight keep waiting."""
         if self._conn is not conn or self._closed:
             return
         now = _clock.now()
         hb = self._session.heartbeat
-        if hb is not None and now - hb.t_send >= self._hb_timeout:
-            conn.close(f"no answer to a heartbeat PING within {self._hb_timeout:g} s")
+        ping_wait = min(self._heartbeat, MAX_PING_WAIT)
+        if hb is not None and now - hb.t_send >= ping_wait:
+            dead = f"silent: no answer to a heartbeat PING within {ping_wait:g} s"
+            self._advance(conn.endpoint)
+            log.info("connection to %s %s; reconnecting", format_endpoint(conn.endpoint), dead)
+            conn.close(dead)
             return
-        if hb is None and now - conn.last_received >= self._heartbeat:
-            hb = self._session.send_heartbeat(now)
-            self._flush()
-        due = hb.t_send + self._hb_timeout if hb is not None else conn.last_received + self._heartbeat
+        left = BUSY_HEARTBEAT
+        if hb is None:
+            left = heartbeat_due(self._heartbeat, bool(self._session.pending), now - conn.last_received)
+            if left <= 0:
+                hb = self._session.send_heartbeat(now)
+                self._flush()
+        # Look again at most BUSY_HEARTBEAT from now: a request made meanwhile shortens the interval.
+        due = hb.t_send + ping_wait if hb is not None else now + min(left or BUSY_HEARTBEAT, BUSY_HEARTBEAT)
         asyncio.get_running_loop().call_later(max(due - now, 0.01), self._heartbeat_check, conn)
 
     def _follow(self, ev: Follow, conn: Connection | None) -> None:
@@ -662,7 +717,8 @@ class Client(ForkAware):
             try:
                 reader, writer, welcome = await dial(
                     ep, session_id=self._session.session_id, token=self._token, ssl_context=self._ssl,
-                    server_hostname=self._server_hostname, timeout=self._connect_timeout)
+                    server_hostname=self._server_hostname, timeout=self._connect_timeout,
+                    probe_tls=not self._ever_connected)
             except TicketingError as e:
                 log.debug("connecting to %s failed: %s", format_endpoint(ep), e)
                 errors.append((ep, e))
@@ -699,7 +755,7 @@ class Client(ForkAware):
             conn.write(self._session.take_out())
             conn.start()
             if self._heartbeat > 0:
-                asyncio.get_running_loop().call_later(self._heartbeat, self._heartbeat_check, conn)
+                asyncio.get_running_loop().call_later(min(self._heartbeat, BUSY_HEARTBEAT), self._heartbeat_check, conn)
             log.debug("connected to %s (resumed: %s)", format_endpoint(ep), welcome.resumed)
         else:
             writer.transport.abort()

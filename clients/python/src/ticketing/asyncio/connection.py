@@ -15,7 +15,16 @@ import ssl as _ssl
 from collections.abc import Callable
 
 from .. import _clock
-from .._common import Endpoint, format_endpoint, not_leader_unavailable
+from .._common import (
+    HANDSHAKE_WAIT,
+    PLAINTEXT_TO_TLS,
+    TLS_PROBE_WAIT,
+    Endpoint,
+    format_endpoint,
+    not_leader_unavailable,
+    speaks_tls,
+    tls_client_hello,
+)
 from ..constants import WELCOME_SIZE
 from ..exceptions import NotLeader, ProtocolError, TicketingError, TLSError, Unavailable
 from ..protocol import ClientHandshake, FrameBuffer, Response, Welcome, challenge_size
@@ -28,20 +37,31 @@ _RECV_SIZE = 65536
 
 
 async def dial(endpoint: Endpoint, *, session_id: bytes, token: bytes | None, ssl_context: _ssl.SSLContext | None,
-               server_hostname: str | None,
-               timeout: float | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Welcome]:
+               server_hostname: str | None, timeout: float | None,
+               probe_tls: bool = True) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Welcome]:
     """Connect to ``endpoint`` and run TLS and the handshake within ``timeout`` seconds.
 
     Raises :class:`Unavailable` (refused, unreachable, timed out, closed or reset during the
     handshake, or not the leader: then its ``__cause__`` is the :class:`NotLeader` with the
     hint), :class:`TLSError`, or what the handshake raises (:class:`AuthFailed`,
-    :class:`Busy`...)."""
+    :class:`Busy`...). With ``probe_tls`` (the client's first connection), a plaintext
+    handshake closed before any byte of the CHALLENGE asks the endpoint whether it speaks TLS
+    (then :class:`TLSError`)."""
     where = format_endpoint(endpoint)
     writer: asyncio.StreamWriter | None = None
     phase = "connect"
+    got = 0  # bytes of the CHALLENGE received
+    # TLS and the handshake get at most HANDSHAKE_WAIT once TCP is connected: a frozen node's
+    # kernel still accepts connections, and the next endpoint should not wait behind it.
+    hs_limit = HANDSHAKE_WAIT if timeout is None else min(HANDSHAKE_WAIT, timeout)
+    loop = asyncio.get_running_loop()
+    end = None if timeout is None else loop.time() + timeout
     try:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(timeout) as cm:
             reader, writer = await asyncio.open_connection(endpoint[0], endpoint[1])
+            hs_deadline = loop.time() + HANDSHAKE_WAIT
+            when = cm.when()
+            cm.reschedule(hs_deadline if when is None else min(when, hs_deadline))
             sock = writer.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -52,6 +72,7 @@ async def dial(endpoint: Endpoint, *, session_id: bytes, token: bytes | None, ss
             hs = ClientHandshake(session_id, token)
             writer.write(hs.hello())
             head = await reader.readexactly(4)
+            got = len(head)
             try:
                 size = challenge_size(head)
             except ProtocolError as e:
@@ -71,7 +92,10 @@ async def dial(endpoint: Endpoint, *, session_id: bytes, token: bytes | None, ss
         raise
     except TimeoutError:
         _abort(writer)
-        raise Unavailable(f"{where}: {phase} timed out after {timeout:g} s") from None
+        if phase == "connect":
+            raise Unavailable(f"{where}: connect timed out after {timeout:g} s") from None
+        raise Unavailable(f"{where}: {phase} timed out after {hs_limit:g} s of the TCP connection "
+                          "(is the server frozen, or not a Ticketing server?)") from None
     except _ssl.SSLCertVerificationError as e:
         _abort(writer)
         raise TLSError(f"{where}: TLS certificate verification failed: {e.verify_message or e.reason}") from None
@@ -79,19 +103,49 @@ async def dial(endpoint: Endpoint, *, session_id: bytes, token: bytes | None, ss
         _abort(writer)
         hint = " (is the server using TLS?)" if phase == "TLS handshake" else ""
         raise TLSError(f"{where}: TLS failed: {e.reason or e}{hint}") from None
-    except asyncio.IncompleteReadError:
+    except asyncio.IncompleteReadError as e:
         _abort(writer)
-        hint = "; is the server using TLS?" if ssl_context is None else ""
-        raise Unavailable(f"{where}: the server closed the connection during the handshake{hint}") from None
+        if probe_tls and ssl_context is None and got + len(e.partial) == 0 and await _probe_tls(endpoint, end):
+            raise TLSError(f"{where}: {PLAINTEXT_TO_TLS}") from None
+        raise Unavailable(f"{where}: the server closed the connection during the handshake") from None
     except OSError as e:
         _abort(writer)
         if phase == "TLS handshake":
             raise TLSError(f"{where}: TLS failed: {_os_text(e)} (is the server using TLS?)") from None
+        if probe_tls and ssl_context is None and phase == "handshake" and got == 0 and await _probe_tls(endpoint, end):
+            raise TLSError(f"{where}: {PLAINTEXT_TO_TLS}") from None
         raise Unavailable(f"{where}: {_os_text(e)}") from None
     except BaseException:
         _abort(writer)
         raise
     return reader, writer, welcome
+
+
+async def _probe_tls(endpoint: Endpoint, end: float | None) -> bool:
+    """A plaintext handshake was closed (or reset) before any byte of a CHALLENGE: does the
+    endpoint speak TLS? A second connection sends a TLS ClientHello and looks at the first bytes
+    of the answer (at most TLS_PROBE_WAIT, and not after the loop time ``end``). A Ticketing
+    server closes it without an answer."""
+    loop = asyncio.get_running_loop()
+    left = TLS_PROBE_WAIT if end is None else min(TLS_PROBE_WAIT, end - loop.time())
+    if left <= 0:
+        return False
+    writer: asyncio.StreamWriter | None = None
+    try:
+        async with asyncio.timeout(left):
+            reader, writer = await asyncio.open_connection(endpoint[0], endpoint[1])
+            writer.write(tls_client_hello())
+            answer = b""
+            while len(answer) < 2:
+                data = await reader.read(16)
+                if not data:
+                    break
+                answer += data
+    except (OSError, TimeoutError):
+        return False
+    finally:
+        _abort(writer)
+    return speaks_tls(answer)
 
 
 def _os_text(e: OSError) -> str:

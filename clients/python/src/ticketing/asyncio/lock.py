@@ -59,6 +59,7 @@ class Lock:
         self._deferred_lost: LostReason | None = None
         self._released = False
         self._releasing = False
+        self._told_server = False  # release() of the lost lock sent its RELEASE in the background
         self._release_mutex = asyncio.Lock()
         self._callbacks: list[Callable[[Lock], object]] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -126,15 +127,23 @@ class Lock:
     async def release(self) -> None:
         """Release the lock; the next waiter gets it at once. Does nothing once it succeeded.
 
-        A lock lost earlier is still released on the server (if it still holds), then
-        :class:`LockLost` is raised: the work done under it was not protected to the end. A
-        NOT_HELD answer raises :class:`LockLost` (reason ``"not held"``, unless it was lost
-        earlier for another reason).
+        A lock lost earlier raises :class:`LockLost` at once, without waiting for the server
+        (which may be unreachable): the work done under it was not protected to the end. The
+        server is still told, in the background, so that the next waiter need not wait for the
+        lease (not after a restart or a NOT_HELD answer: nothing is left to release). A NOT_HELD
+        answer raises :class:`LockLost` (reason ``"not held"``, unless it was lost earlier for
+        another reason).
         """
         async with self._release_mutex:
             if self._released:
                 return
             self._check_deadline()
+            lost = self._lost_reason
+            if lost is not None:
+                if not self._told_server and lost not in (LostReason.SERVER_RESTARTED, LostReason.NOT_HELD):
+                    self._client._release_in_background(self._key_bytes, self._token)
+                self._told_server = True
+                raise LockLost(lost, self._key_bytes, self._token)
             self._releasing = True
             self._stop_keepalive()
             try:

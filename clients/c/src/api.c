@@ -130,6 +130,14 @@ void tk__close(tk_async *ac)
 {
     if (ac->cs == TK__C_CLOSED)
         return;
+    /* Queued acquires are withdrawn before the connection goes (a closed client must not be
+     * granted a lock it would hold until its session ends). tk_client_close waits for the
+     * answers; here the CANCELs are written if the socket takes them now. */
+    if (ac->cs == TK__C_READY && tk__getpid() == ac->pid) {
+        tk__withdraw_acquires(ac);
+        if (!ac->ssl_read_wants_write)
+            tk__conn_flush(ac);
+    }
     tk__conn_teardown(ac, true);
     ac->cs = TK__C_CLOSED;
     tk__fail_all(ac, TK_ERR_CLOSED, "the client was closed");

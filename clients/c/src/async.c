@@ -3,10 +3,12 @@
  * the session rules after each WELCOME (resume, session lost, server restarted), ACK, cancel,
  * callbacks as queued events, and the public tk_async API.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <openssl/rand.h>
@@ -220,8 +222,10 @@ void tk__req_submit(tk_async *ac, tk_req *r)
     else
         ac->req_head = r;
     ac->req_tail = r;
-    if (r->kind == TK__R_USER || r->kind == TK__R_HEARTBEAT)
+    if (r->kind == TK__R_USER)
         tk__heap_set(&ac->heap, &r->deadline, r->t_submit + ac->request_timeout_us);
+    else if (r->kind == TK__R_HEARTBEAT)
+        tk__heap_set(&ac->heap, &r->deadline, r->t_submit + tk__ping_wait_us(ac));
     if (ac->cs == TK__C_READY)
         req_encode(ac, r, r->t_submit);
 }
@@ -562,13 +566,36 @@ static void server_restarted(tk_async *ac, const tk_welcome *w)
     }
     for (tk_req *r = ac->req_head, *next; r; r = next) {
         next = r->next;
+        /* A caller's request that never reached the old server (made while the client was
+         * reconnecting, or answered NOT_LEADER) goes to the new one as a new request; one that
+         * acts on a lock of the old state is answered at once. */
+        if (r->kind == TK__R_USER && !r->abandoned && !r->completed && (!r->ever_sent || r->not_run)) {
+            if (r->lock && (r->op == TK_OP_RELEASE || r->op == TK_OP_EXTEND)) {
+                char k[128];
+                tk__fmt_key(k, sizeof k, r->key, r->key_len);
+                tk_error e;
+                tk__seterr(&e, TK_ERR_LOCK_LOST, "lock lost (%s)%s: %s token %llu",
+                           tk_lost_reason_str(r->lock->reason), r->op == TK_OP_RELEASE ? " before the release" : "", k,
+                           (unsigned long long)r->token);
+                e.reason = r->lock->reason;
+                r->lock->releasing = false;
+                tk__complete(ac, r, TK_ERR_LOCK_LOST, &e);
+                tk__req_remove(ac, r);
+                continue;
+            }
+            r->ever_sent = false;
+            r->not_run = false;
+            r->sent = false;
+            continue;
+        }
         if (r->abandoned)
             complete_msg(ac, r, r->abandon_code, "acquire abandoned; the server restarted meanwhile");
         else if (r->op == TK_OP_ACQUIRE)
             complete_msg(ac, r, TK_ERR_SERVER_RESTARTED,
                          "server restarted (its state id changed) while acquiring: the wait is not re-queued");
         else
-            complete_msg(ac, r, TK_ERR_SERVER_RESTARTED, "server restarted (its state id changed) during %s",
+            complete_msg(ac, r, TK_ERR_SERVER_RESTARTED,
+                         "server restarted (its state id changed) during %s: its outcome on the old server is unknown",
                          op_word(r->op));
         if (r->lock && r->op == TK_OP_RELEASE)
             r->lock->releasing = false;
@@ -735,7 +762,19 @@ static void on_acquire(tk_async *ac, tk_req *r, const tk_response *resp)
         return;
     }
     case TK_STATUS_TIMED_OUT:
-        if (r->wait_ms == 0)
+        if (resp->data_len > 0) {
+            /* the server says why (its start-up wait: nothing is granted before it ends) */
+            char msg[200];
+            size_t n = resp->data_len < sizeof msg - 1 ? resp->data_len : sizeof msg - 1;
+            memcpy(msg, resp->data, n);
+            msg[n] = '\0';
+            if (r->wait_ms == 0)
+                complete_msg(ac, r, TK_ERR_NOT_ACQUIRED, "not acquired: %s (tried once): %s", k, msg);
+            else if (r->wait_ms == TK_WAIT_FOREVER_MS)
+                complete_msg(ac, r, TK_ERR_NOT_ACQUIRED, "not acquired: %s: %s", k, msg);
+            else
+                complete_msg(ac, r, TK_ERR_NOT_ACQUIRED, "not acquired: %s (waited %u ms): %s", k, r->wait_ms, msg);
+        } else if (r->wait_ms == 0)
             complete_msg(ac, r, TK_ERR_NOT_ACQUIRED, "not acquired: %s is held by another holder (tried once)", k);
         else if (r->wait_ms == TK_WAIT_FOREVER_MS)
             complete_msg(ac, r, TK_ERR_NOT_ACQUIRED, "not acquired: %s", k);
@@ -1031,8 +1070,14 @@ static void req_timer(tk_async *ac, tk_req *r, tk_timer *t)
         return;
     }
     if (r->kind == TK__R_HEARTBEAT) {
+        /* A silent connection (a frozen node, a cut network) is replaced like a dropped one: the
+         * calls in flight keep waiting and are re-sent on resume; the next round tries the node
+         * just left last (unless it is the only endpoint or a leader hint names it). */
         tk__req_remove(ac, r);
-        tk__conn_fail(ac, TK_ERR_TIMEOUT, "heartbeat unanswered within %lld ms", (long long)(ac->request_timeout_us / 1000));
+        if (ac->cs == TK__C_READY && ac->cur_ep >= 0 && ac->n_endpoints > 1)
+            ac->ep_start = ((size_t)ac->cur_ep + 1) % ac->n_endpoints;
+        tk__conn_fail(ac, TK_ERR_TIMEOUT, "the server did not answer a PING within %lld ms",
+                      (long long)(tk__ping_wait_us(ac) / 1000));
         return;
     }
     long long ms = (long long)((tk__now_us() - r->t_submit) / 1000);
@@ -1090,6 +1135,24 @@ void tk__timers(tk_async *ac, int64_t now)
 
 /* ---- internal entry points (shared with client.c) ---------------------------------------- */
 
+/* Before a caller's request goes out on a connection that has been idle (nothing in flight), a
+ * look whether the server closed it meanwhile (a restarted server's old connection): the request
+ * then waits for the next connection instead of being written into a dead socket, so that it
+ * reaches the new server and does not fail "server restarted" (it never reached the old one).
+ * One non-blocking peek, only when nothing is in flight. */
+static void check_idle_conn(tk_async *ac)
+{
+    if (ac->cs != TK__C_READY || ac->req_head || ac->fd < 0 || tk__buf_size(&ac->rbuf) > 0 ||
+        (ac->ssl && SSL_pending(ac->ssl) > 0))
+        return;
+    char b;
+    ssize_t n = recv(ac->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0)
+        tk__conn_fail(ac, TK_ERR_CONNECTION_LOST, "connection closed by the server");
+    else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        tk__conn_fail(ac, TK_ERR_CONNECTION_LOST, "read: %s", strerror(errno));
+}
+
 static tk_req *user_req(tk_async *ac, uint8_t op, const void *key, size_t key_len, tk_reply_cb cb, void *data,
                         tk_error *err)
 {
@@ -1139,6 +1202,7 @@ tk_err tk__acquire(tk_async *ac, const void *key, size_t key_len, int64_t lease_
     r->wait_ms = (uint32_t)wait_ms;
     if (o)
         r->aopts = *o; /* the request owns on_lost_data now (req_free or the lock frees it) */
+    check_idle_conn(ac);
     tk__req_submit(ac, r);
     if (id)
         *id = r->id;
@@ -1177,19 +1241,23 @@ tk_err tk__simple(tk_async *ac, uint8_t op, const void *key, size_t key_len, uin
             req_free(ac, r);
             return TK_OK;
         }
-        if (op == TK_OP_EXTEND && (lock->lost || lock->released)) {
+        /* A lock known lost: lock-lost at once, whether or not the server can be reached
+         * (docs/clients.md, rule 4); the server is told in the background. */
+        if ((op == TK_OP_EXTEND && (lock->lost || lock->released)) || (op == TK_OP_RELEASE && lock->lost)) {
             char k[128];
             tk__fmt_key(k, sizeof k, key, key_len);
             tk_error le;
             if (lock->released) {
                 tk__seterr(&le, TK_ERR_NOT_HELD, "not held: %s token %llu was released", k, (unsigned long long)token);
             } else {
-                tk__seterr(&le, TK_ERR_LOCK_LOST, "lock lost (%s): %s token %llu", tk_lost_reason_str(lock->reason), k,
-                           (unsigned long long)token);
+                tk__seterr(&le, TK_ERR_LOCK_LOST, "lock lost (%s)%s: %s token %llu", tk_lost_reason_str(lock->reason),
+                           op == TK_OP_RELEASE ? " before the release" : "", k, (unsigned long long)token);
                 le.reason = lock->reason;
             }
             tk__complete(ac, r, le.code, &le);
             req_free(ac, r);
+            if (op == TK_OP_RELEASE)
+                tk__lock_tell_lost(ac, lock);
             return TK_OK;
         }
         r->lock = lock;
@@ -1200,6 +1268,7 @@ tk_err tk__simple(tk_async *ac, uint8_t op, const void *key, size_t key_len, uin
             lock->keepalive = false;
         }
     }
+    check_idle_conn(ac);
     tk__req_submit(ac, r);
     return TK_OK;
 }
@@ -1223,6 +1292,35 @@ tk_err tk__cancel(tk_async *ac, uint64_t id, tk_error *err)
     abandon(ac, r, TK_ERR_CANCELLED);
     tk__heap_set(&ac->heap, &r->cleanup, tk__now_us() + ac->cleanup_us);
     return TK_OK;
+}
+
+unsigned tk__withdraw_acquires(tk_async *ac)
+{
+    if (ac->cs != TK__C_READY)
+        return 0; /* nothing can be withdrawn: the server drops the waits when the session's grace ends */
+    unsigned n = 0;
+    for (tk_req *r = ac->req_head, *next; r; r = next) {
+        next = r->next;
+        if (r->kind != TK__R_USER || r->op != TK_OP_ACQUIRE || r->abandoned || r->completed || !r->sent)
+            continue;
+        char k[128];
+        tk__fmt_key(k, sizeof k, r->key, r->key_len);
+        complete_msg(ac, r, TK_ERR_CLOSED, "acquire of %s: the client was closed; the queued acquire was withdrawn", k);
+        abandon(ac, r, TK_ERR_CLOSED);
+        n++;
+    }
+    return n;
+}
+
+bool tk__withdrawals_pending(const tk_async *ac)
+{
+    if (ac->cs != TK__C_READY)
+        return false;
+    for (const tk_req *r = ac->req_head; r; r = r->next)
+        if ((r->kind == TK__R_USER && r->op == TK_OP_ACQUIRE && r->abandoned) || r->kind == TK__R_CANCEL ||
+            r->kind == TK__R_CLEANUP)
+            return true;
+    return false;
 }
 
 unsigned tk__release_all_held(tk_async *ac, tk_reply_cb cb, void *data)

@@ -35,6 +35,8 @@ struct tk_client {
     int64_t poll_until; /* INT64_MAX: no timeout */
     pid_t pid;
     tk_error last;
+    pthread_cond_t progress; /* broadcast by the I/O thread after each step while closing */
+    bool progress_init;
 };
 
 /* A blocking call's completion. */
@@ -121,6 +123,8 @@ static void *io_thread(void *arg)
                 events |= TK_EV_WRITE;
         }
         tk__process(ac, events);
+        if (c->closed && c->progress_init)
+            pthread_cond_broadcast(&c->progress); /* tk_client_close waits for withdrawals */
         tk_event *ev = tk__take_events(ac);
         if (ev) {
             pthread_mutex_unlock(&c->mu);
@@ -199,7 +203,7 @@ static tk_err enter_mode(tk_client *c, tk_error *e, bool blocking)
                           "a blocking call inside a callback on the client's I/O thread would wait forever; use "
                           "tk_client_acquire_async or another thread");
     pthread_mutex_lock(&c->mu);
-    tk_err rc = tk__check_usable(c->ac, e);
+    tk_err rc = c->closed ? tk__seterr(e, TK_ERR_CLOSED, "the client is closed") : tk__check_usable(c->ac, e);
     if (rc != TK_OK) {
         c->last = *e;
         pthread_mutex_unlock(&c->mu);
@@ -233,6 +237,11 @@ tk_err tk_client_connect(const tk_options *opts, tk_client **out, tk_error *err)
     c->pid = tk__getpid();
     c->wake[0] = c->wake[1] = -1;
     pthread_mutex_init(&c->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    c->progress_init = pthread_cond_init(&c->progress, &ca) == 0;
+    pthread_condattr_destroy(&ca);
     c->ac = tk_async_new(opts, &e);
     if (!c->ac)
         goto fail;
@@ -307,6 +316,32 @@ void tk_client_close(tk_client *c)
     }
     c->closed = true;
     tk_async *ac = c->ac;
+    bool waitable = ac && tk__check_usable(ac, NULL) == TK_OK && c->thread_started &&
+                    !pthread_equal(pthread_self(), c->thread);
+    if (waitable && c->progress_init && tk__withdraw_acquires(ac) > 0) {
+        /* Queued acquires fail TK_ERR_CLOSED now and are withdrawn (CANCEL; a grant that raced it
+         * is released); close waits for the server's answers, at most min(cleanup timeout,
+         * request timeout), then finishes anyway (a frozen server). */
+        int64_t wait_us = ac->cleanup_us < ac->request_timeout_us ? ac->cleanup_us : ac->request_timeout_us;
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        int64_t ns = until.tv_nsec + (wait_us % 1000000) * 1000;
+        until.tv_sec += (time_t)(wait_us / 1000000 + ns / 1000000000);
+        until.tv_nsec = (long)(ns % 1000000000);
+        for (int guard = 0; guard < 100000; guard++) {
+            kick(c);
+            tk_event *ev = tk__take_events(ac);
+            if (ev) {
+                pthread_mutex_unlock(&c->mu);
+                tk__run_events(ev);
+                pthread_mutex_lock(&c->mu);
+                continue;
+            }
+            if (!tk__withdrawals_pending(ac) ||
+                pthread_cond_timedwait(&c->progress, &c->mu, &until) == ETIMEDOUT)
+                break;
+        }
+    }
     if (ac && ac->release_on_close && tk__check_usable(ac, NULL) == TK_OK && c->thread_started &&
         !pthread_equal(pthread_self(), c->thread)) {
         close_wait w = {.c = c};
@@ -384,6 +419,8 @@ void tk_client_free(tk_client *c)
         close(c->wake[0]);
     if (c->wake[1] >= 0)
         close(c->wake[1]);
+    if (c->progress_init)
+        pthread_cond_destroy(&c->progress);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }

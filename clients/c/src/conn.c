@@ -364,6 +364,18 @@ void tk__conn_start_round(tk_async *ac, bool immediate)
     try_target(ac);
 }
 
+int64_t tk__heartbeat_interval_us(const tk_async *ac)
+{
+    if (ac->req_head && ac->heartbeat_us > TK__BUSY_HEARTBEAT_US)
+        return TK__BUSY_HEARTBEAT_US; /* a request waits for an answer */
+    return ac->heartbeat_us;
+}
+
+int64_t tk__ping_wait_us(const tk_async *ac)
+{
+    return ac->heartbeat_us > 0 && ac->heartbeat_us < TK__MAX_PING_WAIT_US ? ac->heartbeat_us : TK__MAX_PING_WAIT_US;
+}
+
 /* Leaves a READY connection because of code/message; the session is resumed on the next one. */
 void tk__conn_fail(tk_async *ac, tk_err code, const char *fmt, ...)
 {
@@ -425,6 +437,14 @@ static void tcp_connected(tk_async *ac)
 {
     int one = 1;
     setsockopt(ac->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    /* TLS and the handshake get at most TK__HANDSHAKE_WAIT_US once TCP is connected: a frozen
+     * node's kernel still accepts connections, and the next endpoint should not wait for the
+     * dial timeout behind it. */
+    int64_t hs = tk__now_us() + (ac->dial_timeout_us < TK__HANDSHAKE_WAIT_US ? ac->dial_timeout_us : TK__HANDSHAKE_WAIT_US);
+    if (hs < ac->dial_deadline) {
+        ac->dial_deadline = hs;
+        ac->hs_deadline = true;
+    }
     if (ac->ai_list) {
         freeaddrinfo(ac->ai_list);
         ac->ai_list = ac->ai_cur = NULL;
@@ -505,6 +525,7 @@ static void try_target(tk_async *ac)
     ac->cur_ep = idx;
     snprintf(ac->cur_addr, sizeof ac->cur_addr, "%s", addr);
     ac->dial_deadline = tk__now_us() + ac->dial_timeout_us;
+    ac->hs_deadline = false;
     char host[256], port[8];
     if (tk__split_hostport(addr, host, sizeof host, port, sizeof port) != 0) {
         target_failed(ac, TK_ERR_UNAVAILABLE, "malformed address (expected host:port)");
@@ -981,7 +1002,7 @@ int64_t tk__conn_next_timer(const tk_async *ac)
         break;
     case TK__C_READY:
         if (ac->heartbeat_us > 0 && ac->hb_id == 0)
-            t = ac->last_recv + ac->heartbeat_us;
+            t = ac->last_recv + tk__heartbeat_interval_us(ac);
         break;
     default:
         break;
@@ -1010,13 +1031,17 @@ void tk__conn_timers(tk_async *ac, int64_t now)
     case TK__C_TLS:
     case TK__C_HELLO:
     case TK__C_AUTH:
-        if (now >= ac->dial_deadline)
+        if (now >= ac->dial_deadline && ac->hs_deadline)
+            target_failed(ac, TK_ERR_TIMEOUT, "no %s within %lld ms of the TCP connection (is the server frozen, or not a Ticketing server?)",
+                          ac->cs == TK__C_TLS ? "TLS handshake" : "handshake answer",
+                          (long long)((ac->dial_timeout_us < TK__HANDSHAKE_WAIT_US ? ac->dial_timeout_us : TK__HANDSHAKE_WAIT_US) / 1000));
+        else if (now >= ac->dial_deadline)
             target_failed(ac, TK_ERR_TIMEOUT, "no %s within %lld ms",
                           ac->cs == TK__C_TCP ? "TCP connection" : ac->cs == TK__C_TLS ? "TLS handshake" : "handshake answer",
                           (long long)(ac->dial_timeout_us / 1000));
         break;
     case TK__C_READY:
-        if (ac->heartbeat_us > 0 && ac->hb_id == 0 && now >= ac->last_recv + ac->heartbeat_us) {
+        if (ac->heartbeat_us > 0 && ac->hb_id == 0 && now >= ac->last_recv + tk__heartbeat_interval_us(ac)) {
             tk_req *r = tk__req_new(ac, TK_OP_PING, TK__R_HEARTBEAT);
             if (r) {
                 tk__req_submit(ac, r);

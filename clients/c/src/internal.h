@@ -126,6 +126,18 @@ void tk__opts_discard(const tk_acquire_opts *opts);
 int64_t tk__deadline_us(int64_t t_first_us, uint32_t detail_ms, uint32_t lease_ms);
 int64_t tk__lost_margin_us(uint32_t lease_ms);
 
+/* Liveness (docs/clients.md, the heartbeat interval and the connect timeout): while any request
+ * waits for an answer (a queued ACQUIRE included) a PING goes after at most TK__BUSY_HEARTBEAT_US
+ * of silence; a PING unanswered within min(heartbeat, TK__MAX_PING_WAIT_US) gives the connection
+ * up (the session resumes on the next one, the node just left tried last); TLS and the
+ * handshake get at most TK__HANDSHAKE_WAIT_US once TCP is connected. A frozen leader is left in
+ * about 1.5 s. */
+#define TK__BUSY_HEARTBEAT_US 500000
+#define TK__MAX_PING_WAIT_US 1000000
+#define TK__HANDSHAKE_WAIT_US 2000000
+int64_t tk__heartbeat_interval_us(const tk_async *ac); /* the silence after which a PING goes now */
+int64_t tk__ping_wait_us(const tk_async *ac);          /* how long a PING may stay unanswered */
+
 /* ---- requests and locks ------------------------------------------------------------------ */
 
 /** What a request is for (who gets its answer). */
@@ -216,6 +228,7 @@ struct tk_lock {
     bool released;
     bool releasing;         /* a RELEASE of it is in flight */
     bool ka_inflight;       /* a keep-alive EXTEND is in flight */
+    bool told;              /* lost: a background RELEASE of it was sent (or none is due) */
     tk_lost_reason reason;
     uint8_t *key;
     size_t key_len;
@@ -288,6 +301,7 @@ struct tk_async {
     tk_connect_cb connect_cb;
     void *connect_data;
     int64_t dial_deadline;   /* current attempt's deadline */
+    bool hs_deadline;        /* dial_deadline is the handshake's (TCP connected), not the dial timeout */
     int64_t backoff_until;   /* TK__C_BACKOFF: when the next round starts */
     int64_t last_recv;       /* READY: last time bytes arrived */
     int64_t disconnected_at; /* when the last READY connection dropped (0: connected / never) */
@@ -392,6 +406,10 @@ tk_err tk__cancel(tk_async *ac, uint64_t id, tk_error *err);
 void tk__close(tk_async *ac);
 void tk__free(tk_async *ac, bool forked_child);
 unsigned tk__release_all_held(tk_async *ac, tk_reply_cb cb, void *data); /* release_on_close */
+/* close: every ACQUIRE sent on the live connection and not answered fails TK_ERR_CLOSED now and
+ * is withdrawn (CANCEL; a grant that races it is released). Returns how many. */
+unsigned tk__withdraw_acquires(tk_async *ac);
+bool tk__withdrawals_pending(const tk_async *ac); /* withdrawals (CANCEL, raced grants) unanswered */
 
 /* lock.c */
 tk_lock *tk__lock_new(tk_async *ac, const tk_req *acq, uint64_t token, uint32_t lease_ms, int64_t deadline_us);
@@ -403,6 +421,9 @@ void tk__lock_extended(tk_async *ac, tk_lock *l, uint64_t id, uint32_t lease_ms,
 void tk__lock_timer(tk_async *ac, tk_lock *l, tk_timer *t, int64_t now);
 void tk__lock_detach_all(tk_async *ac); /* the context is being freed */
 void tk__lock_stop_keepalive(tk_async *ac, tk_lock *l);
+/* A lost lock: tells the server in the background (RELEASE, once), unless it was lost to a
+ * restart or a NOT_HELD answer (nothing is left to release). */
+void tk__lock_tell_lost(tk_async *ac, tk_lock *l);
 void tk__lock_release_failed(tk_async *ac, tk_lock *l); /* a RELEASE of it failed: back to held */
 bool tk__lock_check_deadline(tk_async *ac, tk_lock *l); /* lost now if its timer is overdue; true if lost */
 tk_lock *tk__lock_by_token(tk_async *ac, uint64_t token);

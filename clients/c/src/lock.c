@@ -201,6 +201,25 @@ void tk__lock_stop_keepalive(tk_async *ac, tk_lock *l)
     tk__heap_del(&ac->heap, &l->ka_timer);
 }
 
+void tk__lock_tell_lost(tk_async *ac, tk_lock *l)
+{
+    if (!l->lost || l->told || l->released)
+        return;
+    l->told = true;
+    if (l->reason == TK_LOST_SERVER_RESTARTED || l->reason == TK_LOST_NOT_HELD || ac->cs == TK__C_CLOSED ||
+        ac->cs == TK__C_FAILED)
+        return;
+    tk_req *r = tk__req_new(ac, TK_OP_RELEASE, TK__R_BACKGROUND);
+    if (!r || tk__req_set_key(r, l->key, l->key_len) != 0) {
+        tk__req_discard(ac, r);
+        return;
+    }
+    r->token = l->token;
+    r->lock = l;
+    tk__lock_ref(l);
+    tk__req_submit(ac, r);
+}
+
 void tk__lock_timer(tk_async *ac, tk_lock *l, tk_timer *t, int64_t now)
 {
     if (t == &l->lost_timer) {
@@ -373,6 +392,8 @@ void tk_lock_drop(tk_lock *lock)
         return;
     tk_client *c = owner_of(lock);
     tk__client_lock(c);
+    if (ac && lock->ac && !lock->held && tk__check_usable(ac, NULL) == TK_OK)
+        tk__lock_tell_lost(ac, lock); /* lost earlier: the server may not have reclaimed it yet */
     if (ac && lock->held && !lock->releasing && tk__check_usable(ac, NULL) == TK_OK) {
         tk_req *r = tk__req_new(ac, TK_OP_RELEASE, TK__R_BACKGROUND);
         if (r && tk__req_set_key(r, lock->key, lock->key_len) == 0) {

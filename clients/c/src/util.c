@@ -460,8 +460,10 @@ static size_t utf8_len(const uint8_t *p, size_t n)
 
 void tk__fmt_key(char *out, size_t cap, const uint8_t *key, size_t len)
 {
+    /* At most 64 bytes of the key as text (32 as hex: 64 digits), then its length, as the Go
+     * client does: a message never echoes a long key. */
     static const char hex[] = "0123456789abcdef";
-    const size_t show = 48;
+    const size_t show = 64;
     bool text = true;
     for (size_t i = 0; i < len;) {
         size_t l = utf8_len(key + i, len - i);
@@ -471,40 +473,39 @@ void tk__fmt_key(char *out, size_t cap, const uint8_t *key, size_t len)
         }
         i += l;
     }
-    size_t o = 0;
     if (cap < 8) {
         if (cap)
             out[0] = '\0';
         return;
     }
+    char tail[32];
+    int tl = snprintf(tail, sizeof tail, "...(%zu bytes)", len);
+    size_t room = cap - 1 - (size_t)tl; /* what the key may use when it is cut */
+    if (cap <= (size_t)tl + 8)
+        room = cap - 1;
+    size_t o = 0, i = 0;
     if (text) {
         out[o++] = '"';
-        size_t i = 0;
-        while (i < len && i < show && o + 6 < cap) {
+        while (i < len && i < show) {
             size_t l = utf8_len(key + i, len - i);
-            if (o + l + 5 >= cap)
+            if (i + l > show || o + l + 1 > room)
                 break;
             memcpy(out + o, key + i, l);
             o += l;
             i += l;
         }
         out[o++] = '"';
-        if (i < len && o + 4 < cap) {
-            memcpy(out + o, "...", 3);
-            o += 3;
-        }
     } else {
         memcpy(out, "0x", 2);
         o = 2;
-        size_t i = 0;
-        for (; i < len && i < show / 2 && o + 6 < cap; i++) {
+        for (; i < len && i < show / 2 && o + 2 <= room; i++) {
             out[o++] = hex[key[i] >> 4];
             out[o++] = hex[key[i] & 15];
         }
-        if (i < len && o + 4 < cap) {
-            memcpy(out + o, "...", 3);
-            o += 3;
-        }
+    }
+    if (i < len && o + (size_t)tl < cap) {
+        memcpy(out + o, tail, (size_t)tl);
+        o += (size_t)tl;
     }
     out[o] = '\0';
 }

@@ -386,6 +386,7 @@ const char *tk_inspect_flag_name(unsigned flag)
     case TK_INSPECT_TOKEN_MATCH: return "TOKEN_MATCH";
     case TK_INSPECT_SESSION: return "SESSION";
     case TK_INSPECT_STALLED: return "STALLED";
+    case TK_INSPECT_STARTUP: return "STARTUP";
     default: return NULL;
     }
 }

@@ -192,3 +192,49 @@ TEST(Cpp, InspectPingSessionAndClose)
     tk::Client moved = std::move(c); // a closed client moves too
     EXPECT_THROW(moved.ping(), tk::Closed);
 }
+
+// The RAII side of issue 26: a lost lock's release() throws LockLost at once (the server frozen),
+// close() withdraws a queued acquire_async (get() throws Closed), INSPECT shows STARTUP.
+TEST(Cpp, LostReleaseIsImmediateAndCloseWithdrawsWaiters)
+{
+    tt::Server s;
+    tt::Raw r(s.addr());
+    {
+        tk::Client c(opts(s));
+        tk::Lock l = c.acquire("k", 300ms);
+        ASSERT_TRUE(tt::wait_until([&] { return l.lost().has_value(); }, 2000ms));
+        s.pause();
+        auto t0 = std::chrono::steady_clock::now();
+        EXPECT_THROW(l.release(), tk::LockLost);
+        EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms);
+        s.resume();
+    }
+    uint64_t t = r.acquire("q", 30000);
+    ASSERT_GT(t, 0u);
+    tk::Client c(opts(s));
+    tk::PendingAcquire p = c.acquire_async("q", 10s);
+    ASSERT_TRUE(tt::wait_until([&] { return r.inspect("q").waiters == 1; }));
+    c.close();
+    ASSERT_TRUE(p.wait_for(100ms));
+    EXPECT_THROW(p.get(), tk::Closed);
+    EXPECT_EQ(r.inspect("q").waiters, 0u);
+}
+
+TEST(Cpp, InspectShowsTheStartupWait)
+{
+    tt::Server s(tt::Env{{"TICKETING_STARTUP_GRACE", "3s"}});
+    tk::Client c(opts(s));
+    tk::KeyInfo k = c.inspect("k");
+    EXPECT_TRUE(k.startup);
+    EXPECT_TRUE(k.has(tk::InspectFlag::Startup));
+    EXPECT_FALSE(k.stalled);
+    EXPECT_GT(k.lock_delay, 0ms);
+    tk::AcquireOptions o;
+    o.wait = 300ms;
+    try {
+        c.acquire("k", 5s, o);
+        FAIL() << "expected NotAcquired";
+    } catch (const tk::NotAcquired &e) {
+        EXPECT_NE(std::string(e.what()).find("start-up wait"), std::string::npos) << e.what();
+    }
+}

@@ -191,7 +191,17 @@ TEST(Format, KeysAsTextOrHex)
     std::string longkey(500, 'a');
     tk__fmt_key(out, sizeof out, reinterpret_cast<const uint8_t *>(longkey.data()), longkey.size());
     EXPECT_LT(strlen(out), sizeof out);
-    EXPECT_NE(std::string(out).find("..."), std::string::npos);
+    // cut to 64 bytes, with the key's length (as the Go client does): never the whole key
+    EXPECT_EQ(std::string(out), "\"" + std::string(64, 'a') + "\"...(500 bytes)");
+    std::string longbin(300, '\x01');
+    tk__fmt_key(out, sizeof out, reinterpret_cast<const uint8_t *>(longbin.data()), longbin.size());
+    std::string hexcut = "0x";
+    for (int i = 0; i < 32; i++)
+        hexcut += "01";
+    EXPECT_EQ(std::string(out), hexcut + "...(300 bytes)");
+    std::string exact(64, 'b'); // 64 bytes: shown whole
+    tk__fmt_key(out, sizeof out, reinterpret_cast<const uint8_t *>(exact.data()), exact.size());
+    EXPECT_EQ(std::string(out), "\"" + exact + "\"");
     tk__fmt_key(out, 4, bin, sizeof bin); // tiny buffers stay terminated
     EXPECT_EQ(out[0], '\0');
 }

@@ -464,14 +464,12 @@ TEST(FakeSession, ChangedStateIdLosesEverythingAndStartsANewSession)
     tk_hello h2 = n2->handshake(S2, false);
     EXPECT_NE(memcmp(h2.session_id, cx.hello.session_id, 16), 0);
     EXPECT_TRUE(n2->quiet_for(200ms)) << "the waiter is not re-queued";
+    // the release of a lock lost to a restart answers at once and sends nothing (the new server
+    // has nothing of the old state to release)
     tk_error e;
-    auto rel = std::async(std::launch::async, [&] { return tk_lock_release(held.lock, &e); });
-    auto q3 = n2->read_request(); // that release still tells the server
-    EXPECT_EQ(q3.r.op, TK_OP_RELEASE);
-    EXPECT_EQ(q3.r.token, 5u);
-    n2->respond(q3, TK_STATUS_NOT_HELD);
-    EXPECT_EQ(rel.get(), TK_ERR_LOCK_LOST);
+    EXPECT_EQ(tk_lock_release(held.lock, &e), TK_ERR_LOCK_LOST);
     EXPECT_EQ(e.reason, TK_LOST_SERVER_RESTARTED);
+    EXPECT_TRUE(n2->quiet_for(200ms)) << "no RELEASE after a restart";
     EXPECT_EQ(lost.count(), 1u) << "lost fires once";
 }
 
@@ -874,12 +872,12 @@ TEST(FakeLost, ExpiredPushesAndReasons)
     EXPECT_EQ(lost.reason_of(2), TK_LOST_SERVER_STOPPING);
     EXPECT_EQ(lost.reason_of(3), TK_LOST_EXPIRED);
     tk_error e;
-    auto rel = std::async(std::launch::async, [&] { return tk_lock_release(a.lock, &e); });
-    auto q = cx.conn->read_request();
-    EXPECT_EQ(q.r.op, TK_OP_RELEASE) << "a lost lock's release still tells the server";
-    cx.conn->respond(q, TK_STATUS_NOT_HELD);
-    EXPECT_EQ(rel.get(), TK_ERR_LOCK_LOST);
+    EXPECT_EQ(tk_lock_release(a.lock, &e), TK_ERR_LOCK_LOST) << "at once: no answer needed";
     EXPECT_EQ(e.reason, TK_LOST_EXPIRED);
+    auto q = cx.conn->read_request();
+    EXPECT_EQ(q.r.op, TK_OP_RELEASE) << "a lost lock's release still tells the server, in the background";
+    EXPECT_EQ(q.r.token, 1u);
+    cx.conn->respond(q, TK_STATUS_NOT_HELD);
     tk_error ping_e;
     auto ping = std::async(std::launch::async, [&] { return tk_ping(cx.c, &ping_e); });
     auto p = cx.conn->read_request();
@@ -1384,4 +1382,305 @@ TEST(FakeEndpoints, ServerThatStopsBeforeWelcomeIsUnavailable)
     EXPECT_EQ(c, nullptr);
     EXPECT_GE(took, 280ms);
     EXPECT_LT(took, 2000ms);
+}
+
+// ---- the edges every client agrees on (issue 26) ---------------------------------------------
+
+// docs/clients.md rule 4: release of a lock already known lost answers lock-lost at once, without
+// waiting for the server, and tells the server in the background (not after a NOT_HELD).
+TEST(FakeEdges, ReleaseOfALostLockAnswersAtOnce)
+{
+    FakeServer fs;
+    LostLog lost;
+    Connected cx(fs, [&](tk_options &o) {
+        o.on_lost = LostLog::cb;
+        o.on_lost_data = &lost;
+    });
+    Reply a, b, c;
+    acquire_async(cx.c, "a", 200, TK_WAIT_FOREVER, a);
+    cx.conn->respond(cx.conn->read_request(), TK_STATUS_OK, 1, 200);
+    acquire_async(cx.c, "b", 30000, TK_WAIT_FOREVER, b);
+    cx.conn->respond(cx.conn->read_request(), TK_STATUS_OK, 2, 30000);
+    acquire_async(cx.c, "c", 200, TK_WAIT_FOREVER, c);
+    cx.conn->respond(cx.conn->read_request(), TK_STATUS_OK, 3, 200);
+    ASSERT_TRUE(a.wait() && b.wait() && c.wait());
+    ASSERT_TRUE(wait_until([&] { return lost.count() == 2; })) << "a and c expire locally";
+    // From now on the server answers nothing: the release must not wait for it (the request
+    // timeout is 10 s).
+    auto start = std::chrono::steady_clock::now();
+    tk_error e;
+    EXPECT_EQ(tk_lock_release(a.lock, &e), TK_ERR_LOCK_LOST);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 1000ms);
+    EXPECT_EQ(e.reason, TK_LOST_EXPIRED);
+    EXPECT_NE(std::string(e.message).find("before the release"), std::string::npos) << e.message;
+    auto q = cx.conn->read_request();
+    EXPECT_EQ(q.r.op, TK_OP_RELEASE) << "the server is told in the background";
+    EXPECT_EQ(q.r.token, 1u);
+    EXPECT_EQ(tk_lock_release(a.lock, &e), TK_ERR_LOCK_LOST) << "again: the same answer";
+    EXPECT_TRUE(cx.conn->quiet_for(150ms)) << "the server is told once";
+    // the destructor path (tk_lock_drop, the C++ ~Lock) tells the server too
+    tk_lock_drop(c.lock);
+    c.lock = nullptr;
+    auto qc = cx.conn->read_request();
+    EXPECT_EQ(qc.r.op, TK_OP_RELEASE);
+    EXPECT_EQ(qc.r.token, 3u);
+    // lost to a NOT_HELD answer: nothing is left to release, nothing is sent
+    auto ext = std::async(std::launch::async, [&] {
+        tk_error xe;
+        return tk_lock_extend(b.lock, 30000, &xe);
+    });
+    auto x = cx.conn->read_request();
+    EXPECT_EQ(x.r.op, TK_OP_EXTEND);
+    cx.conn->respond(x, TK_STATUS_NOT_HELD);
+    EXPECT_EQ(ext.get(), TK_ERR_LOCK_LOST);
+    EXPECT_EQ(tk_lock_release(b.lock, &e), TK_ERR_LOCK_LOST);
+    EXPECT_EQ(e.reason, TK_LOST_NOT_HELD);
+    EXPECT_TRUE(cx.conn->quiet_for(150ms)) << "no RELEASE after NOT_HELD";
+}
+
+// Close withdraws every queued acquire (CANCEL) before it closes, so that a closed client is never
+// granted a lock it would hold until its session ends; the waiters fail "closed" at once; a grant
+// that raced the withdrawal is released; close waits for those answers.
+TEST(FakeEdges, CloseWithdrawsQueuedAcquires)
+{
+    FakeServer fs;
+    Connected cx(fs);
+    Reply w1, w2;
+    uint64_t id1 = 0, id2 = 0;
+    acquire_async(cx.c, "k", 30000, TK_WAIT_FOREVER, w1, &id1);
+    auto q1 = cx.conn->read_request();
+    acquire_async(cx.c, "j", 30000, TK_WAIT_FOREVER, w2, &id2);
+    auto q2 = cx.conn->read_request();
+    auto closing = std::async(std::launch::async, [&] {
+        auto t0 = std::chrono::steady_clock::now();
+        tk_client_close(cx.c);
+        return std::chrono::steady_clock::now() - t0;
+    });
+    auto c1 = cx.conn->read_request();
+    auto c2 = cx.conn->read_request();
+    EXPECT_EQ(c1.r.op, TK_OP_CANCEL);
+    EXPECT_EQ(c1.r.token, id1);
+    EXPECT_EQ(c2.r.op, TK_OP_CANCEL);
+    EXPECT_EQ(c2.r.token, id2);
+    ASSERT_TRUE(w1.wait(2000ms) && w2.wait(2000ms)) << "the waiters fail at once";
+    EXPECT_EQ(w1.code, TK_ERR_CLOSED) << w1.err.message;
+    EXPECT_EQ(w2.code, TK_ERR_CLOSED);
+    EXPECT_NE(std::string(w1.err.message).find("withdrawn"), std::string::npos) << w1.err.message;
+    EXPECT_EQ(closing.wait_for(100ms), std::future_status::timeout) << "close waits for the withdrawals";
+    cx.conn->respond(q1, TK_STATUS_CANCELLED);
+    cx.conn->respond(c1, TK_STATUS_OK, 0, 0, 1);
+    cx.conn->respond(q2, TK_STATUS_OK, 9, 30000); // granted before the CANCEL arrived
+    cx.conn->respond(c2, TK_STATUS_OK);
+    auto rel = cx.conn->read_request();
+    EXPECT_EQ(rel.r.op, TK_OP_RELEASE);
+    EXPECT_EQ(rel.r.token, 9u);
+    EXPECT_EQ(rel.key, "j");
+    cx.conn->respond(rel, TK_STATUS_OK);
+    ASSERT_EQ(closing.wait_for(3000ms), std::future_status::ready);
+    EXPECT_LT(closing.get(), 2000ms);
+    EXPECT_EQ(w2.lock, nullptr) << "a closed client holds nothing";
+    EXPECT_TRUE(cx.conn->closed_by_peer());
+    tk_error e;
+    EXPECT_EQ(tk_ping(cx.c, &e), TK_ERR_CLOSED);
+}
+
+TEST(FakeEdges, CloseIsBoundedWhenTheServerDoesNotAnswer)
+{
+    FakeServer fs;
+    Connected cx(fs, [](tk_options &o) { o.cleanup_timeout_ms = 300; });
+    Reply w;
+    uint64_t id = 0;
+    acquire_async(cx.c, "k", 30000, TK_WAIT_FOREVER, w, &id);
+    cx.conn->read_request();
+    auto t0 = std::chrono::steady_clock::now();
+    tk_client_close(cx.c);
+    auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_GE(took, 250ms);
+    EXPECT_LT(took, 1500ms);
+    auto c = cx.conn->read_request();
+    EXPECT_EQ(c.r.op, TK_OP_CANCEL);
+    EXPECT_EQ(c.r.token, id);
+    ASSERT_TRUE(w.wait(100ms));
+    EXPECT_EQ(w.code, TK_ERR_CLOSED);
+}
+
+// The non-blocking context has no thread to wait with: close writes the CANCELs if the socket
+// takes them, then closes.
+TEST(FakeEdges, AsyncCloseWritesTheWithdrawals)
+{
+    FakeServer fs;
+    tk_async *ac = new_async(fs.addr());
+    AsyncReply conn;
+    ASSERT_EQ(tk_async_connect(ac, AsyncReply::connected, &conn), TK_OK);
+    std::unique_ptr<FakeConn> fc;
+    std::thread t([&] {
+        fc = fs.accept();
+        fc->handshake(S1, false);
+    });
+    ASSERT_TRUE(pump(ac, [&] { return conn.done; }));
+    t.join();
+    ASSERT_EQ(conn.code, TK_OK) << conn.message;
+    AsyncReply r;
+    uint64_t id = 0;
+    ASSERT_EQ(tk_async_acquire(ac, "k", 1, 30000, TK_WAIT_FOREVER, nullptr, AsyncReply::cb, &r, &id), TK_OK);
+    ASSERT_TRUE(pump(ac, [&] { return !tk_async_want_write(ac); }));
+    auto q = fc->read_request();
+    EXPECT_EQ(q.r.id, id);
+    tk_async_close(ac);
+    EXPECT_TRUE(r.done);
+    EXPECT_EQ(r.code, TK_ERR_CLOSED) << r.message;
+    auto c = fc->read_request();
+    EXPECT_EQ(c.r.op, TK_OP_CANCEL);
+    EXPECT_EQ(c.r.token, id);
+    tk_async_free(ac);
+}
+
+// docs/clients.md rule 1: after a restart (a new state id) only the requests in flight on the old
+// state fail "server restarted"; a call made while the client was reconnecting never reached the
+// old server: it goes to the new one.
+TEST(FakeEdges, CallMadeWhileReconnectingGoesToTheRestartedServer)
+{
+    FakeServer fs;
+    Connected cx(fs);
+    Reply inflight;
+    acquire_async(cx.c, "w", 30000, TK_WAIT_FOREVER, inflight);
+    cx.conn->read_request();
+    cx.conn->close(); // the server dies
+    auto n = fs.accept(); // the client noticed and reconnects; the new server has not answered yet
+    tk_error pe;
+    auto ping = std::async(std::launch::async, [&] { return tk_ping(cx.c, &pe); });
+    n->read_hello();
+    n->send_challenge();
+    n->read_auth();
+    n->send_welcome(S2, false); // a new state id: the server restarted
+    ASSERT_TRUE(inflight.wait());
+    EXPECT_EQ(inflight.code, TK_ERR_SERVER_RESTARTED) << "it was in flight on the old state";
+    auto n2 = fs.accept(); // the new session
+    n2->handshake(S2, false);
+    auto q = n2->read_request();
+    EXPECT_EQ(q.r.op, TK_OP_PING);
+    n2->respond(q, TK_STATUS_OK);
+    EXPECT_EQ(ping.get(), TK_OK) << pe.message;
+}
+
+// An idle client's first call after its server closed the connection (a restart) is not written
+// into the dead connection: it reaches the new server. (tk_async: the client has not read the
+// close yet when the call is made.)
+TEST(FakeEdges, IdleClientsFirstCallAfterARestartReachesTheNewServer)
+{
+    FakeServer fs;
+    tk_async *ac = new_async(fs.addr(), [](tk_options &o) {
+        o.backoff_min_ms = 10;
+        o.backoff_max_ms = 50;
+    });
+    AsyncReply conn;
+    ASSERT_EQ(tk_async_connect(ac, AsyncReply::connected, &conn), TK_OK);
+    std::unique_ptr<FakeConn> fc;
+    std::thread t([&] {
+        fc = fs.accept();
+        fc->handshake(S1, false);
+    });
+    ASSERT_TRUE(pump(ac, [&] { return conn.done; }));
+    t.join();
+    fc->close(); // killed; the context has not looked at its socket since
+    std::this_thread::sleep_for(20ms);
+    AsyncReply r;
+    ASSERT_EQ(tk_async_ping(ac, AsyncReply::cb, &r), TK_OK);
+    std::atomic<bool> served{false};
+    std::thread server([&] {
+        try {
+            auto n = fs.accept();
+            n->handshake(S2, false); // restarted: a new state id
+            auto n2 = fs.accept();
+            n2->handshake(S2, false);
+            auto q = n2->read_request();
+            if (q.r.op == TK_OP_PING)
+                n2->respond(q, TK_STATUS_OK);
+            served = true;
+            n2->quiet_for(200ms);
+        } catch (const std::exception &) {
+        }
+    });
+    EXPECT_TRUE(pump(ac, [&] { return r.done; }, 5000ms));
+    server.join();
+    EXPECT_EQ(r.code, TK_OK) << r.message;
+    EXPECT_TRUE(served);
+    tk_async_free(ac);
+}
+
+// docs/clients.md, the heartbeat: while a request waits, a PING goes after 500 ms of silence; one
+// unanswered within min(heartbeat, 1 s) replaces the connection without failing the call, and the
+// node just left is tried last (a frozen leader is left in about 1.5 s).
+TEST(FakeEdges, SilentNodeIsReplacedAndTriedLast)
+{
+    FakeServer fs1, fs2;
+    Connected cx(fs1, [](tk_options &o) { o.heartbeat_ms = 2000; }, S1, 5000, {fs1.addr(), fs2.addr()});
+    Reply r;
+    acquire_async(cx.c, "k", 30000, TK_WAIT_FOREVER, r);
+    auto q = cx.conn->read_request();
+    auto t0 = std::chrono::steady_clock::now();
+    auto p = cx.conn->read_request(3000ms);
+    EXPECT_EQ(p.r.op, TK_OP_PING);
+    auto ping_at = std::chrono::steady_clock::now();
+    EXPECT_LT(ping_at - t0, 1200ms) << "a waiting request shortens the heartbeat to 500 ms";
+    // never answered
+    EXPECT_TRUE(cx.conn->closed_by_peer(3000ms));
+    auto gone_at = std::chrono::steady_clock::now();
+    EXPECT_GE(gone_at - ping_at, 800ms);
+    EXPECT_LT(gone_at - ping_at, 2000ms) << "a PING waits min(heartbeat, 1 s)";
+    auto n = fs2.accept(3000ms); // the next node first
+    tk_hello h = n->handshake(S1, true);
+    EXPECT_EQ(memcmp(h.session_id, cx.hello.session_id, 16), 0);
+    auto rq = n->read_request();
+    EXPECT_EQ(rq.r.op, TK_OP_ACQUIRE);
+    EXPECT_EQ(rq.r.id, q.r.id) << "re-sent on resume";
+    EXPECT_FALSE(r.is_done()) << "the call in flight was not failed";
+    n->respond(rq, TK_STATUS_OK, 4, 30000);
+    ASSERT_TRUE(r.wait());
+    EXPECT_EQ(r.code, TK_OK) << r.err.message;
+    EXPECT_THROW(fs1.accept(100ms), std::runtime_error) << "the silent node was not dialled first";
+}
+
+// docs/clients.md, the connect timeout: once TCP is connected, the handshake gets 2 s (a frozen
+// node's kernel still accepts connections), not the whole dial timeout.
+TEST(FakeEdges, HandshakeGetsTwoSecondsAfterTcp)
+{
+    FakeServer silent;
+    const std::string addr = silent.addr();
+    const char *eps[] = {addr.c_str()};
+    tk_options o{};
+    o.endpoints = eps;
+    o.n_endpoints = 1;
+    o.dial_timeout_ms = 10000;
+    tk_client *c = nullptr;
+    tk_error e;
+    auto start = std::chrono::steady_clock::now();
+    tk_err rc = tk_client_connect(&o, &c, &e);
+    auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(rc, TK_ERR_UNAVAILABLE) << e.message;
+    EXPECT_NE(std::string(e.message).find("within 2000 ms of the TCP connection"), std::string::npos) << e.message;
+    EXPECT_GE(took, 1900ms);
+    EXPECT_LT(took, 5000ms);
+}
+
+// A TIMED_OUT that carries the server's reason (its start-up wait) says so.
+TEST(FakeEdges, TimedOutWithTheServersReasonShowsIt)
+{
+    FakeServer fs;
+    Connected cx(fs);
+    Reply r, plain;
+    acquire_async(cx.c, "k", 30000, 300, r);
+    auto q = cx.conn->read_request();
+    cx.conn->respond(q, TK_STATUS_TIMED_OUT, 0, 0, 0,
+                     "the server is in its start-up wait: no grant for 2700 ms more\n(leases granted before its restart may still run)");
+    ASSERT_TRUE(r.wait());
+    EXPECT_EQ(r.code, TK_ERR_NOT_ACQUIRED);
+    std::string m = r.err.message;
+    EXPECT_NE(m.find("\"k\""), std::string::npos) << m;
+    EXPECT_NE(m.find("start-up wait"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << "one line: " << m;
+    acquire_async(cx.c, "k", 30000, 300, plain);
+    cx.conn->respond(cx.conn->read_request(), TK_STATUS_TIMED_OUT);
+    ASSERT_TRUE(plain.wait());
+    EXPECT_EQ(std::string(plain.err.message), "not acquired: \"k\" still held after waiting 300 ms");
 }

@@ -494,6 +494,93 @@ TEST(Integration, RestartLosesEverythingWithServerRestarted)
     tk_lock_free(l);
 }
 
+// docs/clients.md rule 1: a call that never reached the old server goes to the restarted one; an
+// idle client's first call after the restart succeeds (conformance: first_call_after_restart).
+TEST(Integration, FirstCallAfterARestartGoesToTheNewServer)
+{
+    Server s;
+    Client a(s.addr(), [](tk_options &o) { o.backoff_max_ms = 200; });
+    tk_error e;
+    ASSERT_EQ(tk_ping(a, &e), TK_OK) << e.message;
+    for (int round = 0; round < 3; round++) {
+        s.kill_hard();
+        s.restart();
+        EXPECT_EQ(tk_ping(a, &e), TK_OK) << "round " << round << ": " << e.message;
+        tk_lock *l = nullptr;
+        std::string key = "k" + std::to_string(round);
+        EXPECT_EQ(tk_acquire(a, key.data(), key.size(), 30000, 0, nullptr, &l, &e), TK_OK) << e.message;
+        tk_lock_free(l);
+    }
+}
+
+// The server's start-up wait shows: INSPECT flag STARTUP with the time left, and an acquire that
+// times out during it says why (conformance: startup_wait_visible).
+TEST(Integration, StartupWaitIsVisible)
+{
+    Server s(Env{{"TICKETING_STARTUP_GRACE", "3s"}});
+    Client a(s.addr());
+    tk_inspect_info in{};
+    tk_error e;
+    ASSERT_EQ(tk_inspect(a, "k", 1, 0, &in, &e), TK_OK) << e.message;
+    EXPECT_TRUE(in.flags & TK_INSPECT_STARTUP) << "flags " << in.flags;
+    EXPECT_GT(in.lock_delay_ms, 0u);
+    EXPECT_LE(in.lock_delay_ms, 3000u);
+    EXPECT_STREQ(tk_inspect_flag_name(TK_INSPECT_STARTUP), "STARTUP");
+    tk_lock *l = nullptr;
+    EXPECT_EQ(tk_acquire(a, "k", 1, 5000, 300, nullptr, &l, &e), TK_ERR_NOT_ACQUIRED);
+    EXPECT_NE(std::string(e.message).find("start-up wait"), std::string::npos) << e.message;
+}
+
+// Close withdraws a queued acquire: the waiter fails "closed" and the server drops it, so the key
+// is free once its holder releases (conformance: close_withdraws_waiters).
+TEST(Integration, CloseWithdrawsAQueuedAcquire)
+{
+    Server s;
+    Raw r(s.addr());
+    uint64_t t = r.acquire("k", 30000);
+    ASSERT_GT(t, 0u);
+    Pending p;
+    {
+        Client a(s.addr());
+        start_acquire(a, "k", 10000, TK_WAIT_FOREVER, p);
+        ASSERT_TRUE(wait_until([&] { return r.inspect("k").waiters == 1; }));
+        auto t0 = std::chrono::steady_clock::now();
+        tk_client_close(a);
+        EXPECT_LT(std::chrono::steady_clock::now() - t0, 2000ms);
+        ASSERT_TRUE(p.wait(100ms));
+        EXPECT_EQ(p.code, TK_ERR_CLOSED) << p.message;
+    }
+    EXPECT_EQ(r.inspect("k").waiters, 0u) << "withdrawn before the connection closed";
+    EXPECT_TRUE(r.release("k", t));
+    Client b(s.addr());
+    tk_lock *l = nullptr;
+    tk_error e;
+    EXPECT_EQ(tk_acquire(b, "k", 1, 5000, 0, nullptr, &l, &e), TK_OK) << e.message;
+    tk_lock_free(l);
+}
+
+// docs/clients.md rule 4: release of a lock known lost answers at once, even from a frozen server
+// (conformance: release_lost_at_once).
+TEST(Integration, ReleaseOfALostLockDoesNotWaitForTheServer)
+{
+    Server s;
+    LostLog lost;
+    Client a(s.addr(), [&](tk_options &o) {
+        o.on_lost = LostLog::cb;
+        o.on_lost_data = &lost;
+    });
+    tk_lock *l = must_acquire(a, "k", 300);
+    ASSERT_TRUE(wait_until([&] { return lost.count() == 1; }, 2000ms));
+    s.pause();
+    tk_error e;
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(tk_lock_release(l, &e), TK_ERR_LOCK_LOST);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms);
+    EXPECT_EQ(e.reason, TK_LOST_EXPIRED);
+    s.resume();
+    tk_lock_free(l);
+}
+
 TEST(Integration, ResumeKeepsQueuePlaces)
 {
     Server s;

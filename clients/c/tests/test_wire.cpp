@@ -58,7 +58,7 @@ const std::map<std::string, std::map<std::string, unsigned>> &our_tables()
         {"goaway_reasons", {{"LEADERSHIP", TK_GOAWAY_LEADERSHIP}, {"STOPPING", TK_GOAWAY_STOPPING}}},
         {"inspect_flags",
          {{"HELD", TK_INSPECT_HELD}, {"TOKEN_MATCH", TK_INSPECT_TOKEN_MATCH}, {"SESSION", TK_INSPECT_SESSION},
-          {"STALLED", TK_INSPECT_STALLED}}},
+          {"STALLED", TK_INSPECT_STALLED}, {"STARTUP", TK_INSPECT_STARTUP}}},
     };
     return t;
 }

@@ -142,12 +142,18 @@ typedef struct tk_options {
     const char *tls_key_file;    /**< PEM private key of tls_cert_file */
     const char *tls_server_name; /**< name (or IP) to verify and send as SNI; NULL = the endpoint's host */
 
-    int64_t dial_timeout_ms;     /**< TCP + TLS + handshake per endpoint; 0 = default 5000 */
-    int64_t request_timeout_ms;  /**< every answer except an ACQUIRE's queued time; 0 = default 10000 */
-    int64_t heartbeat_ms;        /**< PING after this long without input; 0 = default 2000; TK_OFF = off */
+    int64_t dial_timeout_ms;     /**< TCP + TLS + handshake per endpoint; 0 = default 5000; once TCP is
+                                      connected, TLS and the handshake get at most 2000 of it */
+    int64_t request_timeout_ms;  /**< every answer except an ACQUIRE's queued time; 0 = default 10000.
+                                      Calls made while no connection exists wait for one within it:
+                                      fail fast with a short one */
+    int64_t heartbeat_ms;        /**< PING after this long without input (after at most 500 while a
+                                      request waits); a PING unanswered within min(heartbeat, 1000)
+                                      replaces the connection; 0 = default 2000; TK_OFF = off */
     int64_t backoff_min_ms;      /**< reconnect backoff start; 0 = default 50 */
     int64_t backoff_max_ms;      /**< reconnect backoff cap; 0 = default 2000 */
-    int64_t cleanup_timeout_ms;  /**< how long a cancelled acquire waits for its clean-up; 0 = default 5000 */
+    int64_t cleanup_timeout_ms;  /**< how long a cancelled acquire waits for its clean-up (and close for
+                                      the withdrawal of queued acquires); 0 = default 5000 */
     int release_on_close;        /**< non-zero: closing releases every lock still held (default off) */
 
     tk_lost_cb on_lost;          /**< lost callback for locks without their own; NULL = none */
@@ -176,8 +182,8 @@ typedef struct tk_inspect_info {
     uint32_t lease_left_ms; /**< ms left on the holder's lease */
     uint32_t waiters;       /**< acquires queued on the key */
     uint32_t held_for_ms;   /**< ms since the lock was granted */
-    uint32_t lock_delay_ms; /**< ms of lock-delay left */
-    uint32_t flags;         /**< tk_inspect_flag bits */
+    uint32_t lock_delay_ms; /**< ms of lock-delay left; with TK_INSPECT_STARTUP, the start-up wait left */
+    uint32_t flags;         /**< tk_inspect_flag bits (TK_INSPECT_STALLED, TK_INSPECT_STARTUP...) */
     int token_match;        /**< the token asked about is the holder's */
     int session;            /**< this client's session holds the key */
 } tk_inspect_info;
@@ -199,9 +205,12 @@ tk_err tk_client_connect(const tk_options *opts, tk_client **out, tk_error *err)
 
 /**
  * Closes the client: calls in flight fail TK_ERR_CLOSED, keep-alive stops, the I/O thread ends,
- * later calls fail TK_ERR_CLOSED. Held locks are NOT released (the server keeps them until their
- * lease ends) unless release_on_close is set: then each is released first, bounded by the
- * request timeout. Idempotent. The handle stays valid until tk_client_free.
+ * later calls fail TK_ERR_CLOSED. Acquires waiting in a queue fail TK_ERR_CLOSED at once and are
+ * withdrawn from the server (CANCEL; a grant that raced it is released): close waits for those
+ * answers at most min(cleanup_timeout_ms, request_timeout_ms), so a closed client is never
+ * granted a lock it would hold until its session ends. Held locks are NOT released (the server
+ * keeps them until their lease ends) unless release_on_close is set: then each is released
+ * first, bounded by the request timeout. Idempotent. The handle stays valid until tk_client_free.
  */
 void tk_client_close(tk_client *c);
 
@@ -287,8 +296,10 @@ int tk_lock_released(const tk_lock *lock);
 
 /**
  * Releases the lock (blocking; tk_client locks only). TK_OK: released, the next waiter is granted
- * at once, and lost will never fire. TK_ERR_LOCK_LOST (reason in err): the lock had been lost
- * earlier (the server is still told) or the server answered NOT_HELD. Releasing twice is TK_OK.
+ * at once, and lost will never fire. TK_ERR_LOCK_LOST (reason in err): the server answered
+ * NOT_HELD, or the lock had been lost earlier: then the answer comes at once, without waiting for
+ * the server (which may be unreachable), and the server is told in the background (a RELEASE,
+ * once; none after a restart or a NOT_HELD: nothing is left to release). Releasing twice is TK_OK.
  */
 tk_err tk_lock_release(tk_lock *lock, tk_error *err);
 
@@ -304,8 +315,9 @@ tk_err tk_lock_verify(tk_lock *lock, int *held, tk_error *err);
  *  until its lease ends). NULL is a no-op. */
 void tk_lock_free(tk_lock *lock);
 
-/** Releases the lock in the background if it is still held (never blocks), then frees the
- *  handle: what the C++ Lock destructor does. NULL is a no-op. */
+/** Releases the lock in the background if it is still held, or tells the server of a lock lost
+ *  earlier as tk_lock_release does (never blocks), then frees the handle: what the C++ Lock
+ *  destructor does. NULL is a no-op. */
 void tk_lock_drop(tk_lock *lock);
 
 /* ---------------------------------------------------------------------------------------------
@@ -419,8 +431,10 @@ tk_err tk_async_inspect(tk_async *ac, const void *key, size_t key_len, uint64_t 
 /** Sends PING. */
 tk_err tk_async_ping(tk_async *ac, tk_reply_cb cb, void *data);
 
-/** Closes the context: pending callbacks get TK_ERR_CLOSED (from inside this call), the socket
- *  is closed; locks are not released (see release_on_close for tk_client). Idempotent. */
+/** Closes the context: pending callbacks get TK_ERR_CLOSED (from inside this call); queued
+ *  acquires are withdrawn (their CANCELs written if the socket takes them now: this call never
+ *  waits), then the socket is closed; locks are not released (see release_on_close for
+ *  tk_client). Idempotent. */
 void tk_async_close(tk_async *ac);
 
 /** Closes and frees the context. Safe inside its own callbacks (the free is deferred to the end

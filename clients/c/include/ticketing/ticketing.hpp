@@ -52,6 +52,15 @@ enum class LostReason {
     ServerStopping = TK_LOST_SERVER_STOPPING,   ///< EXPIRED with reason STOPPING
 };
 
+/// INSPECT flags (KeyInfo::flags), as PROTOCOL.md names them.
+enum class InspectFlag : std::uint32_t {
+    Held = TK_INSPECT_HELD,              ///< somebody holds the key
+    TokenMatch = TK_INSPECT_TOKEN_MATCH, ///< the token asked about is the holder's
+    Session = TK_INSPECT_SESSION,        ///< the asking session holds the key
+    Stalled = TK_INSPECT_STALLED,        ///< the key waits for storage before its next grant
+    Startup = TK_INSPECT_STARTUP,        ///< the server is in its start-up wait (lock_delay: the time left)
+};
+
 /// "expired", "not held", "server restarted", "server stopping".
 inline const char *to_string(LostReason r) noexcept { return tk_lost_reason_str(static_cast<tk_lost_reason>(r)); }
 
@@ -254,9 +263,9 @@ struct Options {
     std::vector<std::string> endpoints{"127.0.0.1:7070"}; ///< tried in order; the leader hint first
     std::optional<std::string> token;                      ///< shared auth token; default none
     std::optional<TlsOptions> tls;                         ///< TLS; default off
-    Milliseconds dial_timeout{5000};                       ///< TCP + TLS + handshake per endpoint
-    Milliseconds request_timeout{10000};                   ///< every answer except queued time
-    Milliseconds heartbeat{2000};                          ///< PING after this long idle; 0 = off
+    Milliseconds dial_timeout{5000};                       ///< TCP + TLS + handshake per endpoint (handshake: 2 s at most after TCP)
+    Milliseconds request_timeout{10000};                   ///< every answer except queued time (short = fail fast while disconnected)
+    Milliseconds heartbeat{2000};                          ///< PING after this long idle (500 ms while a request waits); 0 = off
     Milliseconds backoff_min{50};                          ///< reconnect backoff start
     Milliseconds backoff_max{2000};                        ///< reconnect backoff cap
     Milliseconds cleanup_timeout{5000};                    ///< a cancelled acquire waits this long for its clean-up
@@ -279,9 +288,14 @@ struct KeyInfo {
     Milliseconds lease_left{0}; ///< left on the holder's lease
     std::uint32_t waiters = 0;  ///< acquires queued
     Milliseconds held_for{0};   ///< since the grant
-    Milliseconds lock_delay{0}; ///< lock-delay left
+    Milliseconds lock_delay{0}; ///< lock-delay left; with startup, the start-up wait left
     bool token_match = false;   ///< the token asked about holds it
     bool session = false;       ///< this client's session holds it
+    bool stalled = false;       ///< the key waits for the server's storage before its next grant
+    bool startup = false;       ///< the server is in its start-up wait: nothing is granted before it ends
+    std::uint32_t flags = 0;    ///< every INSPECT flag (InspectFlag bits)
+    /// True when flag f is set.
+    bool has(InspectFlag f) const noexcept { return (flags & static_cast<std::uint32_t>(f)) != 0; }
 };
 
 /// A held lock (move-only). The destructor releases it in the background when still held.
@@ -336,8 +350,9 @@ public:
     {
         return std::chrono::microseconds(tk_lock_deadline_in_us(l_));
     }
-    /// Releases now. Throws LockLost when the lock had been lost (the server is still told) or
-    /// the server answers NOT_HELD. A second release is a no-op.
+    /// Releases now. Throws LockLost when the server answers NOT_HELD, or at once (without
+    /// waiting for the server) when the lock had been lost earlier; the server is then told in
+    /// the background. A second release is a no-op.
     void release()
     {
         tk_error e;
@@ -562,6 +577,9 @@ public:
         k.lock_delay = Milliseconds(in.lock_delay_ms);
         k.token_match = in.token_match != 0;
         k.session = in.session != 0;
+        k.flags = in.flags;
+        k.stalled = (in.flags & TK_INSPECT_STALLED) != 0;
+        k.startup = (in.flags & TK_INSPECT_STARTUP) != 0;
         return k;
     }
 
@@ -604,7 +622,9 @@ public:
         }
     }
 
-    /// Closes now (see tk_client_close). Later calls throw Closed.
+    /// Closes now (see tk_client_close): queued acquires are withdrawn (their get() throws
+    /// Closed), held locks are kept until their lease ends unless release_on_close. Later calls
+    /// throw Closed.
     void close() noexcept { tk_client_close(c_); }
 
     /// The 16-byte session id.

@@ -120,7 +120,9 @@ typedef enum tk_inspect_flag {
     TK_INSPECT_HELD = 0x1,        /**< somebody holds the key */
     TK_INSPECT_TOKEN_MATCH = 0x2, /**< the request's token is the holder's */
     TK_INSPECT_SESSION = 0x4,     /**< the asking session holds the key */
-    TK_INSPECT_STALLED = 0x8      /**< the key waits for storage before its next grant */
+    TK_INSPECT_STALLED = 0x8,     /**< the key waits for storage before its next grant */
+    TK_INSPECT_STARTUP = 0x10     /**< the server is in its start-up wait: no grant before it ends
+                                       (set on every key; the lock-delay field is the time left) */
 } tk_inspect_flag;
 
 /** Outcome of a decoder. */

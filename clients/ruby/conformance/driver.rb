@@ -121,12 +121,14 @@ module Ticketing
       { session_id: c.session_id.unpack1("H*") }
     end
 
+    # The raising acquire (Client#lock! without a block): the same call as #acquire, whose
+    # NotAcquiredError carries the client's own message (the server's reason, such as its
+    # start-up wait).
     def acquire(cmd, cancel)
       wait = cmd["wait_ms"]
-      got = client(cmd).acquire(key(cmd), lease: ms(cmd["lease_ms"]), timeout: wait.nil? ? nil : ms(wait),
-                                          keep_alive: cmd["keepalive"] ? true : false,
-                                          refuse_held: cmd["refuse_held"] ? true : false, cancel: cancel)
-      raise NotAcquiredError.new("not acquired within #{wait} ms", key: cmd["key"]) if got.nil?
+      got = client(cmd).lock!(key(cmd), lease: ms(cmd["lease_ms"]), timeout: wait.nil? ? nil : ms(wait),
+                                        keep_alive: cmd["keepalive"] ? true : false,
+                                        refuse_held: cmd["refuse_held"] ? true : false, cancel: cancel)
 
       remember(cmd["lock"], got)
       { token: got.token.to_s, lease_ms: (got.lease * 1000).round }

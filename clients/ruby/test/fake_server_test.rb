@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "minitest/mock"
+require "timeout"
 require_relative "fake_server"
 
 # The protocol paths a real single node cannot easily produce, against FakeServer.
@@ -108,7 +109,8 @@ class FakeServerTest < Minitest::Test
         Ticketing::Client.new(endpoints: [endpoint], connect_timeout: 0.5).tap { |c| @clients << c }.connect
       end
       refute_kind_of Ticketing::TimeoutError, err
-      assert_equal "#{endpoint}: no handshake answer within 500 ms (the connect timeout)", err.message
+      assert_equal "#{endpoint}: no handshake answer within 500 ms of the TCP connection " \
+                   "(is the server frozen, or not a Ticketing server?)", err.message
       assert_in_delta 0.5, now - started, 0.4
     end
     assert_equal 1, stalled.hellos.size, "the stalled server got HELLO and sent CHALLENGE"
@@ -529,7 +531,38 @@ class FakeServerTest < Minitest::Test
     assert_equal 0, reasons.size
     err = assert_raises(Ticketing::LockLostError) { lock.release }
     assert_equal :expired, err.reason
-    assert_equal 1, srv.requests(P::Op::RELEASE).size, "a lost lock's release still tells the server"
+    assert(eventually(2) { srv.requests(P::Op::RELEASE).size == 1 }, "a lost lock's release still tells the server")
+  end
+
+  # docs/clients.md rule 4: the release of a lock already known lost answers lock-lost at once,
+  # the server unreachable or not, and tells the server in the background, except after a
+  # restart or NOT_HELD (nothing is left to release there).
+  def test_release_of_a_lost_lock_answers_at_once
+    frozen = false
+    srv = server { |s, _c, req| frozen ? :silent : s.default_answer(req) }
+    c = client(srv, request_timeout: 3.0, heartbeat_interval: 0).connect
+    lock = c.acquire("k", lease: 0.2)
+    assert lock.wait_lost(2)
+    frozen = true # the server answers nothing any more
+    started = now
+    err = assert_raises(Ticketing::LockLostError) { lock.release }
+    assert_operator now - started, :<, 0.2, "no wait for the server"
+    assert_equal :expired, err.reason
+    assert_match(/key "k" token \d+: lock lost \(expired\)/, err.message)
+    assert(eventually(2) { srv.requests(P::Op::RELEASE).size == 1 }, "RELEASE sent in the background")
+    assert_raises(Ticketing::LockLostError) { lock.release }
+    assert_equal 1, srv.requests(P::Op::RELEASE).size, "told once"
+    frozen = false
+
+    # Lost to NOT_HELD (an extend answered NOT_HELD): nothing is sent.
+    other = c.acquire("k2", lease: 30)
+    c.release("k2", other.token)
+    assert_raises(Ticketing::LockLostError) { other.extend(lease: 30) }
+    assert_equal :not_held, other.lost_reason
+    releases = srv.requests(P::Op::RELEASE).size
+    assert_raises(Ticketing::LockLostError) { other.release }
+    sleep 0.1
+    assert_equal releases, srv.requests(P::Op::RELEASE).size, "no RELEASE after NOT_HELD"
   end
 
   def test_stopping_push_reason
@@ -893,6 +926,188 @@ class FakeServerTest < Minitest::Test
     assert_equal 2, srv.connection_count
   end
 
+  # ---- issue 26: unwinding, close, liveness, messages -------------------------------------------
+
+  # A server that queues every ACQUIRE and answers CANCEL with CANCELLED (+grant+: with a grant
+  # that raced the CANCEL instead).
+  def queueing_server(grant: false)
+    server do |s, conn, req|
+      case req.op
+      when P::Op::ACQUIRE then :silent
+      when P::Op::CANCEL
+        if grant
+          conn.send_frame(op: P::Op::ACQUIRE, id: req.token, token: s.grant_token, lease_ms: 20_000)
+          [{ detail: 0 }]
+        else
+          conn.send_frame(op: P::Op::ACQUIRE, id: req.token, status: P::Status::CANCELLED)
+          [{ detail: 1 }]
+        end
+      else s.default_answer(req)
+      end
+    end
+  end
+
+  # Timeout.timeout unwinds with throw on Ruby 3.1 (timeout 0.2.0) and with raise on newer
+  # ones; Thread#raise and Thread#kill too: the queued ACQUIRE is withdrawn (CANCEL) every way.
+  def test_every_unwinding_withdraws_the_queued_acquire
+    %i[throw raise kill].each do |how|
+      srv = queueing_server
+      c = client(srv).connect
+      unwind(how, -> { srv.requests(P::Op::ACQUIRE).any? }) { c.acquire("k", lease: 20) }
+      acquire = srv.requests(P::Op::ACQUIRE).first
+      cancel = srv.wait_request(2) { |r| r.op == P::Op::CANCEL }
+      assert_equal acquire.id, cancel&.token, "#{how}: CANCEL of the queued ACQUIRE"
+      sleep 0.05
+      assert_equal 1, srv.requests(P::Op::CANCEL).size, "#{how}: one CANCEL"
+      assert_in_delta 0, c.ping, 1, "#{how}: the client goes on"
+    end
+  end
+
+  def test_timeout_timeout_withdraws_the_queued_acquire
+    srv = queueing_server
+    c = client(srv).connect
+    assert_raises(Timeout::Error) { Timeout.timeout(0.2) { c.acquire("k", lease: 20) } }
+    cancel = srv.wait_request(2) { |r| r.op == P::Op::CANCEL }
+    assert_equal srv.requests(P::Op::ACQUIRE).first.id, cancel&.token
+  end
+
+  def test_a_grant_racing_the_unwinding_is_released
+    %i[throw kill].each do |how|
+      srv = queueing_server(grant: true)
+      c = client(srv).connect
+      unwind(how, -> { srv.requests(P::Op::ACQUIRE).any? }) { c.acquire("k", lease: 20) }
+      release = srv.wait_request(2) { |r| r.op == P::Op::RELEASE }
+      refute_nil release, "#{how}: the raced grant is released"
+      assert_equal "k", release.key
+    end
+  end
+
+  # docs/clients.md, Client: close withdraws the session's queued acquires (CANCEL) before it
+  # closes, the waiters fail ClosedError at once, and a grant that races the withdrawal is
+  # released before close returns (bounded by the cleanup timeout).
+  def test_close_withdraws_queued_acquires
+    [false, true].each do |grant|
+      srv = queueing_server(grant: grant)
+      c = client(srv).connect
+      waiters = %w[a b].map do |key|
+        Thread.new do
+          c.acquire(key, lease: 20)
+        rescue Ticketing::Error => e
+          e
+        end
+      end
+      assert(eventually { srv.requests(P::Op::ACQUIRE).size == 2 })
+      started = now
+      c.close
+      assert_operator now - started, :<, 1
+      waiters.each do |w|
+        err = w.value
+        assert_instance_of Ticketing::ClosedError, err
+        assert_match(/ACQUIRE key "[ab]": the client was closed; the queued acquire was withdrawn/, err.message)
+      end
+      assert_equal srv.requests(P::Op::ACQUIRE).map(&:id).sort, srv.requests(P::Op::CANCEL).map(&:token).sort
+      assert_equal(grant ? 2 : 0, srv.requests(P::Op::RELEASE).size, "grant #{grant}: raced grants released by close")
+    end
+  end
+
+  def test_close_with_a_frozen_server_is_bounded
+    frozen = false
+    srv = server { |s, _c, req| frozen || req.op == P::Op::ACQUIRE ? :silent : s.default_answer(req) }
+    c = client(srv, cleanup_timeout: 0.3).connect
+    waiter = Thread.new do
+      c.acquire("k", lease: 20)
+    rescue Ticketing::Error => e
+      e
+    end
+    srv.wait_request { |r| r.op == P::Op::ACQUIRE }
+    frozen = true
+    started = now
+    c.close
+    assert_operator now - started, :<, 1.5
+    assert_instance_of Ticketing::ClosedError, waiter.value
+  end
+
+  # docs/clients.md, the heartbeat: while a request waits, PING after at most 500 ms of
+  # silence; a PING unanswered within min(heartbeat, 1 s) replaces the connection, and the call
+  # in flight goes on on the next one (re-sent with its id), never failed.
+  def test_a_silent_connection_is_replaced_and_the_call_goes_on
+    silent_conn = nil
+    srv = server do |s, conn, req|
+      if conn.equal?(silent_conn) then :silent
+      elsif req.op == P::Op::ACQUIRE && silent_conn.nil?
+        silent_conn = conn # from now on this connection answers nothing (a frozen node)
+        :silent
+      else s.default_answer(req)
+      end
+    end
+    c = client(srv, request_timeout: 10.0).connect # the default heartbeat: 2 s
+    sleep 0.6 # idle: no PING before the heartbeat interval
+    assert_empty srv.requests(P::Op::PING)
+    started = now
+    lock = c.acquire("k", lease: 5)
+    elapsed = now - started
+    refute_nil lock
+    pings = srv.requests(P::Op::PING)
+    refute_empty pings
+    assert_operator elapsed, :<, 2.5, "replaced after #{elapsed} s (PING within 0.5 s, unanswered for 1 s)"
+    assert_operator elapsed, :>=, 0.9
+    acquires = srv.requests(P::Op::ACQUIRE)
+    assert_equal 2, acquires.size
+    assert_equal acquires[0].id, acquires[1].id, "re-sent with its id"
+    assert_equal 2, srv.connection_count
+    assert srv.hellos.last.session_id == c.session_id
+  end
+
+  def test_the_silent_node_is_tried_last
+    one = server { |_s, _c, req| req.op == P::Op::ACQUIRE ? :silent : :silent }
+    two = server
+    two.state_id = one.state_id
+    c = client(one, endpoints: [one.endpoint, two.endpoint], heartbeat_interval: 0.05)
+    two.sessions[c.session_id] = true # node two knows the session (a cluster replicates it)
+    # The first connection's handshake answers; then node one answers nothing.
+    c.connect
+    lock = c.acquire("k", lease: 5)
+    refute_nil lock
+    assert_equal 1, one.connection_count, "the silent node was not dialled again first"
+    assert_equal 1, two.connection_count
+    assert two.last_conn.resumed, "the session resumed on the next node"
+    assert_equal 1, two.requests(P::Op::ACQUIRE).first.id
+  end
+
+  # docs/clients.md, the connect timeout: once TCP is connected, TLS and the handshake get 2 s.
+  def test_the_handshake_gets_two_seconds_after_tcp
+    listener = TCPServer.new("127.0.0.1", 0) # accepts (the kernel does) and never answers
+    mute = "127.0.0.1:#{listener.addr[1]}"
+    started = now
+    err = assert_raises(Ticketing::UnavailableError) do
+      Ticketing::Client.new(endpoints: [mute], connect_timeout: 5).tap { |c| @clients << c }.connect
+    end
+    assert_in_delta 2.0, now - started, 0.5
+    assert_match(/no handshake answer within 2000 ms of the TCP connection/, err.message)
+  ensure
+    listener&.close
+  end
+
+  def test_not_acquired_says_why_and_messages_say_nothing_twice
+    startup = "the server is in its start-up wait: no grant for 2700 ms more (leases granted before its restart " \
+              "may still run)"
+    srv = server do |_s, _c, req|
+      case req.key
+      when "boot" then [{ status: P::Status::TIMED_OUT, data: startup }]
+      when "stop" then [{ status: P::Status::SHUTTING_DOWN, data: "server shutting down" }]
+      else [{ status: P::Status::TIMED_OUT }]
+      end
+    end
+    c = client(srv).connect
+    assert_nil c.acquire("boot", lease: 5, timeout: 0.3), "acquire gives nil"
+    err = assert_raises(Ticketing::NotAcquiredError) { c.lock!("boot", lease: 5, timeout: 0.3) }
+    assert_equal "ACQUIRE key \"boot\": not acquired within 0.3 s: #{startup}", err.message
+    err = assert_raises(Ticketing::NotAcquiredError) { c.lock!("taken", lease: 5, timeout: 0) }
+    assert_equal 'ACQUIRE key "taken": not acquired: the key is taken', err.message
+    err = assert_raises(Ticketing::ShuttingDownError) { c.acquire("stop", lease: 5) }
+    assert_equal 'ACQUIRE key "stop": server shutting down', err.message
+  end
+
   # ---- arguments and lifecycle --------------------------------------------------------------------
 
   def test_bad_arguments_are_rejected_before_sending
@@ -989,9 +1204,14 @@ class FakeServerTest < Minitest::Test
       c.lock("k", lease: 0.1) { |l| l.wait_lost(2) }
     end
     assert_equal :expired, err.reason
+    assert(eventually(2) { srv.requests(P::Op::RELEASE).size == 2 }, "the lost lock's release, in the background")
     assert_equal(:ok, c.lock("k", lease: 0.1, raise_on_lost: false) { |l| l.wait_lost(2) && :ok })
+    assert(eventually(2) { srv.requests(P::Op::RELEASE).size == 3 })
     assert_raises(RuntimeError) { c.lock("k", lease: 5) { raise "boom" } }
     assert_equal 4, srv.requests(P::Op::RELEASE).size, "released on every exit"
+    # A body unwound by throw (which +rescue+ never sees: Timeout.timeout on Ruby 3.1) releases.
+    assert_equal(:out, catch(:out) { c.lock("k", lease: 5) { throw :out, :out } })
+    assert_equal 5, srv.requests(P::Op::RELEASE).size, "released when the block is unwound by throw"
   end
 
   def test_fork_starts_a_new_session_in_the_child

@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "timeout"
 require_relative "server_helper"
 
 # Against the real server binary: every test starts its own server on a free port.
@@ -402,9 +403,85 @@ class IntegrationTest < Minitest::Test
     info = r.inspect_key("k")
     refute info.held?
     assert_equal 0, info.waiters
-    # Beyond the server's max key length (256): the server's INVALID maps to the same error.
+    # Beyond the server's max key length (256): the server's INVALID maps to the same error; the
+    # message names the limit and shows only 64 bytes of the key.
     err = assert_raises(Ticketing::InvalidArgumentError) { c.acquire("k" * 300, lease: 5) }
     assert_equal :key, err.field
+    assert_includes err.message, "(256)"
+    assert_includes err.message, "\"#{'k' * 64}\"\u2026(300 bytes)"
+    refute_includes err.message, "k" * 65
+    err = assert_raises(Ticketing::InvalidArgumentError) { c.acquire("k", lease: 3600.001) }
+    assert_equal :lease, err.field
+    assert_includes err.message, "1 h"
+    err = assert_raises(Ticketing::InvalidArgumentError) { c.acquire("k" * 5000, lease: 5) }
+    assert_operator err.message.bytesize, :<, 300, "a 5,000-byte key is not echoed"
+  end
+
+  # Every way a waiting acquire can be unwound (a throw, as Timeout.timeout does on Ruby 3.1;
+  # Thread#raise; Thread#kill) withdraws it from the server's queue: it is never granted later
+  # to a caller that is gone (it held the key for the whole lease).
+  def test_every_unwinding_withdraws_the_wait_on_the_server
+    srv = start_server
+    r = client(srv.endpoint)
+    a = client(srv.endpoint)
+    %i[throw raise kill].each do |how|
+      held = r.acquire("k", lease: 20)
+      unwind(how, -> { waiters(r, "k") == 1 }) { a.acquire("k", lease: 20) }
+      assert(eventually(2) { waiters(r, "k").zero? }, "#{how}: the wait was withdrawn")
+      held.release
+      refute r.inspect_key("k").held?, "#{how}: not granted to the unwound caller"
+    end
+    held = r.acquire("k", lease: 20)
+    assert_raises(Timeout::Error) { Timeout.timeout(0.2) { a.acquire("k", lease: 20) } }
+    assert(eventually(2) { waiters(r, "k").zero? }, "Timeout.timeout: the wait was withdrawn")
+    held.release
+    refute r.inspect_key("k").held?, "Timeout.timeout: not granted to the unwound caller"
+    assert_in_delta 0, a.ping, 1
+  end
+
+  def test_close_withdraws_a_queued_acquire
+    srv = start_server
+    r = client(srv.endpoint)
+    a = client(srv.endpoint)
+    held = r.acquire("k", lease: 20)
+    waiter = Thread.new do
+      a.acquire("k", lease: 20)
+    rescue Ticketing::Error => e
+      e
+    end
+    wait_queued(r, "k", 1)
+    started = now
+    a.close
+    assert_operator now - started, :<, 2
+    assert_instance_of Ticketing::ClosedError, waiter.value
+    assert_equal 0, waiters(r, "k"), "withdrawn before close returned"
+    held.release
+    refute r.inspect_key("k").held?
+  end
+
+  def test_release_of_a_lost_lock_answers_at_once_with_the_server_unreachable
+    srv = start_server
+    proxy = TestProxy.new(srv.port).tap { |p| @proxies << p }
+    a = client(proxy.endpoint)
+    r = client(srv.endpoint)
+    lock = a.acquire("k", lease: 0.3)
+    assert lock.wait_lost(2)
+    proxy.hold! # the server's answers are held back from now on
+    started = now
+    err = assert_raises(Ticketing::LockLostError) { lock.release }
+    assert_operator now - started, :<, 0.5
+    assert_equal :expired, err.reason
+    refute r.inspect_key("k").held?
+  end
+
+  def test_startup_wait_shows
+    srv = start_server("TICKETING_STARTUP_GRACE" => "3s")
+    a = client(srv.endpoint)
+    info = a.inspect_key("k")
+    assert info.startup?
+    assert_operator info.lock_delay_left, :>, 0
+    err = assert_raises(Ticketing::NotAcquiredError) { a.lock!("k", lease: 5, timeout: 0.3) }
+    assert_match(/not acquired within 0.3 s: the server is in its start-up wait/, err.message)
   end
 
   def test_many_threads_share_one_client

@@ -180,4 +180,50 @@ class ProtocolTest < Minitest::Test
     busy = P::Response.new(op: 0x10, status: P::Status::BUSY, id: 1, token: 0, lease_ms: 0, detail: 5, data: "")
     assert_equal :inflight, Ticketing::Errors.from_response("ACQUIRE", busy).limit
   end
+
+  # A run of at least +n+ bytes that occurs twice in +msg+ without overlapping (nil if none),
+  # outside runs of one repeated byte: the conformance runner's check (error_messages).
+  def repeated_phrase(msg, n = 16)
+    msg = msg.b
+    (0..(msg.bytesize - n)).each do |i|
+      p = msg.byteslice(i, n)
+      next if p.count(p[0]) == n
+      return p if msg.byteslice(i + n, msg.bytesize).include?(p)
+    end
+    nil
+  end
+
+  # docs/clients.md rule 6: one line, no doubled phrase (the server's own words after ours).
+  def test_messages_say_nothing_twice_and_stay_on_one_line
+    server_words = {
+      P::Status::SHUTTING_DOWN => "server shutting down", P::Status::AUTH_FAILED => "authentication failed",
+      P::Status::UNSUPPORTED_VERSION => "unsupported protocol version", P::Status::NOT_HELD => "not held",
+      P::Status::INVALID => "lease 3600001 ms is outside the server's range (1 ms to 1 h)",
+      P::Status::BUSY => "too many waiters on this key", P::Status::TIMED_OUT => "start-up wait\nsecond line"
+    }
+    server_words.each do |status, data|
+      resp = P::Response.new(op: P::Op::ACQUIRE, status: status, id: 1, token: 0, lease_ms: 0, detail: 5, data: data)
+      msg = Ticketing::Errors.from_response("ACQUIRE", resp, key: "k").message
+      assert_nil repeated_phrase(msg), "#{msg.inspect} says a phrase twice"
+      refute_match(/[\r\n]/, msg)
+      assert_includes msg, data.lines.first.chomp
+    end
+    down = P::Response.new(op: P::Op::ACQUIRE, status: P::Status::SHUTTING_DOWN, id: 1, token: 0, lease_ms: 0,
+                           detail: 0, data: "server shutting down")
+    assert_equal 'ACQUIRE key "k": server shutting down', Ticketing::Errors.from_response("ACQUIRE", down, key: "k").message
+  end
+
+  # A key in a message is cut to 64 bytes (never inside a character), with its length.
+  def test_keys_in_messages_are_cut_to_64_bytes
+    assert_equal 'key "k"', Ticketing::Errors.describe_key("k")
+    assert_equal "key \"#{'k' * 64}\"", Ticketing::Errors.describe_key("k" * 64)
+    assert_equal "key \"#{'k' * 64}\"\u2026(5000 bytes)", Ticketing::Errors.describe_key("k" * 5000)
+    assert_equal "key \"a#{"\u00e9" * 31}\"\u2026(81 bytes)", Ticketing::Errors.describe_key("a#{"\u00e9" * 40}")
+    assert_equal "key 0x#{'00ff' * 32}\u2026(5000 bytes)", Ticketing::Errors.describe_key("\x00\xff".b * 2500)
+    resp = P::Response.new(op: P::Op::ACQUIRE, status: P::Status::INVALID, id: 1, token: 0, lease_ms: 0, detail: 4,
+                           data: "key of 5000 bytes is longer than the server's max key length (256)")
+    msg = Ticketing::Errors.from_response("ACQUIRE", resp, key: "k" * 5000).message
+    assert_operator msg.bytesize, :<, 200
+    assert_includes msg, "(256)"
+  end
 end

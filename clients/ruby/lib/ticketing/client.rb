@@ -10,16 +10,20 @@ module Ticketing
   # - +lease_left+: seconds left on the holder's lease
   # - +waiters+: acquires queued on the key
   # - +held_for+: seconds since the lock was granted
-  # - +lock_delay_left+: seconds of lock-delay left after an expiry
+  # - +lock_delay_left+: seconds of lock-delay left after an expiry, or of the server's start-up
+  #   wait (with +startup+)
   # - +token_match+: the token asked about is the holder's
   # - +mine+: this client's session holds the key
   # - +stalled+: the key waits for the server's storage before its next grant
+  # - +startup+: the server is in its start-up wait (a restarted single node: leases granted
+  #   before the restart may still run); no grant before it ends, +lock_delay_left+ says when
   KeyInfo = Struct.new(:held, :token, :lease_left, :waiters, :held_for, :lock_delay_left, :token_match,
-                       :mine, :stalled, keyword_init: true) do
+                       :mine, :stalled, :startup, keyword_init: true) do
     alias_method :held?, :held
     alias_method :token_match?, :token_match
     alias_method :mine?, :mine
     alias_method :stalled?, :stalled
+    alias_method :startup?, :startup
   end
 
   # A Ticketing client: one connection shared by every thread of the process, requests pipelined
@@ -36,7 +40,8 @@ module Ticketing
   # flight are re-sent with their original ids (an acquire keeps its queue place and is never
   # granted twice). Locks survive a reconnect: the server keeps them until their lease ends.
   #
-  # Closing does not release held locks unless +release_on_close: true+.
+  # Closing withdraws the acquires still queued on the server; it does not release held locks
+  # unless +release_on_close: true+.
   #
   # Thread-safe. After +fork+ the child gets a new session (new id, own connection); the
   # parent's socket is never used by the child.
@@ -81,16 +86,21 @@ module Ticketing
     #   Hash with +ca_file+ / +ca_path+ (CA bundle), +cert_file+ + +key_file+ or +cert+ + +key+
     #   (client certificate: mutual TLS), +server_name+ (name to verify, default the endpoint's
     #   host), +verify+ (default true); or an OpenSSL::SSL::SSLContext used as is.
-    # - +connect_timeout+: seconds for TCP + TLS + handshake, per endpoint. Default 5.0.
+    # - +connect_timeout+: seconds for TCP + TLS + handshake, per endpoint; once TCP is
+    #   connected, TLS and the handshake get at most 2 s of it (a frozen node accepts TCP).
+    #   Default 5.0.
     # - +request_timeout+: seconds to wait for any answer, except the time an acquire spends
     #   queued (bounded by its +timeout+ and the heartbeat instead). Default 10.0.
-    # - +heartbeat_interval+: after this many seconds without receiving anything, send PING; a
-    #   PING unanswered within +request_timeout+ fails the connection. Default 2.0; 0 disables.
+    # - +heartbeat_interval+: after this many seconds without receiving anything (at most 0.5
+    #   while any request waits for its answer, a queued acquire included), send PING; a PING
+    #   unanswered within min(+heartbeat_interval+, 1.0) gives the connection up as silent: it is
+    #   replaced, the session resumes and the calls in flight keep waiting, and the node just
+    #   left is tried last. Default 2.0; 0 disables.
     # - +reconnect_delay+, +reconnect_delay_max+: backoff between reconnect rounds, doubling
     #   with jitter. Defaults 0.05 and 2.0.
-    # - +cleanup_timeout+: seconds a cancelled acquire waits for the server to confirm the
-    #   withdrawal (and the release of a grant that raced it); the rest finishes in the
-    #   background. Default 5.0.
+    # - +cleanup_timeout+: seconds a cancelled acquire (and #close, for the acquires it
+    #   withdraws) waits for the server to confirm the withdrawal (and the release of a grant
+    #   that raced it); the rest finishes in the background. Default 5.0.
     # - +release_on_close+: #close releases every lock still held. Default false.
     # - +logger+: a Logger for background events (reconnects, failed keep-alive). Default nil.
     def initialize(endpoints: DEFAULT_ENDPOINTS, token: nil, tls: nil, connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -173,31 +183,12 @@ module Ticketing
     # - +cancel+: a Cancellation; cancelling it withdraws the wait (CANCEL), releases a grant
     #   that raced it, and raises CancelledError.
     #
-    # A wait interrupted by an exception (Thread#raise, Timeout.timeout, Interrupt) is withdrawn
-    # in the background the same way.
+    # A call unwound any other way (Timeout.timeout, which unwinds with +throw+ on some Ruby
+    # versions and +raise+ on others, Thread#raise, Thread#kill, Interrupt) withdraws its wait
+    # the same way, in the background: the wait never stays queued to be granted later, and a
+    # grant that raced the interruption is released.
     def acquire(key, lease:, timeout: nil, keep_alive: false, max_hold: nil, refuse_held: false, cancel: nil)
-      key = Args.key(key)
-      lease_ms = Args.lease_ms(lease)
-      wait_ms = Args.wait_ms(timeout)
-      max_hold = Args.duration(max_hold, :max_hold, allow_nil: true, positive: true)
-      check_cancel(cancel)
-      raise CancelledError, "ACQUIRE #{Errors.describe_key(key)}: cancelled" if cancel&.cancelled?
-      if refuse_held && holds?(key)
-        raise AlreadyHeldError, "ACQUIRE #{Errors.describe_key(key)}: already held by this client (refuse_held)"
-      end
-
-      ensure_connected
-      attempts = 0
-      loop do
-        call = Call.new(Protocol::Op::ACQUIRE, key: key, lease_ms: lease_ms, wait_ms: wait_ms)
-        call.hook = ->(resp, error, abandoned) { acquire_answered(call, resp, error, abandoned, keep_alive, max_hold) }
-        resp = await_acquire(call, timeout, cancel)
-        return call.value if resp.status == Protocol::Status::OK
-        return nil if resp.status == Protocol::Status::TIMED_OUT
-
-        error = Errors.from_response("ACQUIRE", resp, key: key)
-        raise error unless retry_elsewhere?(resp, attempts += 1)
-      end
+      take(key, lease, timeout, keep_alive, max_hold, refuse_held, cancel, raising: false)
     end
 
     # Takes the lock on +key+ only if it is free and nobody is queued: a Lock, or nil. Options
@@ -207,8 +198,8 @@ module Ticketing
     end
 
     # The block form: acquires +key+ (as #acquire), yields the Lock, and releases it when the
-    # block exits (also on an exception). Returns the block's value. Yields nil when +timeout+
-    # passed without a grant (use #lock! to raise instead).
+    # block exits (also on an exception, a +throw+ or Thread#kill). Returns the block's value.
+    # Yields nil when +timeout+ passed without a grant (use #lock! to raise instead).
     #
     # If the lock was lost while the block ran, raises LockLostError (naming the reason) after
     # the block finishes, unless +raise_on_lost: false+. Without a block, returns what #acquire
@@ -221,13 +212,11 @@ module Ticketing
       scoped(held, raise_on_lost, &block)
     end
 
-    # As #lock, but raises NotAcquiredError instead of yielding (or returning) nil.
-    def lock!(key, lease:, raise_on_lost: true, **options, &block)
-      held = acquire(key, lease: lease, **options)
-      if held.nil?
-        raise NotAcquiredError.new("ACQUIRE #{Errors.describe_key(Args.key(key))}: not acquired within " \
-                                   "#{options[:timeout]} s", key: key)
-      end
+    # As #lock, but raises NotAcquiredError instead of yielding (or returning) nil; its message
+    # says why when the server does (its start-up wait after a restart).
+    def lock!(key, lease:, raise_on_lost: true, timeout: nil, keep_alive: false, max_hold: nil, refuse_held: false,
+              cancel: nil, &block)
+      held = take(key, lease, timeout, keep_alive, max_hold, refuse_held, cancel, raising: true)
       return held unless block
 
       scoped(held, raise_on_lost, &block)
@@ -261,7 +250,8 @@ module Ticketing
       KeyInfo.new(held: flags.anybits?(Protocol::InspectFlag::HELD), token: (mine || match) ? resp.token : nil,
                   lease_left: resp.lease_ms / 1000.0, waiters: resp.detail, held_for: held_for / 1000.0,
                   lock_delay_left: delay / 1000.0, token_match: match, mine: mine,
-                  stalled: flags.anybits?(Protocol::InspectFlag::STALLED))
+                  stalled: flags.anybits?(Protocol::InspectFlag::STALLED),
+                  startup: flags.anybits?(Protocol::InspectFlag::STARTUP))
     end
 
     # Sends PING and waits for the answer. Returns the round trip in seconds.
@@ -271,15 +261,21 @@ module Ticketing
       Scheduler.now - started
     end
 
-    # Closes the client. Calls in flight raise ClosedError, keep-alive stops, later calls raise
-    # ClosedError. Locks still held are NOT released (the server keeps them until their lease
-    # ends) unless +release_on_close: true+, in which case they are released first (bounded by
-    # the request timeout). Idempotent; returns nil.
+    # Closes the client: withdraws the acquires still queued on the server (CANCEL; their
+    # callers get ClosedError at once, and a grant that races the withdrawal is released),
+    # waiting at most +cleanup_timeout+ for the server's answers, so that a closed client is
+    # never granted a lock it would hold until its session ends. Then calls in flight raise
+    # ClosedError, keep-alive stops, later calls raise ClosedError. Locks still held are NOT
+    # released (the server keeps them until their lease ends) unless +release_on_close: true+,
+    # in which case they are released first (bounded by the request timeout). Idempotent;
+    # returns nil.
     def close
       return nil if @session.closed?
+      return nil if @close_mutex.synchronize { @closing ? true : (@closing = true) && false }
 
       locks = @locks_mutex.synchronize { @locks.values }
       locks.each(&:stop_keep_alive)
+      withdraw_queued
       release_all(locks) if @release_on_close && !locks.empty?
       @session.close
       @scheduler.shutdown
@@ -346,6 +342,8 @@ module Ticketing
       @locks = {} # token => Lock held through this client
       @events_mutex = Mutex.new
       @events = nil
+      @close_mutex = Mutex.new
+      @closing = false
     end
 
     def reset_after_fork
@@ -356,6 +354,7 @@ module Ticketing
       @locks = {}
       @events_mutex = Mutex.new
       @events = nil
+      @close_mutex = Mutex.new
       locks.each(&:detach_after_fork)
     end
 
@@ -399,13 +398,14 @@ module Ticketing
       attempts = 0
       loop do
         call = Call.new(op, key: key, token: token, lease_ms: lease_ms)
-        @session.submit(call)
-        deadline = Scheduler.now + @config.request_timeout
+        outcome = nil
         begin
+          @session.submit(call)
+          deadline = Scheduler.now + @config.request_timeout
           outcome = @session.await(call, deadline: deadline, send_deadline: deadline)
-        rescue Exception # rubocop:disable Lint/RescueException -- interrupted: forget the request
-          @session.forget(call) if @session.abandon(call)
-          raise
+        ensure
+          # Unwound (an exception, a throw, Thread#kill): forget the request.
+          @session.forget(call) if outcome.nil? && @session.abandon(call)
         end
         if outcome != :finished
           @session.forget(call)
@@ -465,29 +465,79 @@ module Ticketing
       @session.submit(call)
     end
 
+    # #acquire and #lock!: returns the Lock, or nil when not acquired (+raising+: raises
+    # NotAcquiredError instead, with the server's reason when it gives one).
+    #
+    # However the call is left (an answer, an error, cancellation, or unwinding by an exception,
+    # a throw or Thread#kill), the ACQUIRE never stays queued behind the caller's back: the
+    # +ensure+ below runs on every exit the normal paths did not settle (a completion flag, not
+    # +rescue+, which a throw passes by), withdraws a wait still queued (CANCEL), and releases a
+    # grant that raced the unwinding.
+    def take(key, lease, timeout, keep_alive, max_hold, refuse_held, cancel, raising:)
+      key = Args.key(key)
+      lease_ms = Args.lease_ms(lease)
+      wait_ms = Args.wait_ms(timeout)
+      max_hold = Args.duration(max_hold, :max_hold, allow_nil: true, positive: true)
+      check_cancel(cancel)
+      raise CancelledError, "ACQUIRE #{Errors.describe_key(key)}: cancelled" if cancel&.cancelled?
+      if refuse_held && holds?(key)
+        raise AlreadyHeldError, "ACQUIRE #{Errors.describe_key(key)}: already held by this client (refuse_held)"
+      end
+      raise ClosedError, "ACQUIRE #{Errors.describe_key(key)}: the client is closed" if @closing
+
+      ensure_connected
+      attempts = 0
+      loop do
+        call = Call.new(Protocol::Op::ACQUIRE, key: key, lease_ms: lease_ms, wait_ms: wait_ms)
+        call.hook = ->(resp, error, abandoned) { acquire_answered(call, resp, error, abandoned, keep_alive, max_hold) }
+        resp = nil
+        begin
+          resp = await_acquire(call, timeout, cancel)
+          lock = call.value if resp.status == Protocol::Status::OK
+        ensure
+          settle_unwound(call) unless resp || call.settled
+        end
+        return lock if resp.status == Protocol::Status::OK
+        if resp.status == Protocol::Status::TIMED_OUT
+          return nil unless raising
+
+          raise Errors.from_response("ACQUIRE", resp, key: key, wait_ms: wait_ms)
+        end
+
+        error = Errors.from_response("ACQUIRE", resp, key: key)
+        raise error unless retry_elsewhere?(resp, attempts += 1)
+      end
+    end
+
     # Submits an ACQUIRE and waits: for its answer, or until cancelled / timed out (then the
-    # wait is withdrawn). Returns the Response; raises for transport errors and cancellation.
+    # wait is withdrawn). Returns the Response; raises for transport errors and cancellation,
+    # after marking the call settled (its clean-up is under way).
     def await_acquire(call, timeout, cancel)
       @session.submit(call)
       now = Scheduler.now
       send_deadline = now + @config.request_timeout
       deadline = timeout && now + timeout + @config.request_timeout
-      begin
-        outcome = @session.await(call, deadline: deadline, send_deadline: send_deadline, cancel: cancel)
-      rescue Exception # rubocop:disable Lint/RescueException -- interrupted: withdraw in the background
-        withdraw(call) if @session.abandon(call)
-        raise
+      outcome = @session.await(call, deadline: deadline, send_deadline: send_deadline, cancel: cancel)
+      if outcome == :closed
+        # Client#close withdrew it (CANCEL) and releases a grant that races the withdrawal.
+        call.settled = true
+        raise ClosedError, "#{describe_call(call)}: the client was closed; the queued acquire was withdrawn"
       end
       if outcome == :finished
         if cancel&.cancelled? && call.value.is_a?(Lock)
           release_quietly(call.value)
+          call.settled = true
           raise CancelledError, "#{describe_call(call)}: cancelled"
         end
-        raise call.error if call.error
+        if call.error
+          call.settled = true
+          raise call.error
+        end
 
         return call.response
       end
-      withdraw(call)
+      @session.withdraw(call)
+      call.settled = true
       if outcome == :cancelled
         # Wait (bounded) until the withdrawal is confirmed, so that the caller rarely returns
         # while a raced grant is still being released; the clean-up finishes in the background.
@@ -500,14 +550,30 @@ module Ticketing
       raise_timeout(call, timeout && call.id ? timeout + @config.request_timeout : @config.request_timeout)
     end
 
-    # Withdraws an abandoned ACQUIRE that reached the wire: CANCEL it (on this connection or the
-    # session's next one). Its hook releases a grant that still arrives.
-    def withdraw(call)
-      return if call.id.nil?
+    # An ACQUIRE whose caller was unwound before it took the outcome (an exception, a throw,
+    # Thread#kill): withdraw it if it is still waiting (its hook releases a grant that arrives
+    # later), or release the Lock it was granted, which no caller will ever see. Runs with
+    # asynchronous interrupts deferred, so that a second one cannot cut the clean-up short.
+    def settle_unwound(call)
+      Thread.handle_interrupt(Object => :never) do
+        if @session.abandon(call)
+          @session.withdraw(call)
+        elsif @session.await_finished(call, Scheduler.now + 1.0) && call.value.is_a?(Lock)
+          release_quietly(call.value)
+        end
+      end
+    rescue Error => e
+      @logger&.warn("ticketing: withdrawing an interrupted acquire: #{e.message}")
+    end
 
-      @session.submit(Call.new(Protocol::Op::CANCEL, token: call.id))
-    rescue ClosedError
-      nil
+    # Client#close: withdraws the acquires still queued (see Session#withdraw_acquires), waiting
+    # at most the cleanup timeout (less once the connection is gone: nothing more can be
+    # withdrawn then).
+    def withdraw_queued
+      calls = @session.withdraw_acquires
+      @session.await_cleanups(calls, Scheduler.now + @cleanup_timeout) unless calls.empty?
+    rescue Error => e
+      @logger&.warn("ticketing: withdrawing queued acquires on close: #{e.message}")
     end
 
     # The ACQUIRE's hook (reader thread): on OK, build the Lock and arm it, or, when the caller
@@ -550,6 +616,19 @@ module Ticketing
       @session.cleanup_done(call)
     end
 
+    # Lock#release of a lock already lost: tells the server in the background (bounded by the
+    # request timeout); the answer changes nothing here. A closed client sends nothing.
+    def release_in_background(key, token)
+      return if @closing || @session.closed?
+
+      Thread.new do
+        request(Protocol::Op::RELEASE, key: key, token: token)
+      rescue Error => e
+        @logger&.debug("ticketing: background release of a lost lock (#{Errors.describe_key(key)} token #{token}): " \
+                       "#{e.message}")
+      end
+    end
+
     def release_quietly(lock)
       Thread.new do
         lock.release
@@ -570,8 +649,23 @@ module Ticketing
       threads.each { |t| t.join([deadline - Scheduler.now, 0].max) }
     end
 
+    # Runs the block of #lock / #lock! with +held+ and releases it on every exit. The release on
+    # unwinding (an exception, a throw, Thread#kill) runs from +ensure+ with a completion flag:
+    # +rescue+ would miss a throw (Timeout.timeout on some Ruby versions).
     def scoped(held, raise_on_lost)
-      result = yield held
+      done = false
+      begin
+        result = yield held
+        done = true
+      ensure
+        unless done || held.released?
+          begin
+            held.release
+          rescue Error
+            nil
+          end
+        end
+      end
       lost = held.lost_reason
       begin
         held.release
@@ -583,15 +677,6 @@ module Ticketing
                                 "(#{lost.to_s.tr('_', ' ')}) while the block ran", reason: lost, key: held.key, token: held.token)
       end
       result
-    rescue Exception # rubocop:disable Lint/RescueException -- release on every exit, keep the block's error
-      unless held.released?
-        begin
-          held.release
-        rescue Error
-          nil
-        end
-      end
-      raise
     end
 
     # Session events (reader thread).

@@ -36,8 +36,9 @@ module Ticketing
     attr_reader :endpoint, :index, :welcome
     # Monotonic time of the last bytes received (the heartbeat reads it).
     attr_reader :last_recv
-    # Monotonic time the heartbeat PING was sent, nil when none is outstanding (session's mutex).
-    attr_accessor :ping_sent_at
+    # Monotonic time the heartbeat PING was sent, nil when none is outstanding, and that PING's
+    # Call (session's mutex).
+    attr_accessor :ping_sent_at, :ping_call
 
     # Raised by ::open when the server answers CHALLENGE NOT_LEADER; #hint is the leader's
     # address ("" when unknown).
@@ -50,9 +51,14 @@ module Ticketing
       end
     end
 
+    # The most TLS and the handshake may take once TCP is connected, in seconds (docs/clients.md,
+    # the connect timeout): a frozen node accepts TCP but answers nothing.
+    HANDSHAKE_WAIT = 2.0
+
     # Connects to +endpoint+ (TCP, then TLS when +tls_context+ is set) and runs the handshake
     # for +session_id+, all before +deadline+ (monotonic seconds; +timeout+, the connect timeout
-    # it came from, is named in the error when it passes). +on_socket+ receives the TCP socket as
+    # it came from, is named in the error when it passes), TLS and the handshake within
+    # HANDSHAKE_WAIT (or +timeout+ if shorter) of the TCP connection. +on_socket+ receives the TCP socket as
     # soon as it exists (so that Client#close can abort a dial). Returns a Connection that is not
     # reading yet, or raises a Ticketing::Error naming the endpoint. Running out of time at any
     # stage (TCP, TLS, the handshake) is UnavailableError, as a connect that fails otherwise:
@@ -68,15 +74,20 @@ module Ticketing
       rescue Errno::ETIMEDOUT
         raise UnavailableError, "#{endpoint}: connect timed out"
       rescue SystemCallError, SocketError, IOError => e
-        raise UnavailableError, "#{endpoint}: #{e.message}"
+        raise UnavailableError, "#{endpoint}: #{Errors.syscall_text(e)}"
       end
       on_socket&.call(tcp)
       sock = tcp
       begin
         tcp.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_NODELAY, 1)
         tcp.setsockopt(Socket::SOL_SOCKET, Socket::SO_KEEPALIVE, true)
-        sock = tls_connect(tcp, endpoint, tls_context, server_name, deadline, timeout) if tls_context
-        welcome = Handshake.new(sock, endpoint, session_id, token, deadline, timeout, tls: !tls_context.nil?).run
+        # TLS and the handshake get at most HANDSHAKE_WAIT once TCP is connected: a frozen node's
+        # kernel still accepts connections, and the next endpoint should not wait for the whole
+        # connect timeout behind it.
+        hs_wait = [HANDSHAKE_WAIT, timeout].min
+        hs_deadline = [deadline, Scheduler.now + hs_wait].min
+        sock = tls_connect(tcp, endpoint, tls_context, server_name, hs_deadline, hs_wait) if tls_context
+        welcome = Handshake.new(sock, endpoint, session_id, token, hs_deadline, hs_wait, tls: !tls_context.nil?).run
         new(sock, tcp, endpoint, index, welcome)
       rescue Exception # rubocop:disable Lint/RescueException -- close the socket on every failure
         close_quietly(tcp)
@@ -129,6 +140,7 @@ module Ticketing
       @closed = false
       @last_recv = Scheduler.now
       @ping_sent_at = nil
+      @ping_call = nil
     end
 
     # Starts the reader and writer threads; frames go to +session+.handle_frame, a failure to
@@ -240,9 +252,10 @@ module Ticketing
 
       if tls
         raise UnavailableError, "#{endpoint}: the TLS handshake did not complete within #{ms(timeout)} ms " \
-                                "(the connect timeout; is the server using TLS?)"
+                                "of the TCP connection (is the server frozen, or not using TLS?)"
       end
-      raise UnavailableError, "#{endpoint}: no handshake answer within #{ms(timeout)} ms (the connect timeout)"
+      raise UnavailableError, "#{endpoint}: no handshake answer within #{ms(timeout)} ms of the TCP connection " \
+                              "(is the server frozen, or not a Ticketing server?)"
     end
 
     # +seconds+ as whole milliseconds, for messages.
@@ -284,11 +297,11 @@ module Ticketing
       raise ProtocolError, "#{@endpoint}: malformed handshake frame: #{e.message}"
     rescue EOFError, Errno::ECONNRESET, Errno::EPIPE => e
       hint = @tls ? "" : " (is the server using TLS?)"
-      raise UnavailableError, "#{@endpoint}: connection closed during the handshake: #{e.message}#{hint}"
+      raise UnavailableError, "#{@endpoint}: connection closed during the handshake: #{Errors.syscall_text(e)}#{hint}"
     rescue OpenSSL::SSL::SSLError => e
       raise TLSError, "#{@endpoint}: TLS failed during the handshake: #{e.message}"
     rescue IOError, SystemCallError => e
-      raise UnavailableError, "#{@endpoint}: handshake failed: #{e.class}: #{e.message}"
+      raise UnavailableError, "#{@endpoint}: handshake failed: #{e.class}: #{Errors.syscall_text(e)}"
     end
 
     private
@@ -300,15 +313,15 @@ module Ticketing
       when Protocol::Status::NOT_LEADER
         raise Connection::Redirect.new("#{@endpoint}: not the leader (leader: #{data.empty? ? 'unknown' : data})", data)
       when Protocol::Status::UNSUPPORTED_VERSION
-        raise UnsupportedVersionError, "#{@endpoint}: the server does not speak protocol version 1: #{data}"
+        raise UnsupportedVersionError, "#{@endpoint}: #{Errors.phrase('the server does not speak protocol version 1', data)}"
       when Protocol::Status::BUSY
         limit = Protocol.name_of(Protocol::BusyLimit, challenge.detail)
-        raise BusyError.new("#{@endpoint}: server busy (limit #{limit || challenge.detail}): #{data}",
+        raise BusyError.new("#{@endpoint}: #{Errors.phrase("server busy (limit #{limit || challenge.detail})", data)}",
                             limit: limit ? limit.downcase.to_sym : challenge.detail)
       when Protocol::Status::SHUTTING_DOWN
-        raise ShuttingDownError, "#{@endpoint}: server shutting down: #{data}"
+        raise ShuttingDownError, "#{@endpoint}: #{Errors.phrase('server shutting down', data)}"
       else
-        raise ProtocolError, "#{@endpoint}: CHALLENGE status #{challenge.status}: #{data}"
+        raise ProtocolError, "#{@endpoint}: #{Errors.phrase("CHALLENGE status #{challenge.status}", data)}"
       end
       if challenge.version != Protocol::VERSION
         raise UnsupportedVersionError, "#{@endpoint}: the server speaks protocol version #{challenge.version}, not 1"

@@ -148,49 +148,104 @@ module Ticketing
   # @api private
   # Maps server answers to exceptions and renders keys for messages.
   module Errors
+    # How much of a key a message shows, in bytes (longer keys are cut, with their length).
+    MAX_KEY_IN_MESSAGE = 64
+
     module_function
 
-    # The key as text when it is valid UTF-8, else as hex.
+    # The key as text when it is valid UTF-8, else as hex; a key longer than 64 bytes is cut
+    # (never inside a character) and its length follows: a 5,000-byte key is never echoed whole.
     def describe_key(key)
       return "key (none)" if key.nil?
 
-      text = key.dup.force_encoding(Encoding::UTF_8)
+      bytes = key.b
+      cut = bytes.byteslice(0, MAX_KEY_IN_MESSAGE)
+      text = bytes.dup.force_encoding(Encoding::UTF_8)
       if text.valid_encoding? && text.each_char.none? { |c| c.ord < 0x20 }
-        "key #{text.inspect}"
+        shown = cut.dup.force_encoding(Encoding::UTF_8)
+        shown = shown.byteslice(0, shown.bytesize - 1) until shown.valid_encoding?
+        out = "key #{shown.inspect}"
+        cut = shown.b
       else
-        "key 0x#{key.unpack1('H*')}"
+        out = "key 0x#{cut.unpack1('H*')}"
       end
+      cut.bytesize < bytes.bytesize ? "#{out}\u2026(#{bytes.bytesize} bytes)" : out
+    end
+
+    # +text+ on one line (line breaks become "; ").
+    def one_line(text)
+      text = text.to_s
+      return text unless text.match?(/[\r\n]/)
+
+      text.split(/[\r\n]+/).reject(&:empty?).join("; ")
+    end
+
+    # "+phrase+: +detail+", one line, without saying the same thing twice: when one contains the
+    # other (the server's "server shutting down" after our "server shutting down"), only the
+    # longer one.
+    def phrase(phrase, detail)
+      detail = one_line(detail).strip
+      return phrase if detail.empty?
+
+      p = phrase.downcase
+      d = detail.downcase
+      return phrase if p.include?(d)
+      return detail if d.include?(p)
+
+      "#{phrase}: #{detail}"
+    end
+
+    # A system error's message without Ruby's " - connect(2) for host:port" tail (the caller
+    # names the endpoint already).
+    def syscall_text(error)
+      return error.message unless error.is_a?(SystemCallError)
+
+      error.message.split(" - ", 2).first
     end
 
     # The exception for a non-OK response +resp+ to a request with op name +op+ (a String).
-    def from_response(op, resp, key: nil, token: nil)
+    # +wait_ms+: an ACQUIRE's wait timeout, for a TIMED_OUT message (nil: not known).
+    def from_response(op, resp, key: nil, token: nil, wait_ms: nil)
       msg = resp.data.to_s.dup.force_encoding(Encoding::UTF_8).scrub
       ctx = [op, key && describe_key(key), token && "token #{token}"].compact.join(" ")
-      suffix = msg.empty? ? "" : ": #{msg}"
       case resp.status
       when Protocol::Status::TIMED_OUT
-        NotAcquiredError.new("#{ctx}: not acquired (timed out)", key: key)
+        NotAcquiredError.new("#{ctx}: #{phrase(not_acquired_text(wait_ms), msg)}", key: key)
       when Protocol::Status::NOT_HELD
-        NotHeldError.new("#{ctx}: not held#{suffix}", key: key, token: token)
+        NotHeldError.new("#{ctx}: #{phrase('not held', msg)}", key: key, token: token)
       when Protocol::Status::INVALID
         field = Protocol.name_of(Protocol::InvalidField, resp.detail)
-        InvalidArgumentError.new("#{ctx}: invalid #{field || resp.detail}#{suffix}",
+        InvalidArgumentError.new("#{ctx}: #{phrase("invalid #{field || resp.detail}", msg)}",
                                  field: field&.downcase&.to_sym)
       when Protocol::Status::BUSY
         limit = Protocol.name_of(Protocol::BusyLimit, resp.detail)
-        BusyError.new("#{ctx}: server busy (limit #{limit || resp.detail})#{suffix}",
+        BusyError.new("#{ctx}: #{phrase("server busy (limit #{limit || resp.detail})", msg)}",
                       limit: limit ? limit.downcase.to_sym : resp.detail)
       when Protocol::Status::SHUTTING_DOWN
-        ShuttingDownError.new("#{ctx}: server shutting down#{suffix}")
+        ShuttingDownError.new("#{ctx}: #{phrase('server shutting down', msg)}")
       when Protocol::Status::CANCELLED
         CancelledError.new("#{ctx}: cancelled")
       when Protocol::Status::AUTH_FAILED
-        AuthFailedError.new("#{ctx}: authentication failed#{suffix}")
+        AuthFailedError.new("#{ctx}: #{phrase('authentication failed', msg)}")
       when Protocol::Status::UNSUPPORTED_VERSION
-        UnsupportedVersionError.new("#{ctx}: unsupported protocol version#{suffix}")
+        UnsupportedVersionError.new("#{ctx}: #{phrase('unsupported protocol version', msg)}")
       else
-        ServerError.new("#{ctx}: server answered status #{resp.status}#{suffix}", status: resp.status)
+        ServerError.new("#{ctx}: #{phrase("server answered status #{resp.status}", msg)}", status: resp.status)
       end
+    end
+
+    def not_acquired_text(wait_ms)
+      case wait_ms
+      when nil, Protocol::Size::WAIT_FOREVER then "not acquired (timed out)"
+      when 0 then "not acquired: the key is taken"
+      else "not acquired within #{format_seconds(wait_ms / 1000.0)} s"
+      end
+    end
+
+    # Seconds for messages: "0.3", "5", "1.25".
+    def format_seconds(seconds)
+      seconds = seconds.to_f
+      seconds == seconds.round ? seconds.round.to_s : seconds.round(3).to_s
     end
   end
 end

@@ -134,11 +134,14 @@ module Ticketing
     # extend is sent after this call starts). Returns true.
     #
     # Safe to call more than once: after a success, later calls return true without a round
-    # trip. If the lock was lost before, it still tells the server (which may not have reclaimed
-    # it yet, so the next waiter need not wait for the lease) and raises LockLostError: the work
-    # done under the lock may not have been protected. A +NOT_HELD+ answer marks the lock lost
-    # (+:not_held+) and raises LockLostError. Transport errors (TimeoutError, ...) leave the lock
-    # as it was; call #release again.
+    # trip. If the lock was lost before (#lost?), it raises LockLostError at once, naming the
+    # reason, without waiting for the server (which may be unreachable): the work done under
+    # the lock may not have been protected. It still tells the server, in the background (the
+    # server may not have reclaimed the lock yet, so the next waiter need not wait for the
+    # lease), unless the lock was lost to a restarted server or a +NOT_HELD+ answer: nothing is
+    # left to release then. A +NOT_HELD+ answer marks the lock lost (+:not_held+) and raises
+    # LockLostError. Transport errors (TimeoutError, ...) leave the lock as it was; call
+    # #release again.
     def release
       stop_keep_alive
       check_deadline
@@ -148,8 +151,8 @@ module Ticketing
 
         @lost_reason
       end
-      if reason == :server_restarted
-        # The server that granted it is gone; the new one never knew this token.
+      if reason
+        @client.__send__(:release_in_background, @key, @token) unless %i[server_restarted not_held].include?(reason)
         return finish_release(reason)
       end
 

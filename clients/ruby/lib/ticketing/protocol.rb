@@ -111,6 +111,7 @@ module Ticketing
       TOKEN_MATCH = 0x2
       SESSION = 0x4
       STALLED = 0x8
+      STARTUP = 0x10
     end
 
     # Numbers every client follows (PROTOCOL.md, "The lost signal" and "ACK").

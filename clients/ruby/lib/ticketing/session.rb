@@ -15,6 +15,10 @@ module Ticketing
     attr_accessor :id, :t_first
     # answered: the outcome is decided (no abandoning any more); finished: the hook has run.
     attr_accessor :answered, :finished, :abandoned, :cleanup_done
+    # withdrawn: CANCEL was queued for it (never twice); closed_out: Client#close withdrew it
+    # (its waiter fails ClosedError at once); settled: the caller's own code path took over
+    # (nothing left for an unwinding ensure to clean up).
+    attr_accessor :withdrawn, :closed_out, :settled
     # The outcome: the response, or the error, and what the hook made of it (e.g. the Lock).
     attr_accessor :response, :error, :value
     # Runs outside the session's mutex once the outcome is decided: hook.call(response, error,
@@ -61,6 +65,12 @@ module Ticketing
     RATE_FACTOR = 1.0 - (2.0 * Protocol::ClientRule::CLOCK_RATE_BOUND_PPM / 1_000_000)
     # Redirects (CHALLENGE NOT_LEADER hints) followed within one round of endpoints.
     MAX_HINTS_PER_ROUND = 3
+    # The heartbeat while any request waits for an answer (a queued ACQUIRE included): PING
+    # after at most this much silence, in seconds (docs/clients.md, the heartbeat interval).
+    BUSY_HEARTBEAT = 0.5
+    # A PING unanswered for min(heartbeat, this) seconds gives the connection up: it is replaced
+    # and the session resumed (a frozen leader is left in about 1.5 s).
+    MAX_PING_WAIT = 1.0
 
     attr_reader :config
 
@@ -126,16 +136,20 @@ module Ticketing
     end
 
     # Queues +call+: with a request id on the wire at once when connected, else in the backlog
-    # for the next connection (starting the reconnector). Never blocks on the network.
+    # for the next connection (starting the reconnector). Never blocks on the network. An
+    # asynchronous interrupt (Timeout, Thread#raise, Thread#kill) waits until the call is
+    # queued whole: never an id in the table without its frame on the way.
     def submit(call)
-      @mutex.synchronize do
-        raise ClosedError, "the client is closed" if @state == :closed
+      Thread.handle_interrupt(Object => :never) do
+        @mutex.synchronize do
+          raise ClosedError, "the client is closed" if @state == :closed
 
-        if @state == :ready
-          assign_locked(call, @conn)
-        else
-          @backlog << call
-          start_reconnector_locked if @state == :disconnected
+          if @state == :ready
+            assign_locked(call, @conn)
+          else
+            @backlog << call
+            start_reconnector_locked if @state == :disconnected
+          end
         end
       end
     end
@@ -159,6 +173,7 @@ module Ticketing
       handle = cancel&.subscribe { @mutex.synchronize { call.cond.broadcast } }
       @mutex.synchronize do
         loop do
+          return :closed if call.closed_out
           return :finished if call.finished
 
           unless call.answered
@@ -175,10 +190,94 @@ module Ticketing
       cancel&.unsubscribe(handle)
     end
 
-    # Marks +call+ abandoned unless its outcome is already decided (for a caller interrupted by an
-    # exception). Returns true when abandoned.
+    # Marks +call+ abandoned unless its outcome is already decided (for a caller unwound by an
+    # exception, a throw or Thread#kill). Returns true when it was not answered: the caller then
+    # withdraws it (#withdraw); false when its outcome is decided (see #await_finished).
     def abandon(call)
       @mutex.synchronize { call.answered ? false : (abandon_locked(call, :interrupted) && true) }
+    end
+
+    # Waits until +call+'s hook has run (its outcome is decided: the reader thread is running
+    # it) or +deadline+ passes. Returns whether it finished.
+    def await_finished(call, deadline)
+      @mutex.synchronize do
+        until call.finished
+          remaining = deadline - Scheduler.now
+          return false if remaining <= 0
+
+          call.cond.wait(@mutex, remaining)
+        end
+        true
+      end
+    end
+
+    # Withdraws an abandoned ACQUIRE that reached the wire: CANCEL it, on this connection or
+    # the session's next one, once (later calls do nothing). The ACQUIRE's hook releases a grant
+    # that still arrives. Nothing to do for a call never sent, or after close.
+    def withdraw(call)
+      @mutex.synchronize do
+        return if call.id.nil? || call.withdrawn || call.finished || @state == :closed
+
+        call.withdrawn = true
+        cancel = Call.new(Protocol::Op::CANCEL, token: call.id)
+        if @state == :ready
+          assign_locked(cancel, @conn)
+        else
+          @backlog << cancel
+          start_reconnector_locked if @state == :disconnected
+        end
+      end
+    end
+
+    # Client#close, first step: withdraws every ACQUIRE still queued on the server (CANCEL; its
+    # waiter fails ClosedError at once, and the hook releases a grant that races the CANCEL).
+    # ACQUIREs not sent yet fail ClosedError here. Returns the withdrawn calls, for
+    # #await_cleanups. Without a connection nothing can be withdrawn: the server drops the waits
+    # once the session grace has passed.
+    def withdraw_acquires
+      unsent = []
+      withdrawn = []
+      @mutex.synchronize do
+        return [] if @state == :closed
+
+        unsent = @backlog.select { |c| c.op == Protocol::Op::ACQUIRE && !c.answered }
+        unsent.each do |c|
+          @backlog.delete(c)
+          c.answered = true
+        end
+        if @state == :ready
+          @pending.each_value do |c|
+            next unless c.op == Protocol::Op::ACQUIRE && !c.answered && !c.abandoned
+
+            c.abandoned = true
+            c.closed_out = true
+            c.withdrawn = true
+            withdrawn << c
+          end
+          withdrawn.each do |c|
+            assign_locked(Call.new(Protocol::Op::CANCEL, token: c.id), @conn)
+            c.cond.broadcast
+          end
+        end
+      end
+      deliver_all(unsent, ClosedError, "failed: the client was closed before the acquire was sent")
+      withdrawn
+    end
+
+    # Waits until every call of +calls+ is cleaned up (see Client), +deadline+ passes, or the
+    # connection is lost (the withdrawal cannot finish then).
+    def await_cleanups(calls, deadline)
+      calls.each do |call|
+        @mutex.synchronize do
+          until call.cleanup_done
+            remaining = deadline - Scheduler.now
+            return false if remaining <= 0 || @state != :ready
+
+            call.cond.wait(@mutex, [remaining, 0.05].min)
+          end
+        end
+      end
+      true
     end
 
     # Forgets an abandoned call that is not an ACQUIRE: its answer, if it comes, is ignored and
@@ -234,7 +333,7 @@ module Ticketing
       end
       Connection.close_quietly(dialing)
       conn&.close
-      deliver_all(calls, ClosedError, "the client was closed")
+      deliver_all(calls, ClosedError, "failed: the client was closed")
       @reconnector&.join(1) unless @reconnector == Thread.current
     end
 
@@ -296,6 +395,9 @@ module Ticketing
 
     # Called once the connection failed (by its threads, the heartbeat, a redirect): forget it
     # and reconnect when something needs the connection. +error+ nil: a planned move.
+    # +advance+ (SHUTTING_DOWN, GOAWAY without a hint, a silent node found by the heartbeat):
+    # the next round starts at the next endpoint, so the node just left is tried last. The calls
+    # in flight stay pending: they are re-sent when the session resumes.
     def connection_failed(conn, error, advance: false, reconnect: false)
       @mutex.synchronize do
         return unless conn.equal?(@conn)
@@ -305,6 +407,7 @@ module Ticketing
         @dropped_at = Scheduler.now
         n = @config.endpoints.size
         @next_index = advance ? (conn.index + 1) % n : conn.index if conn.index
+        drop_ping_locked(conn)
         start_reconnector_locked if reconnect || demand_locked?
       end
       log(:warn, "connection lost: #{error.message}") if error
@@ -366,6 +469,18 @@ module Ticketing
       call.t_first = now
       @pending[call.id] = call
       conn.enqueue(call.frame)
+    end
+
+    # The heartbeat PING of a connection given up is not re-sent on the next one.
+    def drop_ping_locked(conn)
+      ping = conn.ping_call
+      return unless ping
+
+      conn.ping_call = nil
+      conn.ping_sent_at = nil
+      @pending.delete(ping.id) if @pending[ping.id].equal?(ping)
+      ping.answered = true
+      ping.finished = true
     end
 
     def abandon_locked(call, reason)
@@ -666,40 +781,60 @@ module Ticketing
       deliver_all(calls, error.class, "failed: #{error.message}")
     end
 
-    # The heartbeat: after heartbeat_interval without receiving anything, PING; a PING unanswered
-    # within the request timeout fails the connection.
-    def schedule_heartbeat(conn)
+    # The heartbeat (docs/clients.md): after heartbeat_interval without receiving anything
+    # (BUSY_HEARTBEAT at most while a request waits for its answer), PING; a PING unanswered
+    # within min(heartbeat_interval, MAX_PING_WAIT) gives the connection up as silent (a frozen
+    # node, a cut network): it is replaced like a dropped one, the session resumes on the next
+    # connection and the calls in flight keep waiting; the node just left is tried last.
+    def schedule_heartbeat(conn, delay = nil)
       interval = @config.heartbeat_interval
       return if interval.nil? || interval.zero?
 
-      @scheduler.after([interval / 4.0, 0.01].max) { heartbeat_tick(conn) }
+      delay ||= [interval, BUSY_HEARTBEAT].min
+      @scheduler.after([delay, 0.005].max) { heartbeat_tick(conn) }
     end
 
     def heartbeat_tick(conn)
       interval = @config.heartbeat_interval
-      stalled = @mutex.synchronize do
+      wait = [interval, MAX_PING_WAIT].min
+      silent = false
+      next_check = @mutex.synchronize do
         return unless conn.equal?(@conn)
 
         now = Scheduler.now
         if conn.ping_sent_at
-          now - conn.ping_sent_at > @config.request_timeout
-        elsif now - conn.last_recv >= interval
-          ping = Call.new(Protocol::Op::PING)
-          ping.hook = lambda do |_resp, _err, _abandoned|
-            @mutex.synchronize { conn.ping_sent_at = nil }
-            nil
-          end
-          conn.ping_sent_at = now
-          assign_locked(ping, conn)
-          false
+          waited = now - conn.ping_sent_at
+          silent = waited >= wait
+          wait - waited
         else
-          false
+          limit = @pending.empty? ? interval : [interval, BUSY_HEARTBEAT].min
+          idle = now - conn.last_recv
+          if idle < limit
+            [limit - idle, BUSY_HEARTBEAT].min
+          else
+            ping = Call.new(Protocol::Op::PING)
+            ping.hook = lambda do |_resp, _err, _abandoned|
+              @mutex.synchronize do
+                if conn.ping_call.equal?(ping)
+                  conn.ping_sent_at = nil
+                  conn.ping_call = nil
+                end
+              end
+              nil
+            end
+            conn.ping_sent_at = now
+            conn.ping_call = ping
+            assign_locked(ping, conn)
+            wait
+          end
         end
       end
-      if stalled
-        connection_failed(conn, TimeoutError.new("#{conn}: heartbeat: no answer within #{@config.request_timeout} s"))
+      if silent
+        ms = (wait * 1000).round
+        connection_failed(conn, TimeoutError.new("#{conn}: heartbeat: no answer to a PING within #{ms} ms; " \
+                                                 "replacing the connection"), advance: true)
       else
-        schedule_heartbeat(conn)
+        schedule_heartbeat(conn, next_check)
       end
     end
   end

@@ -78,25 +78,46 @@ namespace Ticketing
             }
         }
 
-        /// <summary>One round: the leader hint first, then every endpoint once.</summary>
+        /// <summary>
+        /// How long a node whose connection went silent (a heartbeat <c>PING</c> unanswered: frozen,
+        /// or cut off) is left out of the connect rounds, as an endpoint and as a leader hint, when
+        /// there are other endpoints: it still accepts TCP and would cost the handshake wait, and
+        /// the other nodes keep naming it as the leader until they elect another one
+        /// (docs/clients.md, rule 1). After that it is tried last.
+        /// </summary>
+        internal const double SilentSkipMs = 2000;
+
+        /// <summary>
+        /// One round: the leader hint first, then every endpoint once, leaving out the node just
+        /// found silent for <see cref="SilentSkipMs"/> (unless it is the only endpoint).
+        /// </summary>
         private async Task<Dialer.Dialed> DialRoundAsync()
         {
             var order = new List<string>();
             byte[] session;
             int start;
+            Endpoint skip = null;
             lock (_mu)
             {
-                if (_leaderHint != null)
+                if (Opts.Endpoints.Count > 1 && _silent != null && Clock.Now < _silentTill)
+                {
+                    skip = _silent;
+                }
+                if (_leaderHint != null && !IsEndpoint(_leaderHint, skip))
                 {
                     order.Add(_leaderHint);
-                    _leaderHint = null;
                 }
+                _leaderHint = null;
                 session = (byte[])_sessionId.Clone();
                 start = _endpointIndex;
             }
             for (int i = 0; i < Opts.Endpoints.Count; i++)
             {
-                order.Add(Opts.Endpoints[(start + i) % Opts.Endpoints.Count].ToString());
+                Endpoint ep = Opts.Endpoints[(start + i) % Opts.Endpoints.Count];
+                if (!ep.Equals(skip))
+                {
+                    order.Add(ep.ToString());
+                }
             }
             var failures = new List<TicketingException>();
             TicketingException definitive = null;
@@ -137,7 +158,7 @@ namespace Ticketing
                 catch (Dialer.NotLeaderException e)
                 {
                     failures.Add(e);
-                    if (e.Leader != null && redirects++ < Opts.Endpoints.Count + 2)
+                    if (e.Leader != null && !IsEndpoint(e.Leader, skip) && redirects++ < Opts.Endpoints.Count + 2)
                     {
                         order.Insert(i + 1, e.Leader);
                     }
@@ -175,6 +196,23 @@ namespace Ticketing
             // When every endpoint said "not leader", the first such answer is the cause (a cluster electing).
             throw new UnavailableException("no endpoint could be connected to: " + string.Join("; ", failures.Select(f => f.Message)),
                 failures.All(f => f is Dialer.NotLeaderException) ? failures[0] : null);
+        }
+
+        /// <summary>Whether the address <paramref name="text"/> names <paramref name="ep"/> (false when <paramref name="ep"/> is null).</summary>
+        private static bool IsEndpoint(string text, Endpoint ep)
+        {
+            if (ep == null)
+            {
+                return false;
+            }
+            try
+            {
+                return ep.Equals(Endpoint.Parse(text));
+            }
+            catch (ArgumentException)
+            {
+                return false;
+            }
         }
 
         /// <summary>_mu must be held. Starts the reconnect loop unless it runs or the client is closed.</summary>
@@ -443,7 +481,8 @@ namespace Ticketing
         /// <summary>
         /// Gives <paramref name="c"/> up: the next connection resumes the session. After an
         /// unanswered heartbeat (<paramref name="silent"/>: a frozen or cut-off node, whose kernel
-        /// still accepts connections) the next round tries the node just left last.
+        /// still accepts connections) the node just left is neither dialled nor followed as a
+        /// leader hint for <see cref="SilentSkipMs"/>, and is tried last after that.
         /// </summary>
         private void OnFailure(Connection c, TicketingException cause, bool silent)
         {
@@ -459,6 +498,11 @@ namespace Ticketing
                 if (silent && idx >= 0)
                 {
                     _endpointIndex = (idx + 1) % Opts.Endpoints.Count;
+                }
+                if (silent)
+                {
+                    _silent = c.Endpoint;
+                    _silentTill = Clock.Now + Clock.FromMs(SilentSkipMs);
                 }
                 _conn = null;
                 _droppedAt = Clock.Now;
@@ -521,12 +565,12 @@ namespace Ticketing
         /// <see cref="BusyHeartbeatMs"/> of silence at most, and a <c>PING</c> unanswered within
         /// min(heartbeat, <see cref="MaxPingWaitMs"/>) gives the connection up: the client
         /// reconnects and resumes, and the calls in flight keep waiting, so that a frozen leader is
-        /// left in about 1.5 s.
+        /// left about 1 s after it froze.
         /// </summary>
-        internal const double BusyHeartbeatMs = 500;
+        internal const double BusyHeartbeatMs = 250;
 
         /// <summary>The longest a heartbeat <c>PING</c> may stay unanswered; see <see cref="BusyHeartbeatMs"/>.</summary>
-        internal const double MaxPingWaitMs = 1000;
+        internal const double MaxPingWaitMs = 750;
 
         /// <summary>_mu must be held. Starts the heartbeat of a new connection (one pending check at a time).</summary>
         private void StartHeartbeatLocked(Connection c)

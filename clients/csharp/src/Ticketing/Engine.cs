@@ -52,6 +52,8 @@ namespace Ticketing
         private long _heartbeatSent; // Clock ticks
         private string _leaderHint;
         private int _endpointIndex;
+        private Endpoint _silent; // the node whose connection the heartbeat found silent last...
+        private long _silentTill; // ...which is neither dialled nor followed as a hint until then (Clock ticks)
         private TicketingException _lastConnectError; // of the last failed round since the connection dropped
         private bool _election; // a node answered NOT_LEADER in the last round
         private int _answersSinceAck;

@@ -62,10 +62,12 @@ namespace Ticketing
         public TimeSpan RequestTimeout { get; set; } = DefaultRequestTimeout;
 
         /// <summary>
-        /// After this long without receiving anything the client sends <c>PING</c> (after 500 ms at
+        /// After this long without receiving anything the client sends <c>PING</c> (after 250 ms at
         /// most while any request waits for its answer, a queued acquire included); a <c>PING</c>
-        /// unanswered within min(heartbeat, 1 s) replaces the connection: the session resumes on the
-        /// next one (the endpoint just left is tried last) and the calls in flight keep waiting.
+        /// unanswered within min(heartbeat, 750 ms) replaces the connection: the session resumes on
+        /// the next one (for 2 s the endpoint just left is neither dialled nor followed as a leader
+        /// hint, unless it is the only one; then it is tried last) and the calls in flight keep
+        /// waiting.
         /// <see cref="TimeSpan.Zero"/> turns it off. Default: 2 s.
         /// </summary>
         public TimeSpan HeartbeatInterval { get; set; } = DefaultHeartbeatInterval;

@@ -62,6 +62,11 @@ type Layer struct {
 	timeout   time.Duration
 	acceptTO  time.Duration
 	log       *slog.Logger
+	// localIP: the loopback address the listener is bound to, which Dial also sends from, so
+	// that nodes sharing one host on their own loopback addresses (127.0.0.11, .12...) are told
+	// apart by address, their outgoing Raft traffic included (a firewall rule, or a test that
+	// cuts one node off). nil for any other listener: the kernel picks the source by route.
+	localIP net.IP
 
 	accepted chan net.Conn
 	done     chan struct{}
@@ -103,6 +108,9 @@ func Listen(addr string, o Options) (*Layer, error) {
 	l.pending.init(pendingMax, pendingPerHost)
 	if l.advertise == nil {
 		l.advertise = ln.Addr()
+	}
+	if ta, ok := ln.Addr().(*net.TCPAddr); ok && ta.IP.IsLoopback() {
+		l.localIP = ta.IP
 	}
 	if l.timeout <= 0 {
 		l.timeout = 5 * time.Second
@@ -192,7 +200,15 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 	if timeout <= 0 || timeout > l.timeout {
 		timeout = l.timeout
 	}
-	nc, err := net.DialTimeout("tcp", string(address), timeout)
+	d := net.Dialer{Timeout: timeout}
+	if l.localIP != nil {
+		if host, _, err := net.SplitHostPort(string(address)); err == nil {
+			if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() && (ip.To4() == nil) == (l.localIP.To4() == nil) {
+				d.LocalAddr = &net.TCPAddr{IP: l.localIP}
+			}
+		}
+	}
+	nc, err := d.Dial("tcp", string(address))
 	if err != nil {
 		return nil, err
 	}

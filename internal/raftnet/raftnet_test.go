@@ -184,3 +184,24 @@ func TestAcceptTimeoutAndClose(t *testing.T) {
 		t.Fatalf("Accept after Close: %v", err)
 	}
 }
+
+// A layer bound to its own loopback address dials from it: nodes sharing a host on 127.0.0.x
+// addresses are told apart by address in both directions.
+func TestDialFromTheListenersLoopbackAddress(t *testing.T) {
+	a := listen(t, "secret", Options{})
+	o := Options{Secret: []byte("secret")}
+	b, err := Listen("127.0.0.7:0", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c, err := b.Dial(raft.ServerAddress(a.Addr().String()), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := acceptOne(t, a, 5*time.Second)
+	if ip := s.RemoteAddr().(*net.TCPAddr).IP.String(); ip != "127.0.0.7" {
+		t.Fatalf("the dialled connection comes from %s, want 127.0.0.7", ip)
+	}
+}

@@ -211,6 +211,11 @@ pub(crate) struct Outbox {
     /// The writer has been woken and has not taken `buf` since: a frame queued now goes out with
     /// that pass, without waking it again.
     pub due: bool,
+    /// Wakes the connection's heartbeat task while it sleeps out the idle interval (`beat_idle`)
+    /// when a request is queued: a request waiting shortens the heartbeat to the busy one.
+    pub beat: Arc<Notify>,
+    /// The heartbeat task sleeps for the idle interval (no request waited when it looked).
+    pub beat_idle: bool,
 }
 
 pub(crate) struct State {
@@ -272,6 +277,9 @@ pub(crate) struct State {
     /// The index in the endpoint list where the next connect round starts (see
     /// [`conn::connect_round`]).
     pub next_endpoint: usize,
+    /// The node whose connection the heartbeat found silent last, and until when it is neither
+    /// dialled nor followed as a leader hint (see [`conn::connect_round`]).
+    pub silent: Option<(String, Instant)>,
     /// The callers' answer slots, by [`Waiter`] ticket, and the free ones.
     slots: Vec<Slot>,
     free_slots: Vec<usize>,
@@ -378,6 +386,10 @@ impl State {
         if !out.due {
             out.due = true;
             out.wake.notify_one();
+        }
+        if out.beat_idle {
+            out.beat_idle = false;
+            out.beat.notify_one();
         }
         let first_sent = self.lease_clock.at(now);
         let p = Pending { req, first_sent, retried: false, waiter, needs_cancel: false, deadline, late };
@@ -1224,6 +1236,7 @@ impl Client {
             last_error: None,
             fatal: None,
             next_endpoint: 0,
+            silent: None,
             slots: Vec::new(),
             free_slots: Vec::new(),
         };

@@ -403,20 +403,35 @@ pub(crate) struct RoundFailed {
     pub not_leader: bool,
 }
 
+/// How long a node whose connection the heartbeat found silent (a `PING` unanswered: frozen, or
+/// cut off) is left out of the connect rounds, as an endpoint and as a leader hint, when there
+/// are other endpoints: it still accepts TCP and would cost the handshake wait, and the other
+/// nodes keep naming it as the leader until they elect another one (docs/clients.md, rule 1).
+pub(crate) const SILENT_SKIP: Duration = Duration::from_secs(2);
+
 /// One round over the endpoints: the leader hint first, then every endpoint once, starting at
 /// `State::next_endpoint` (the endpoint of the connection that dropped, or the one after a node
 /// the heartbeat found silent: that node is tried last), following `NOT_LEADER` hints a few
-/// times. Returns the first connection that completes the handshake.
+/// times. For [`SILENT_SKIP`] after the heartbeat found a node silent, that node is neither
+/// dialled nor followed as a hint (unless it is the only endpoint). Returns the first connection
+/// that completes the handshake.
 pub(crate) async fn connect_round(inner: &Inner) -> Result<Established, RoundFailed> {
-    let (session_id, hint, start) = {
-        let mut st = inner.lock_state();
-        (st.session_id, st.hint.take(), st.next_endpoint)
-    };
     let eps = &inner.opts.endpoints;
+    let (session_id, mut hint, start, skip) = {
+        let mut st = inner.lock_state();
+        let skip = match &st.silent {
+            Some((addr, till)) if eps.len() > 1 && Instant::now() < *till => Some(addr.clone()),
+            _ => None,
+        };
+        (st.session_id, st.hint.take(), st.next_endpoint, skip)
+    };
+    if hint.is_some() && hint == skip {
+        hint = None;
+    }
     let mut order: Vec<String> = Vec::with_capacity(eps.len() + 1);
     for i in 0..eps.len() {
         let ep = &eps[(start + i) % eps.len()];
-        if hint.as_ref() != Some(ep) {
+        if hint.as_ref() != Some(ep) && skip.as_ref() != Some(ep) {
             order.push(ep.clone());
         }
     }
@@ -450,6 +465,7 @@ pub(crate) async fn connect_round(inner: &Inner) -> Result<Established, RoundFai
                     .push(format!("{endpoint}: not the leader (leader {})", leader.as_deref().unwrap_or("unknown")));
                 if let Some(leader) = leader
                     && hops < 3
+                    && skip.as_ref() != Some(&leader)
                 {
                     hops += 1;
                     order.insert(i, leader);
@@ -470,6 +486,8 @@ pub(crate) async fn connect_round(inner: &Inner) -> Result<Established, RoundFai
 pub(crate) struct Connected {
     stream: Stream,
     wake: Arc<Notify>,
+    /// Wakes the heartbeat task from its idle sleep (see [`Outbox::beat`]).
+    beat: Arc<Notify>,
     epoch: u64,
     endpoint: String,
 }
@@ -508,6 +526,7 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
             st.state_id = Some(w.state_id);
             st.grace = Duration::from_millis(w.session_grace_ms.into());
             let wake = Arc::new(Notify::new());
+            let beat = Arc::new(Notify::new());
             let mut buf = Vec::new();
             let now = Instant::now();
             if w.resumed() {
@@ -535,7 +554,7 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
                 st.answers_since_ack = 0;
             }
             // Woken below.
-            st.out = Some(Outbox { buf, wake: wake.clone(), due: true });
+            st.out = Some(Outbox { buf, wake: wake.clone(), due: true, beat: beat.clone(), beat_idle: false });
             st.clock = None;
             st.clock_kept = false;
             st.epoch += 1;
@@ -561,7 +580,7 @@ pub(crate) fn install(inner: &Arc<Inner>, est: Established) -> Result<Connected,
             st.last_error = None;
             st.fatal = None;
             wake.notify_one();
-            Ok(Connected { stream: est.stream, wake, epoch, endpoint: est.endpoint })
+            Ok(Connected { stream: est.stream, wake, beat, epoch, endpoint: est.endpoint })
         }
     };
     inner.conn_tx.send_modify(|v| *v += 1);
@@ -626,7 +645,11 @@ pub(crate) async fn manage(inner: Arc<Inner>, first: Connected) {
             }
             // Where the next round starts: at the endpoint that dropped (it most likely comes
             // back), but after one the heartbeat found silent (a frozen node's kernel still
-            // accepts connections: it is tried last); a redirect names its own target.
+            // accepts connections: it is skipped for a while, then tried last); a redirect names
+            // its own target.
+            if matches!(end, ConnEnd::Silent(_)) {
+                inner.lock_state().silent = Some((endpoint.clone(), Instant::now() + SILENT_SKIP));
+            }
             let eps = &inner.opts.endpoints;
             if let Some(idx) = eps.iter().position(|e| *e == endpoint) {
                 match end {
@@ -739,7 +762,7 @@ async fn drive(inner: &Arc<Inner>, c: Connected) -> ConnEnd {
     tokio::select! {
         e = read_loop(inner, rd, &last_rx, base, &writing, c.epoch) => e,
         e = write_loop(inner, wr, c.wake, &writing, c.epoch) => e,
-        e = heartbeat_loop(inner, &last_rx, base, c.epoch) => e,
+        e = heartbeat_loop(inner, &last_rx, base, &c.beat, c.epoch) => e,
     }
 }
 
@@ -1018,42 +1041,59 @@ fn handle(inner: &Arc<Inner>, st: &mut crate::client::State, res: &Response<'_>,
 
 /// While any request waits for an answer (a queued `ACQUIRE` included), a `PING` goes after this
 /// long of silence at most (docs/clients.md, the heartbeat interval).
-pub(crate) const BUSY_HEARTBEAT: Duration = Duration::from_millis(500);
+pub(crate) const BUSY_HEARTBEAT: Duration = Duration::from_millis(250);
 /// A `PING` unanswered for this long (at most) gives the connection up: the client replaces it
-/// and resumes the session, the calls in flight keep waiting. A frozen leader is so left in about
-/// 1.5 s.
-pub(crate) const MAX_PING_WAIT: Duration = Duration::from_secs(1);
+/// and resumes the session, the calls in flight keep waiting. A frozen leader is so left about
+/// 1 s after it froze.
+pub(crate) const MAX_PING_WAIT: Duration = Duration::from_millis(750);
 
 /// Sends a `PING` when nothing has arrived for the heartbeat interval (at most
 /// [`BUSY_HEARTBEAT`] while requests wait), and ends the connection ([`ConnEnd::Silent`]) when
 /// one stays unanswered for min(heartbeat, [`MAX_PING_WAIT`]).
-async fn heartbeat_loop(inner: &Inner, last_rx: &AtomicU64, base: Instant, epoch: u64) -> ConnEnd {
+///
+/// It wakes only when a `PING` may be due: at the end of the interval (busy or idle) counted
+/// from the last input, or, while it sleeps out the idle interval, when a request is queued
+/// (`beat`, see [`Outbox::beat`]).
+async fn heartbeat_loop(inner: &Inner, last_rx: &AtomicU64, base: Instant, beat: &Notify, epoch: u64) -> ConnEnd {
     let interval = inner.opts.heartbeat_interval;
     if interval.is_zero() {
         return future::pending().await;
     }
     let ping_wait = interval.min(MAX_PING_WAIT);
+    let busy_interval = interval.min(BUSY_HEARTBEAT);
     loop {
         let busy = {
-            let st = inner.lock_state();
+            let mut st = inner.lock_state();
             if st.epoch != epoch {
                 return ConnEnd::Stale;
             }
-            st.pending.len() > 0
+            let busy = st.pending.len() > 0;
+            if let Some(out) = st.out.as_mut() {
+                out.beat_idle = !busy;
+            }
+            busy
         };
-        let due = base
-            + Duration::from_micros(last_rx.load(Ordering::Relaxed))
-            + if busy { interval.min(BUSY_HEARTBEAT) } else { interval };
-        let now = Instant::now();
-        if now < due {
-            // Looked at again within BUSY_HEARTBEAT: a request made meanwhile shortens the wait.
-            sleep_until(due.min(now + BUSY_HEARTBEAT)).await;
+        let due =
+            base + Duration::from_micros(last_rx.load(Ordering::Relaxed)) + if busy { busy_interval } else { interval };
+        if Instant::now() < due {
+            if busy {
+                sleep_until(due).await;
+            } else {
+                // A request queued meanwhile (it sees `beat_idle`) shortens the wait.
+                tokio::select! {
+                    () = sleep_until(due) => {}
+                    () = beat.notified() => {}
+                }
+            }
             continue;
         }
         let sent = {
             let mut st = inner.lock_state();
             if st.epoch != epoch {
                 return ConnEnd::Stale;
+            }
+            if let Some(out) = st.out.as_mut() {
+                out.beat_idle = false;
             }
             let w = st.waiter(None);
             let ticket = w.ticket();

@@ -59,11 +59,12 @@ pub struct ClientOptions {
     /// naming the last connect error. A short one makes calls fail fast while the server is down.
     /// Default: 10 s.
     pub request_timeout: Duration,
-    /// After this long without receiving anything, send `PING` (after 500 ms at most while any
+    /// After this long without receiving anything, send `PING` (after 250 ms at most while any
     /// request waits for its answer, a queued acquire included); a `PING` unanswered within
-    /// min(this, 1 s) gives the connection up: the client reconnects (the node just left tried
-    /// last) and resumes the session, and the calls in flight keep waiting. `Duration::ZERO`
-    /// disables it. Default: 2 s.
+    /// min(this, 750 ms) gives the connection up: the client reconnects (for 2 s the node just
+    /// left is neither dialled nor followed as a leader hint, unless it is the only endpoint;
+    /// then it is tried last) and resumes the session, and the calls in flight keep waiting.
+    /// `Duration::ZERO` disables it. Default: 2 s.
     pub heartbeat_interval: Duration,
     /// First pause between reconnect rounds (each round tries every endpoint once); it doubles
     /// up to [`reconnect_backoff_max`](Self::reconnect_backoff_max), with jitter. Default: 50 ms.

@@ -3,7 +3,8 @@
 //! naming the last connect error, errors that no retry fixes fail waiting calls at once, one-line
 //! messages that cut long keys and say nothing twice, `source()` chains, and liveness: a PING
 //! while a request waits, a silent connection replaced without failing the calls in flight, the
-//! node just left tried last, the handshake bounded once TCP connects.
+//! node just left neither dialled nor followed as a hint for a while, then tried last, the
+//! handshake bounded once TCP connects.
 
 use std::error::Error as _;
 use std::time::Duration;
@@ -260,7 +261,9 @@ async fn messages_cut_long_keys_and_carry_the_servers_reason() {
 #[tokio::test]
 async fn a_request_waiting_gets_a_ping_and_a_silent_node_is_left_for_the_next() {
     let (fs1, fs2) = (FakeServer::bind().await, FakeServer::bind().await);
-    // The default heartbeat (2 s): while a request waits, the PING comes after 500 ms.
+    // The default heartbeat (2 s): while a request waits, the PING comes after 250 ms of silence
+    // (at once here: the connection has been silent for 600 ms, and the idle heartbeat, which
+    // would sleep until 2 s, is woken by the request).
     let o = ClientOptions::new()
         .endpoints([fs1.addr.clone(), fs2.addr.clone()])
         .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(50));
@@ -274,17 +277,52 @@ async fn a_request_waiting_gets_a_ping_and_a_silent_node_is_left_for_the_next() 
     let ping = conn.read_within(2 * SECOND).await.expect("a PING while the acquire waits");
     assert_eq!(ping.op, Op::PING);
     assert!(start.elapsed() < Duration::from_millis(900), "PING after {:?}", start.elapsed());
-    // Never answered: within about a second the connection is replaced, on the other node, and
+    // Never answered: within 750 ms the connection is replaced, on the other node, and
     // the acquire goes on there (it does not fail).
     let resumed = FakeOpts { resumed: true, ..FakeOpts::default() };
     let mut conn2 = fs2.accept(&resumed).await;
     assert!(start.elapsed() < Duration::from_millis(2500), "replaced after {:?}", start.elapsed());
-    assert!(fs1.try_accept(Duration::from_millis(50), &resumed).await.is_none(), "the silent node is tried last");
+    assert!(fs1.try_accept(Duration::from_millis(50), &resumed).await.is_none(), "the silent node is not dialled");
     let again = conn2.read_op(Op::ACQUIRE).await;
     assert_eq!(again.id, a.id, "re-sent with its id");
     conn2.grant(&again, 3, 0).await;
     let lock = acq.await.unwrap().expect("granted on the new node");
     assert_eq!(lock.token(), 3);
+    drop(conn);
+}
+
+/// The other nodes keep naming a frozen leader until they elect another one: for a while the
+/// client follows no hint to the node it just found silent (it accepts TCP and would cost the
+/// handshake wait) and goes on to the next endpoint.
+#[tokio::test]
+async fn a_silent_node_is_not_followed_as_a_leader_hint() {
+    let (fs1, fs2, fs3) = (FakeServer::bind().await, FakeServer::bind().await, FakeServer::bind().await);
+    let o = ClientOptions::new()
+        .endpoints([fs1.addr.clone(), fs2.addr.clone(), fs3.addr.clone()])
+        .heartbeat_interval(SECOND)
+        .reconnect_backoff(Duration::from_millis(5), Duration::from_millis(50));
+    let (client, mut conn) = connect(&fs1, o, &FakeOpts::default()).await;
+    let c = client.clone();
+    let acq = tokio::spawn(async move { c.acquire("k", 60 * SECOND).await });
+    let a = conn.read_op(Op::ACQUIRE).await;
+    let ping = conn.read_within(2 * SECOND).await.expect("a PING while the acquire waits");
+    assert_eq!(ping.op, Op::PING);
+    let start = Instant::now();
+    // Never answered. The second node names the first as the leader; the third accepts.
+    let follower =
+        FakeOpts { challenge: Some((Status::NOT_LEADER, 0, fs1.addr.as_bytes().to_vec())), ..FakeOpts::default() };
+    let resumed = FakeOpts { resumed: true, ..FakeOpts::default() };
+    let (_, mut conn3) = tokio::join!(fs2.accept(&follower), fs3.accept(&resumed));
+    assert!(start.elapsed() < Duration::from_millis(1900), "resumed after {:?}", start.elapsed());
+    let again = conn3.read_op(Op::ACQUIRE).await;
+    assert_eq!(again.id, a.id, "re-sent with its id");
+    conn3.grant(&again, 3, 0).await;
+    let lock = acq.await.unwrap().expect("granted on the third node");
+    assert_eq!(lock.token(), 3);
+    assert!(
+        fs1.try_accept(Duration::from_millis(100), &resumed).await.is_none(),
+        "the hint to the silent node was followed"
+    );
     drop(conn);
 }
 

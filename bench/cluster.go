@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -37,10 +38,10 @@ type cluster interface {
 // --- Ticketing -------------------------------------------------------------------------------
 
 type tkNode struct {
-	id, addr, raftAddr, dir string
-	env                     []string
-	srv                     *server
-	starts                  int
+	id, host, addr, raftAddr, dir string
+	env                           []string
+	srv                           *server
+	starts                        int
 }
 
 type tkCluster struct {
@@ -49,23 +50,29 @@ type tkCluster struct {
 }
 
 // startTicketingCluster starts n nodes that bootstrap one cluster (node-to-node secret, no
-// client auth, admin listener off), and waits until one of them leads.
-func startTicketingCluster(bin, dir string, n int, timing, store string, extraEnv []string) (*tkCluster, error) {
+// client auth, admin listener off), and waits until one of them leads. Node i listens on
+// hosts[i] when given (a loopback address of its own: a fault can then cut it off by address),
+// else on 127.0.0.1.
+func startTicketingCluster(bin, dir string, n int, timing, store string, extraEnv []string, hosts ...string) (*tkCluster, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		c := &tkCluster{bin: bin}
 		var peers []string
 		for i := 0; i < n; i++ {
-			cp, err := freePort()
+			host := "127.0.0.1"
+			if i < len(hosts) {
+				host = hosts[i]
+			}
+			cp, err := freePortOn(host)
 			if err != nil {
 				return nil, err
 			}
-			rp, err := freePort()
+			rp, err := freePortOn(host)
 			if err != nil {
 				return nil, err
 			}
-			nd := &tkNode{id: fmt.Sprintf("n%d", i+1), addr: fmt.Sprintf("127.0.0.1:%d", cp),
-				raftAddr: fmt.Sprintf("127.0.0.1:%d", rp), dir: filepath.Join(dir, fmt.Sprintf("a%d-n%d", attempt, i+1))}
+			nd := &tkNode{id: fmt.Sprintf("n%d", i+1), host: host, addr: net.JoinHostPort(host, fmt.Sprint(cp)),
+				raftAddr: net.JoinHostPort(host, fmt.Sprint(rp)), dir: filepath.Join(dir, fmt.Sprintf("a%d-n%d", attempt, i+1))}
 			if err := os.MkdirAll(nd.dir, 0o755); err != nil {
 				return nil, err
 			}

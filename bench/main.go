@@ -18,6 +18,8 @@
 //	          latency (acquires timed alone)
 //	failover  SIGKILL the leader of a 3-node cluster under a looping client: time to its next
 //	          successful acquire, several trials (Ticketing and etcd)
+//	faults    the same with the official Go and Python clients, by fault kind: SIGKILL and
+//	          SIGSTOP of the leader (bench/faults.go)
 //	clients   pipelined acquire+release pairs/s of each client library on one connection
 //	          (the harness's raw Go driver, clients/go, clients/rust, clients/c), same server
 //	metrics   (a) with the server's metrics off and on, when the server has a metrics setting
@@ -89,7 +91,7 @@ func main() {
 	var o options
 	var systems, workloads, conns, fairConns string
 	flag.StringVar(&systems, "systems", "ticketing,redis,etcd,null", "systems to run, comma-separated")
-	flag.StringVar(&workloads, "workloads", "a,fair,b,c,d,e,cluster,failover,clients,metrics", "workloads to run: a, fair, b, c, d, e, cluster, failover, clients, metrics")
+	flag.StringVar(&workloads, "workloads", "a,fair,b,c,d,e,cluster,failover,faults,clients,metrics", "workloads to run: a, fair, b, c, d, e, cluster, failover, faults, clients, metrics")
 	flag.StringVar(&conns, "conns", "16,64", "connections for workload (a), comma-separated")
 	flag.StringVar(&fairConns, "fair-conns", "16,64", "connections for the redis-benchmark comparison")
 	flag.IntVar(&o.depth, "depth", 32, "pipeline depth (requests in flight per connection) for (a)")
@@ -358,6 +360,12 @@ func run(o *options) error {
 	if o.workloads["failover"] {
 		b.meta.LoadAvgAt["failover"] = loadAvg()
 		if err := b.workloadFailover(); err != nil {
+			return err
+		}
+	}
+	if o.workloads["faults"] && has(o.systems, "ticketing") {
+		b.meta.LoadAvgAt["faults"] = loadAvg()
+		if err := b.workloadFaults(); err != nil {
 			return err
 		}
 	}

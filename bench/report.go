@@ -67,7 +67,8 @@ type Record struct {
 	FailoverMaxMs    float64   `json:"failover_max_ms,omitempty"`
 	FailoverFailed   int       `json:"failover_failed,omitempty"`
 
-	Client      string  `json:"client,omitempty"` // per-client throughput
+	Client      string  `json:"client,omitempty"` // per-client throughput; failover_fault: the client
+	Fault       string  `json:"fault,omitempty"`  // failover_fault: kill or stop
 	InFlight    int     `json:"in_flight,omitempty"`
 	PairsPerSec float64 `json:"pairs_per_sec,omitempty"`
 	ClientCPU   float64 `json:"client_cpu_cores,omitempty"`

@@ -106,6 +106,28 @@ func (b *bench) markdownMore() string {
 		}
 		w("\n")
 	}
+	if o.workloads["faults"] {
+		w("### Failover by fault kind, official clients with default options%s\n\n", b.loadNote("faults"))
+		w("From the fault on the leader to the looping client's first successful acquire after it (bench/faults.go): kill = SIGKILL; stop = SIGSTOP held %v, then SIGCONT; cut = every packet from or to the leader's address dropped for %v.\n\n", faultFreeze, faultFreeze)
+		w("| fault | client | trials | median ms | min ms | max ms | each trial ms | no success within %v |\n|---|---|---:|---:|---:|---:|---|---:|\n", faultBound)
+		for _, r := range b.records {
+			if r.Workload != "failover_fault" {
+				continue
+			}
+			if r.Skipped != "" {
+				w("| %s | %s | skipped: %s | | | | | |\n", r.Fault, r.Client, r.Skipped)
+				continue
+			}
+			w("| %s | %s | %d | %.0f | %.0f | %.0f | %s | %d |\n", r.Fault, r.Client, len(r.FailoverMs), r.FailoverMedianMs, r.FailoverMinMs, r.FailoverMaxMs, floatList(r.FailoverMs), r.FailoverFailed)
+		}
+		w("\n")
+		for _, r := range b.records {
+			if r.Workload == "failover_fault" && r.Note != "" {
+				w("- %s/%s: %s.\n", r.Fault, r.Client, r.Note)
+			}
+		}
+		w("\n")
+	}
 	return s.String()
 }
 
@@ -141,6 +163,14 @@ func (b *bench) targetsMore() string {
 			w("| failover: median of >= 7 trials <= 1.5 s | %.2f s (%d trials, %.2f-%.2f s) | %s |\n", t.FailoverMedianMs/1000, len(t.FailoverMs), t.FailoverMinMs/1000, t.FailoverMaxMs/1000, yesNo(ok))
 			if e := b.find("etcd", "cluster_failover", 0); e != nil {
 				w("| failover: vs etcd in this run (no target) | %.2f s vs %.2f s (etcd %.2f-%.2f s) | |\n", t.FailoverMedianMs/1000, e.FailoverMedianMs/1000, e.FailoverMinMs/1000, e.FailoverMaxMs/1000)
+			}
+		}
+	}
+	if o.workloads["faults"] {
+		for _, r := range b.records {
+			if r.Workload == "failover_fault" && r.Skipped == "" {
+				ok := r.FailoverFailed == 0 && len(r.FailoverMs) >= 7 && r.FailoverMedianMs <= 1500
+				w("| failover, %s of the leader, %s client: median of >= 7 trials <= 1.5 s | %.2f s (%d trials, %.2f-%.2f s) | %s |\n", r.Fault, r.Client, r.FailoverMedianMs/1000, len(r.FailoverMs), r.FailoverMinMs/1000, r.FailoverMaxMs/1000, yesNo(ok))
 			}
 		}
 	}

@@ -55,8 +55,11 @@ func (s *server) pid() int { return s.cmd.Process.Pid }
 
 // freePort asks the kernel for a free loopback port. Another process could take it before the
 // server binds it; start retries in that (rare) case.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort() (int, error) { return freePortOn("127.0.0.1") }
+
+// freePortOn returns a port on host (a loopback address) nobody listens on now.
+func freePortOn(host string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, err
 	}

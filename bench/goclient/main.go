@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,7 +30,11 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:7070", "server address")
 	inFlight := flag.Int("in-flight", 64, "acquire+release pairs in flight (goroutines sharing the client)")
 	seconds := flag.Float64("seconds", 5, "measured time")
+	loop := flag.String("loop", "", "failover mode: comma-separated endpoints of a cluster; see loopFailover")
 	flag.Parse()
+	if *loop != "" {
+		os.Exit(loopFailover(strings.Split(*loop, ","), *seconds))
+	}
 	if *inFlight < 1 || *inFlight > 100000 || *seconds <= 0 || *seconds > 3600 {
 		fmt.Fprintln(os.Stderr, "goclient: -in-flight 1..100000 and -seconds 0..3600")
 		os.Exit(2)
@@ -81,4 +86,42 @@ func main() {
 	if errs.Load() > 0 {
 		os.Exit(1)
 	}
+}
+
+// loopFailover is the failover workload's looping client (bench/faults.go): one client with
+// default options on every endpoint acquires a new key (lease 10 s, waiting up to 10 s) and
+// releases it, again and again, for at most seconds or until stdin closes. It prints a line
+// per outcome, "ok START_NS END_NS" after each acquire (when the call started and returned) and "err UNIX_NS MESSAGE" after each failure, so
+// the harness reads when the client was served again after a fault.
+func loopFailover(eps []string, seconds float64) int {
+	ctx := context.Background()
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	c, err := ticketing.Dial(dctx, ticketing.WithEndpoints(eps...))
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "goclient:", err)
+		return 1
+	}
+	defer c.Close()
+	var stop atomic.Bool
+	go func() { // the harness closes stdin to stop the loop
+		var b [1]byte
+		os.Stdin.Read(b[:])
+		stop.Store(true)
+	}()
+	end := time.Now().Add(time.Duration(seconds * float64(time.Second)))
+	for n := 0; !stop.Load() && time.Now().Before(end); n++ {
+		start := time.Now().UnixNano()
+		lk, err := c.Acquire(ctx, fmt.Sprintf("fo-go-%d-%d", os.Getpid(), n), 10*time.Second, ticketing.WithWaitTimeout(10*time.Second))
+		if err != nil {
+			fmt.Printf("err %d %s\n", time.Now().UnixNano(), strings.ReplaceAll(err.Error(), "\n", " "))
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		fmt.Printf("ok %d %d\n", start, time.Now().UnixNano())
+		if err := lk.Release(ctx); err != nil {
+			fmt.Printf("err %d release: %s\n", time.Now().UnixNano(), strings.ReplaceAll(err.Error(), "\n", " "))
+		}
+	}
+	return 0
 }

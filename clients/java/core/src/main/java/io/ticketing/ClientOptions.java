@@ -259,10 +259,11 @@ public final class ClientOptions {
 
         /**
          * Sets the heartbeat: after this long without receiving anything the client sends PING
-         * (after min(interval, 500 ms) while any request waits for an answer, a queued acquire
-         * included), and a PING unanswered within min(interval, 1 s) gives the connection up: the
-         * client reconnects and resumes the session, the calls in flight keep waiting, and the node
-         * just left is tried last. Default 2 s; {@link Duration#ZERO} turns it off.
+         * (after min(interval, 250 ms) while any request waits for an answer, a queued acquire
+         * included), and a PING unanswered within min(interval, 750 ms) gives the connection up:
+         * the client reconnects and resumes the session, the calls in flight keep waiting, and the
+         * node just left is neither dialled nor followed as a leader hint for 2 s (unless it is the
+         * only endpoint), then tried last. Default 2 s; {@link Duration#ZERO} turns it off.
          *
          * @param interval a duration, zero for none
          * @return this builder

@@ -237,8 +237,7 @@ final class Dialer {
         }
         return switch (s) {
             case NOT_LEADER -> new NotLeader(ep, msg.isEmpty() ? null : msg);
-            case UNSUPPORTED_VERSION -> new UnsupportedVersionException("the server at " + ep + " does not speak protocol version "
-                    + Protocol.VERSION + " (it speaks " + ch.version() + ")" + (msg.isEmpty() ? "" : ": " + msg));
+            case UNSUPPORTED_VERSION -> new UnsupportedVersionException(versionMessage(ep, ch.version(), msg));
             case BUSY -> new BusyException("the server at " + ep + " is busy (" + limitName(ch.detail()) + ")"
                     + (msg.isEmpty() ? "" : ": " + msg), BusyLimit.fromCode(ch.detail()));
             case SHUTTING_DOWN -> new ShuttingDownException("the server at " + ep + " is shutting down");
@@ -266,6 +265,18 @@ final class Dialer {
                     + " does not speak protocol version " + Protocol.VERSION);
             default -> new ProtocolException("the server at " + ep + " refused the session with status " + s);
         };
+    }
+
+    /**
+     * The message of a CHALLENGE {@code UNSUPPORTED_VERSION}: it names the server's version (the
+     * CHALLENGE's version field) and this client's; a server that names this client's own version
+     * while refusing it is reported as such, not as "does not speak 1 (it speaks 1)".
+     */
+    static String versionMessage(Endpoint ep, int serverVersion, String msg) {
+        String head = serverVersion == Protocol.VERSION
+                ? "the server at " + ep + " refused protocol version " + Protocol.VERSION + ", although it names " + serverVersion + " as its own"
+                : "the server at " + ep + " speaks protocol version " + serverVersion + ", this client " + Protocol.VERSION;
+        return head + (msg.isEmpty() ? "" : ": " + msg);
     }
 
     static String limitName(long code) {

@@ -71,6 +71,8 @@ final class Engine implements Connection.Listener {
     private ScheduledFuture<?> heartbeatTask;
     private Req heartbeat;
     private String leaderHint;
+    private Endpoint silentNode; // the node whose connection the heartbeat found silent last...
+    private long silentUntil; // ...which is neither dialled nor followed as a hint until then (nanoTime)
     private int endpointIndex;
     private TicketingException lastConnectError; // of the last failed round since the connection dropped
     private boolean election; // a node answered NOT_LEADER in the last round
@@ -183,21 +185,36 @@ final class Engine implements Connection.Listener {
         }
     }
 
-    /** One round: the leader hint first, then every endpoint once. */
+    /**
+     * How long a node whose connection went silent (a PING unanswered: frozen, or cut off) is left
+     * out of the connect rounds, as an endpoint and as a leader hint, when there are other
+     * endpoints: it still accepts TCP and would cost the handshake wait, and the other nodes keep
+     * naming it as the leader until they elect another one (docs/clients.md, rule 1).
+     */
+    static final long SILENT_SKIP_NANOS = TimeUnit.SECONDS.toNanos(2);
+
+    /** One round: the leader hint first, then every endpoint once (less a node just found silent). */
     private Dialer.Dialed dialRound() {
         List<String> order = new ArrayList<>();
         byte[] session;
         int start;
+        Endpoint skip = null;
         synchronized (mu) {
-            if (leaderHint != null) {
-                order.add(leaderHint);
-                leaderHint = null;
+            if (silentNode != null && endpoints.size() > 1 && System.nanoTime() - silentUntil < 0) {
+                skip = silentNode;
             }
+            if (leaderHint != null && !isNode(leaderHint, skip)) {
+                order.add(leaderHint);
+            }
+            leaderHint = null;
             session = sessionId.clone();
             start = endpointIndex;
         }
         for (int i = 0; i < endpoints.size(); i++) {
-            order.add(endpoints.get((start + i) % endpoints.size()).toString());
+            Endpoint ep = endpoints.get((start + i) % endpoints.size());
+            if (!ep.equals(skip)) {
+                order.add(ep.toString());
+            }
         }
         List<TicketingException> failures = new ArrayList<>();
         TicketingException definitive = null;
@@ -234,7 +251,7 @@ final class Engine implements Connection.Listener {
                 return d;
             } catch (Dialer.NotLeader e) {
                 failures.add(e);
-                if (e.leader != null && redirects++ < endpoints.size() + 2) {
+                if (e.leader != null && !isNode(e.leader, skip) && redirects++ < endpoints.size() + 2) {
                     order.add(i + 1, e.leader);
                 }
             } catch (UnavailableException | ProtocolException | ShuttingDownException | BusyException e) {
@@ -270,6 +287,18 @@ final class Engine implements Connection.Listener {
         UnavailableException u = new UnavailableException(msg.toString());
         failures.forEach(u::addSuppressed);
         throw u;
+    }
+
+    /** Tells whether the address names that node (false for a null node or a malformed address). */
+    private static boolean isNode(String addr, Endpoint node) {
+        if (node == null) {
+            return false;
+        }
+        try {
+            return Endpoint.parse(addr).equals(node);
+        } catch (InvalidArgumentException e) {
+            return false;
+        }
     }
 
     private static void closeQuietly(Socket s) {
@@ -746,8 +775,9 @@ final class Engine implements Connection.Listener {
     /**
      * Gives up connection {@code c}: the reconnect loop replaces it and the session resumes; the
      * calls in flight keep waiting (each bounded by its own timeout and the session grace). After
-     * an unanswered heartbeat ({@code silent}: a frozen node, a cut network) the next round tries
-     * the node just left last: its kernel may still accept connections.
+     * an unanswered heartbeat ({@code silent}: a frozen node, a cut network) that node is neither
+     * dialled nor followed as a leader hint for {@link #SILENT_SKIP_NANOS}, then tried last: its
+     * kernel may still accept connections.
      */
     private void dropped(Connection c, Throwable cause, boolean silent) {
         synchronized (mu) {
@@ -761,6 +791,8 @@ final class Engine implements Connection.Listener {
                 if (idx >= 0) {
                     endpointIndex = (idx + 1) % endpoints.size();
                 }
+                silentNode = c.endpoint;
+                silentUntil = System.nanoTime() + SILENT_SKIP_NANOS;
             }
             conn = null;
             droppedAt = System.nanoTime();
@@ -810,9 +842,12 @@ final class Engine implements Connection.Listener {
      * The heartbeat's timing (docs/clients.md, the heartbeat interval): while any request waits for
      * an answer (a queued ACQUIRE included) a PING goes after at most this much silence...
      */
-    static final long BUSY_HEARTBEAT_NANOS = TimeUnit.MILLISECONDS.toNanos(500);
-    /** ...and a PING unanswered for min(heartbeat, this) gives the connection up: a frozen leader is left in about 1.5 s. */
-    static final long MAX_PING_WAIT_NANOS = TimeUnit.SECONDS.toNanos(1);
+    static final long BUSY_HEARTBEAT_NANOS = TimeUnit.MILLISECONDS.toNanos(250);
+    /**
+     * ...and a PING unanswered for min(heartbeat, this) gives the connection up: a frozen leader is
+     * left about 1 s after it froze, and the session resumes on the next one.
+     */
+    static final long MAX_PING_WAIT_NANOS = TimeUnit.MILLISECONDS.toNanos(750);
 
     private long pingWaitNanos() {
         return Math.min(opts.heartbeatInterval().toNanos(), MAX_PING_WAIT_NANOS);

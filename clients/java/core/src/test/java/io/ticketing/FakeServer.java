@@ -99,6 +99,7 @@ final class FakeServer implements AutoCloseable {
     final BlockingQueue<Conn> connections = new LinkedBlockingQueue<>();
     final List<Conn> all = new CopyOnWriteArrayList<>();
     final List<String> hellos = new CopyOnWriteArrayList<>();
+    final List<Long> helloTimes = new CopyOnWriteArrayList<>(); // System.nanoTime() of each HELLO
 
     // settings the test may change between connections
     volatile byte[] stateId = new byte[16];
@@ -109,6 +110,7 @@ final class FakeServer implements AutoCloseable {
     volatile String notLeaderHint; // non-null: CHALLENGE NOT_LEADER with this hint
     final java.util.concurrent.atomic.AtomicInteger notLeaderNext = new java.util.concurrent.atomic.AtomicInteger(); // that many next connections: CHALLENGE NOT_LEADER, no hint
     volatile Status refuse; // non-null: CHALLENGE with this status (BUSY, UNSUPPORTED_VERSION...)
+    volatile int refuseVersion = 1; // the version field of that CHALLENGE (the server's own version)
     volatile boolean autoPing = true; // answer PING and ACK by itself
     volatile boolean frozen; // accept and read, never answer anything
 
@@ -185,6 +187,7 @@ final class FakeServer implements AutoCloseable {
             in.readFully(hello);
             Handshake.Hello h = Handshake.Hello.decode(hello);
             String sid = HexFormat.of().formatHex(h.sessionId());
+            helloTimes.add(System.nanoTime());
             hellos.add(sid);
             if (frozen) {
                 while (in.read() >= 0) {
@@ -194,7 +197,7 @@ final class FakeServer implements AutoCloseable {
             }
             Status refusal = refuse;
             if (refusal != null) {
-                out.write(new Handshake.Challenge(refusal.code(), 1, 0, 0, new byte[32], new byte[0]).encode());
+                out.write(new Handshake.Challenge(refusal.code(), refuseVersion, 0, 0, new byte[32], new byte[0]).encode());
                 out.flush();
                 return;
             }

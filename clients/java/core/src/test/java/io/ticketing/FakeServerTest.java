@@ -636,10 +636,28 @@ class FakeServerTest {
         ping.get(5, TimeUnit.SECONDS);
         // An error no retry fixes fails every waiting call at once.
         server.refuse = Status.UNSUPPORTED_VERSION;
+        server.refuseVersion = 2;
         server.killAll();
         long t0 = System.nanoTime();
-        failure(UnsupportedVersionException.class, c.pingAsync());
+        UnsupportedVersionException e = failure(UnsupportedVersionException.class, c.pingAsync());
         assertTrue(System.nanoTime() - t0 < TimeUnit.SECONDS.toNanos(3));
+        assertTrue(e.getMessage().startsWith("the server at " + server.endpoint() + " speaks protocol version 2, this client 1"),
+                e.getMessage());
+    }
+
+    /** Issue 27: the message named this client's version as the server's ("does not speak 1 (it speaks 1)"). */
+    @Test
+    void anUnsupportedVersionNamesBothVersions() throws Exception {
+        server.refuse = Status.UNSUPPORTED_VERSION;
+        server.refuseVersion = 3;
+        UnsupportedVersionException e = assertThrows(UnsupportedVersionException.class,
+                () -> connect(b -> b.connectTimeout(Duration.ofSeconds(5))));
+        assertEquals("the server at " + server.endpoint() + " speaks protocol version 3, this client 1", e.getMessage());
+        // A server that names this client's own version while refusing it is not said to speak another.
+        server.refuseVersion = 1;
+        e = assertThrows(UnsupportedVersionException.class, () -> connect(b -> b.connectTimeout(Duration.ofSeconds(5))));
+        assertEquals("the server at " + server.endpoint() + " refused protocol version 1, although it names 1 as its own",
+                e.getMessage());
     }
 
     @Test
@@ -654,13 +672,20 @@ class FakeServerTest {
         grant(server.expect(Op.ACQUIRE), 7);
         Lock lock = f.get(5, TimeUnit.SECONDS);
         server.close(); // refused from now on
-        Poll.until(Duration.ofSeconds(5), () -> !follower.hellos.isEmpty(), "a reconnect round");
-        int before = follower.hellos.size();
-        Thread.sleep(1000);
-        int rounds = follower.hellos.size() - before;
-        // Pauses of 25-50 ms: about 20-40 rounds in 1 s; doubling (50, 100, 200, 400, 800 ms, with
-        // jitter) would give at most 6.
-        assertTrue(rounds >= 12, rounds + " rounds in 1 s: the backoff grew during the election");
+        // Eleven rounds reach the follower. Doubling pauses (50, 100, 200 ... 2000 ms, jitter down
+        // to half) would take at most about 12 s for them; the wait is wide so that a loaded
+        // machine's slowness is never taken for the backoff.
+        Poll.until(Duration.ofSeconds(40), () -> follower.hellos.size() >= 11, "eleven reconnect rounds");
+        List<Long> at = new ArrayList<>(follower.helloTimes);
+        // The pauses themselves: with doubling, the pause before the 7th round and every later one
+        // is at least 800 ms (base 1600 ms, jitter down to half); the shortest pause is 25-50 ms.
+        // A busy machine may stretch some of these five gaps, not all of them by 350 ms.
+        long shortest = Long.MAX_VALUE;
+        for (int i = 6; i < 11; i++) {
+            shortest = Math.min(shortest, at.get(i) - at.get(i - 1));
+        }
+        assertTrue(shortest < TimeUnit.MILLISECONDS.toNanos(400), "the rounds 7 to 11 came at least "
+                + TimeUnit.NANOSECONDS.toMillis(shortest) + " ms apart: the backoff grew during the election");
         assertFalse(lock.lost().toCompletableFuture().isDone());
     }
 
@@ -1182,8 +1207,8 @@ class FakeServerTest {
     }
 
     /**
-     * Heartbeat liveness: while a request waits, a PING goes after 500 ms of silence (not the
-     * 10 s interval); unanswered within min(heartbeat, 1 s) (not the 30 s request timeout) the
+     * Heartbeat liveness: while a request waits, a PING goes after 250 ms of silence (not the
+     * 10 s interval); unanswered within min(heartbeat, 750 ms) (not the 30 s request timeout) the
      * connection is replaced and the session resumes, the call in flight is re-sent, not failed.
      */
     @Test
@@ -1196,7 +1221,7 @@ class FakeServerTest {
         FakeServer.Received ping = server.next(Duration.ofSeconds(8));
         assertEquals(Op.PING, ping.op());
         long pingMs = millisSince(t0);
-        assertTrue(pingMs < 5000, "PING " + pingMs + " ms after the request (the busy heartbeat is 500 ms)");
+        assertTrue(pingMs < 5000, "PING " + pingMs + " ms after the request (the busy heartbeat is 250 ms)");
         server.autoPing = true; // (the first PING stays unanswered)
         FakeServer.Conn second = null;
         while (second == null || second == a.conn()) {
@@ -1234,6 +1259,37 @@ class FakeServerTest {
         assertEquals(a.id(), retry.id());
         grant(retry, 4);
         assertEquals(4, f.get(5, TimeUnit.SECONDS).token());
+    }
+
+    /**
+     * The other nodes keep naming a frozen leader until they elect another one: for 2 s the client
+     * neither dials the node it just found silent nor follows a hint to it (it would accept TCP and
+     * cost the handshake wait), and goes on to the next endpoint.
+     */
+    @Test
+    void silentNodeIsNotFollowedAsAHint() throws Exception {
+        FakeServer second = new FakeServer();
+        FakeServer third = new FakeServer();
+        closeables.add(second);
+        closeables.add(third);
+        second.notLeaderHint = server.endpoint(); // still names the frozen node as the leader
+        third.stateId = server.stateId;
+        third.sessions = server.sessions; // a cluster: the session lives on
+        TicketingClient c = connect(b -> b.endpoints(server.endpoint(), second.endpoint(), third.endpoint())
+                .heartbeatInterval(Duration.ofSeconds(10)));
+        CompletableFuture<Lock> f = c.acquireAsync("k", Duration.ofSeconds(30));
+        FakeServer.Received a = server.expect(Op.ACQUIRE);
+        server.frozen = true; // answers nothing, handshakes included
+        FakeServer.Conn moved = third.connections.poll(15, TimeUnit.SECONDS);
+        assertTrue(moved != null && moved.resumed, "the session did not resume on the third endpoint");
+        assertFalse(second.hellos.isEmpty(), "the second endpoint was not asked");
+        assertEquals(1, server.hellos.size(), "the hint to the silent node was followed");
+        FakeServer.Received retry = third.expect(Op.ACQUIRE);
+        assertEquals(a.id(), retry.id());
+        grant(retry, 5);
+        assertEquals(5, f.get(5, TimeUnit.SECONDS).token());
+        Thread.sleep(100);
+        assertEquals(1, server.hellos.size(), "the silent node was dialled again");
     }
 
     /** Once TCP is connected, TLS and the handshake get 2 s, whatever the connect timeout. */

@@ -111,11 +111,12 @@ export interface ClientOptions {
    */
   requestTimeoutMs?: number;
   /**
-   * After this many ms without receiving anything, send a PING (after at most 500 ms while a
+   * After this many ms without receiving anything, send a PING (after at most 250 ms while a
    * request waits for its answer, a queued acquire included). A PING unanswered within
-   * min(this, 1000) ms gives the connection up (a frozen node, a cut network): the client
-   * reconnects, trying the node it just left last, and resumes the session; the calls in flight
-   * keep waiting, each bounded by its own timeout. 0 disables.
+   * min(this, 750) ms gives the connection up (a frozen node, a cut network): the client
+   * reconnects and resumes the session; the calls in flight keep waiting, each bounded by its
+   * own timeout. For 2 s the node it left is neither dialled nor followed as a leader hint
+   * (unless it is the only endpoint), then it is tried last. 0 disables.
    * @default 2000
    */
   heartbeatIntervalMs?: number;

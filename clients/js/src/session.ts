@@ -15,11 +15,12 @@
  *   the client's locks are lost, nothing is re-sent, and a new session starts.
  * - A given-up ACQUIRE (timeout, abort, connection lost) stays in `#sent`, marked abandoned:
  *   a CANCEL goes out for it, and a grant that still arrives is released.
- * - A heartbeat PING after `heartbeatMs` without any bytes received (after at most 500 ms
+ * - A heartbeat PING after `heartbeatMs` without any bytes received (after at most 250 ms
  *   while any request waits for its answer, a queued ACQUIRE included); a PING unanswered
- *   within min(`heartbeatMs`, 1 s) gives the connection up (a frozen node, a cut network): it is
- *   replaced like a dropped one, the session resumes, the calls in flight keep waiting, and the
- *   node just left is tried last in the next round.
+ *   within min(`heartbeatMs`, 750 ms) gives the connection up (a frozen node, a cut network): it
+ *   is replaced like a dropped one, the session resumes, the calls in flight keep waiting. For
+ *   2 s that node is neither dialled nor followed as a leader hint (unless it is the only
+ *   endpoint); after that it is tried last.
  * - ACK at least every 1,024 answers (here: every 512), one at a time.
  *
  * @module
@@ -51,9 +52,18 @@ const ACK_AFTER = ClientRules.ACK_EVERY / 2;
  * The heartbeat's timing (docs/clients.md, the heartbeat interval): while any request waits for
  * an answer a PING goes after this much silence at most...
  */
-const BUSY_HEARTBEAT_MS = 500;
-/** ...and a PING unanswered for this long at most gives the connection up: a frozen leader is left in about 1.5 s. */
-const MAX_PING_WAIT_MS = 1_000;
+const BUSY_HEARTBEAT_MS = 250;
+/** ...and a PING unanswered for this long at most gives the connection up: a frozen leader is left about 1 s after it froze. */
+const MAX_PING_WAIT_MS = 750;
+/**
+ * How long a node whose connection went silent (a PING unanswered: frozen, or cut off) is left
+ * out of the connect rounds, as an endpoint and as a leader hint, when there are other
+ * endpoints: it still accepts TCP and would cost the handshake wait, and the other nodes keep
+ * naming it as the leader until they elect another one (docs/clients.md, rule 1).
+ */
+const SILENT_SKIP_MS = 2_000;
+
+const sameEndpoint = (a: Endpoint | undefined, b: Endpoint | undefined): boolean => a !== undefined && b !== undefined && a.host === b.host && a.port === b.port;
 
 /** What the session needs to know. */
 export interface SessionOptions {
@@ -174,6 +184,10 @@ export class Session {
   /** A node answered NOT_LEADER in the last dial round: the cluster is electing a leader. */
   #election = false;
   #preferred = 0;
+  /** The node whose connection the heartbeat found silent last... */
+  #silent: Endpoint | undefined;
+  /** ...which is not dialled, nor followed as a hint, until then (performance.now()). */
+  #silentTill = 0;
   #lastError: TicketingError | undefined;
   /** Explicit connect() calls. */
   #connectWaiters: ConnectWaiter[] = [];
@@ -613,10 +627,14 @@ export class Session {
   /** Tries every endpoint once (the leader hint first), following CHALLENGE NOT_LEADER hints. */
   async #dialRound(): Promise<Connection> {
     const eps = this.opts.endpoints;
+    const skip = eps.length > 1 && performance.now() < this.#silentTill ? this.#silent : undefined;
     const order: Endpoint[] = [];
-    if (this.#leaderHint) order.push(this.#leaderHint);
+    if (this.#leaderHint && !sameEndpoint(this.#leaderHint, skip)) order.push(this.#leaderHint);
     this.#leaderHint = undefined;
-    for (let k = 0; k < eps.length; k++) order.push(eps[(this.#preferred + k) % eps.length]!);
+    for (let k = 0; k < eps.length; k++) {
+      const ep = eps[(this.#preferred + k) % eps.length]!;
+      if (!sameEndpoint(ep, skip)) order.push(ep);
+    }
     const errors: TicketingError[] = [];
     let hops = 0;
     this.#election = false;
@@ -648,7 +666,7 @@ export class Session {
         if (nl) this.#election = true;
         if (nl?.leader && hops < this.opts.maxRedirects) {
           const hint = tryParseEndpoint(nl.leader);
-          if (hint) {
+          if (hint && !sameEndpoint(hint, skip)) {
             order.splice(i + 1, 0, hint);
             hops++;
           }
@@ -811,9 +829,12 @@ export class Session {
         const waited = now - this.#hbSent;
         if (waited < pingWait) return schedule(pingWait - waited);
         // Silent (frozen, or cut off): replace the connection; the calls in flight stay in
-        // #sent and are re-sent on resume. The next round tries this node last: its kernel
-        // may still accept connections while nothing answers.
+        // #sent and are re-sent on resume. Its kernel may still accept connections while
+        // nothing answers, and the other nodes may still name it as the leader: for
+        // SILENT_SKIP_MS it is neither dialled nor followed as a hint, then tried last.
         this.#moveOn(conn);
+        this.#silent = conn.endpoint;
+        this.#silentTill = performance.now() + SILENT_SKIP_MS;
         conn.destroy(new TimeoutError(`no answer from ${conn.name} to a heartbeat PING within ${pingWait} ms; reconnecting`));
         return;
       }

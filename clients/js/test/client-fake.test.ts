@@ -1464,7 +1464,7 @@ describe('edges every client agrees on (issue 26)', () => {
     assert.ok(!(await srv.conn(0)).requests.some((r) => r.op === Op.RELEASE));
   });
 
-  test('while a request waits, a PING after 500 ms of silence; unanswered within 1 s the connection is replaced and the call resumes (not failed)', async () => {
+  test('while a request waits, a PING after 250 ms of silence; unanswered within 750 ms the connection is replaced and the call resumes (not failed)', async () => {
     let frozen = false;
     // Default heartbeat (2 s) and request timeout (10 s).
     const { srv, client } = await setup({ onRequest: (c, r) => !frozen && acquiresWait(c, r) });
@@ -1476,13 +1476,13 @@ describe('edges every client agrees on (issue 26)', () => {
     frozen = true;
     await c0.next((r) => r.op === Op.PING, 3000);
     const pingAfter = performance.now() - t;
-    assert.ok(pingAfter < 1500, `PING after ${pingAfter} ms of silence (want about 500, not the 2000 ms interval)`);
+    assert.ok(pingAfter < 1000, `PING after ${pingAfter} ms of silence (want about 250, not the 2000 ms interval)`);
     const errors: unknown[] = [];
     client.on('disconnect', (e) => errors.push(e));
     const c1 = await srv.conn(1, 5000);
     const replacedAfter = performance.now() - t;
-    assert.ok(replacedAfter < 4000, `replaced after ${replacedAfter} ms (want about 1500, not the 10 s request timeout)`);
-    assert.ok(errors[0] instanceof TimeoutError && /heartbeat PING within 1000 ms/.test((errors[0] as Error).message), String(errors[0]));
+    assert.ok(replacedAfter < 4000, `replaced after ${replacedAfter} ms (want about 1000, not the 10 s request timeout)`);
+    assert.ok(errors[0] instanceof TimeoutError && /heartbeat PING within 750 ms/.test((errors[0] as Error).message), String(errors[0]));
     assert.ok(c1.resumed);
     const re = await c1.next((r) => r.op === Op.ACQUIRE);
     assert.equal(re.id, acq.id, 're-sent with its id');
@@ -1511,6 +1511,40 @@ describe('edges every client agrees on (issue 26)', () => {
     assert.ok(c1.resumed, 'the session resumed on the second endpoint');
     assert.equal((await c1.next((r) => r.op === Op.ACQUIRE)).id, acq.id);
     assert.equal(s1.hellos, 1, 'the silent node was not dialled again first');
+    client.destroy();
+  });
+
+  test('for 2 s a silent node is neither dialled again nor followed as a leader hint', async () => {
+    // The other nodes keep naming a frozen leader until they elect another one: the client
+    // follows no hint to the node it just found silent (it accepts TCP and would cost the
+    // handshake wait, or here: take the session and freeze again) and goes on to the next one.
+    const sessions = new Set<string>();
+    const stateId = randomBytes(16);
+    let frozen = false;
+    const s1 = await fakeServer({ sessions, stateId, onRequest: (c, r) => !frozen && acquiresWait(c, r) });
+    const s2 = await fakeServer({ sessions, stateId, challenge: { status: Status.NOT_LEADER, data: s1.addr } });
+    const s3 = await fakeServer({ sessions, stateId, onRequest: acquiresWait });
+    cleanups.push(
+      () => s1.close(),
+      () => s2.close(),
+      () => s3.close(),
+    );
+    const client = newClient({ endpoints: [s1.addr, s2.addr, s3.addr], heartbeatIntervalMs: 50 });
+    await client.connect();
+    const c0 = await s1.conn(0);
+    const waiting = client.acquire('k', { waitTimeoutMs: 60_000 });
+    waiting.catch(() => {});
+    const acq = await c0.next((r) => r.op === Op.ACQUIRE);
+    frozen = true;
+    await c0.next((r) => r.op === Op.PING, 3000); // never answered
+    const c3 = await s3.conn(0, 5000);
+    assert.ok(c3.resumed, 'the session resumed on the third endpoint');
+    assert.equal((await c3.next((r) => r.op === Op.ACQUIRE)).id, acq.id, 're-sent with its id');
+    c3.send({ op: Op.ACQUIRE, id: acq.id, token: 4343n, leaseMs: 30_000 });
+    assert.equal((await waiting).token, 4343n);
+    assert.ok(s2.hellos >= 1, 'the second endpoint was asked and named the silent node');
+    await sleep(100);
+    assert.equal(s1.hellos, 1, 'the hint to the silent node was not followed');
     client.destroy();
   });
 

@@ -124,7 +124,7 @@ func (c *Client) dialEndpoint(ctx context.Context, addr string, session *[wire.S
 		case c.opts.tls != nil && isTLSAlert(err):
 			return nil, nil, endpointErr(ErrTLS, "the server refused the TLS session: "+tlsText(err, ctx)+" (does it require a client certificate?)", nil)
 		case c.opts.tls == nil && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)):
-			return nil, nil, endpointErr(ErrUnavailable, "the server closed the connection during the handshake (is it using TLS?)", nil)
+			return nil, nil, endpointErr(ErrUnavailable, "the server closed the connection during the handshake (is the server using TLS?)", nil)
 		default:
 			return nil, nil, endpointErr(ErrUnavailable, "handshake failed: "+netText(err), nil)
 		}

@@ -183,7 +183,7 @@ func TestTLS(t *testing.T) {
 	}{
 		{"untrusted server", srv.Addr, []Option{WithTLS(&tls.Config{RootCAs: x509.NewCertPool()})}, ErrTLS, "unknown authority"},
 		{"TLS to a plaintext server", sharedAddr, []Option{WithTLS(tlsConfig(t, files.CA, "", ""))}, ErrTLS, "is the server using TLS?"},
-		{"plaintext to a TLS server", srv.Addr, nil, ErrUnavailable, "is it using TLS?"},
+		{"plaintext to a TLS server", srv.Addr, nil, ErrUnavailable, "is the server using TLS?"},
 	} {
 		start := time.Now()
 		_, err := Dial(ctx, append([]Option{WithEndpoints(tc.addr), WithToken("tls-token"), WithDialTimeout(2 * time.Second)}, tc.opts...)...)

@@ -349,7 +349,7 @@ func TestCLIAuthTLS(t *testing.T) {
 		{"no token", nil, []string{"ping", "--addr", srv.Addr, "--tls-ca", files.CA}, 4, "requires a token"},
 		{"untrusted server", []string{"TICKETING_TOKEN=cli-token"}, []string{"ping", "--addr", srv.Addr, "--tls"}, 5, "unknown authority"},
 		{"TLS to a plaintext server", nil, []string{"ping", "--addr", plain.Addr, "--tls-ca", files.CA, "--timeout", "2s"}, 5, "is the server using TLS?"},
-		{"plaintext to a TLS server", []string{"TICKETING_TOKEN=cli-token"}, []string{"ping", "--addr", srv.Addr, "--timeout", "2s"}, 3, "is it using TLS?"},
+		{"plaintext to a TLS server", []string{"TICKETING_TOKEN=cli-token"}, []string{"ping", "--addr", srv.Addr, "--timeout", "2s"}, 3, "is the server using TLS?"},
 	} {
 		r := cli(t, tc.env, tc.args...)
 		if r.code != tc.code || !strings.Contains(r.stderr, tc.msg) {

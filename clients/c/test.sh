@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # Sets up, builds and tests the C/C++ client on a fresh machine (Debian 12):
-#   1. installs the missing Debian packages (cmake ninja-build pkg-config libgtest-dev libgmock-dev
-#      libssl-dev nlohmann-json3-dev), skipped when dpkg-query shows them all installed;
+#   1. installs the missing Debian packages (g++ cmake ninja-build pkg-config libgtest-dev
+#      libgmock-dev libssl-dev nlohmann-json3-dev; g++ brings gcc, libc6-dev and the sanitizer
+#      runtimes), skipped when dpkg-query shows them all installed;
 #   2. builds the library, the C++ wrapper, the tests, the conformance driver and the benchmark
 #      into clients/c/build and runs every test with ctest (unit tests against
 #      protocol/vectors.json and constants.json, fake-server tests, integration tests against the
 #      real server, the README example, cmake --install + consumers);
 #   3. builds the library and tests again with AddressSanitizer + UBSan into clients/c/build-asan
 #      and runs them all there too (any sanitizer report fails the test).
-# The real server is $TICKETING_BIN, else built once from the repository root with go build.
+# The real server is $TICKETING_BIN, else built once from the repository root with go build (Go
+# from go.mod's version up, not a Debian package: bookworm's golang is too old).
 # Exits non-zero on any failure. Extra arguments go to both ctest runs (e.g. -R Integration).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 start=$SECONDS
 
-pkgs=(cmake ninja-build pkg-config libgtest-dev libgmock-dev libssl-dev nlohmann-json3-dev)
+pkgs=(g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev libssl-dev nlohmann-json3-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2> /dev/null | grep -q "install ok installed"; then
@@ -31,6 +33,7 @@ if ((${#missing[@]})); then
 fi
 
 if [[ -z "${TICKETING_BIN:-}" ]]; then
+    command -v go > /dev/null || { echo "test.sh: set TICKETING_BIN to a server binary, or install Go to build one" >&2; exit 1; }
     mkdir -p "$here/build/test-server"
     (cd "$root" && go build -o "$here/build/test-server/ticketing" ./cmd/ticketing)
     export TICKETING_BIN="$here/build/test-server/ticketing"

@@ -1071,11 +1071,16 @@ static void req_timer(tk_async *ac, tk_req *r, tk_timer *t)
     }
     if (r->kind == TK__R_HEARTBEAT) {
         /* A silent connection (a frozen node, a cut network) is replaced like a dropped one: the
-         * calls in flight keep waiting and are re-sent on resume; the next round tries the node
-         * just left last (unless it is the only endpoint or a leader hint names it). */
+         * calls in flight keep waiting and are re-sent on resume; for TK__SILENT_SKIP_US the node
+         * just left is neither dialled nor followed as a leader hint (unless it is the only
+         * endpoint), then it is tried last. */
         tk__req_remove(ac, r);
-        if (ac->cs == TK__C_READY && ac->cur_ep >= 0 && ac->n_endpoints > 1)
-            ac->ep_start = ((size_t)ac->cur_ep + 1) % ac->n_endpoints;
+        if (ac->cs == TK__C_READY) {
+            snprintf(ac->silent, sizeof ac->silent, "%s", ac->cur_addr);
+            ac->silent_till = tk__now_us() + TK__SILENT_SKIP_US;
+            if (ac->cur_ep >= 0 && ac->n_endpoints > 1)
+                ac->ep_start = ((size_t)ac->cur_ep + 1) % ac->n_endpoints;
+        }
         tk__conn_fail(ac, TK_ERR_TIMEOUT, "the server did not answer a PING within %lld ms",
                       (long long)(tk__ping_wait_us(ac) / 1000));
         return;

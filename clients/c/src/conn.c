@@ -171,7 +171,16 @@ int tk__split_hostport(const char *addr, char *host, size_t hcap, char *port, si
     return 0;
 }
 
-/* The round's target at pos: the hint first (if any), then every endpoint from ep_start. */
+/* True when addr is the node the heartbeat found silent less than TK__SILENT_SKIP_US ago and it
+ * is not the only endpoint: it is neither dialled nor followed as a leader hint until then
+ * (docs/clients.md, rule 1). */
+static bool silent_skipped(const tk_async *ac, const char *addr)
+{
+    return ac->n_endpoints > 1 && ac->silent[0] && tk__now_us() < ac->silent_till && strcmp(addr, ac->silent) == 0;
+}
+
+/* The round's target at pos: the hint first (if any), then every endpoint from ep_start, less
+ * the node found silent (round_skip). */
 static const char *target_at(tk_async *ac, size_t pos, int *idx)
 {
     if (ac->round_hint) {
@@ -188,6 +197,8 @@ static const char *target_at(tk_async *ac, size_t pos, int *idx)
     for (size_t i = 0, seen = 0; i < ac->n_endpoints; i++) {
         size_t j = (ac->ep_start + i) % ac->n_endpoints;
         if (ac->round_hint && strcmp(ac->endpoints[j], ac->round_hint) == 0)
+            continue;
+        if (ac->round_skip[0] && strcmp(ac->endpoints[j], ac->round_skip) == 0)
             continue;
         if (seen++ == pos) {
             *idx = (int)j;
@@ -359,6 +370,14 @@ void tk__conn_start_round(tk_async *ac, bool immediate)
     free(ac->round_hint);
     ac->round_hint = ac->hint;
     ac->hint = NULL;
+    /* the node found silent is left out of this round, as an endpoint and as a hint */
+    ac->round_skip[0] = '\0';
+    if (silent_skipped(ac, ac->silent))
+        snprintf(ac->round_skip, sizeof ac->round_skip, "%s", ac->silent);
+    if (ac->round_hint && ac->round_skip[0] && strcmp(ac->round_hint, ac->round_skip) == 0) {
+        free(ac->round_hint);
+        ac->round_hint = NULL;
+    }
     ac->round_pos = 0;
     tk__clearerr(&ac->round_err);
     try_target(ac);
@@ -410,6 +429,10 @@ void tk__conn_redirect(tk_async *ac, const uint8_t *addr, size_t len, const char
             memcpy(ac->hint, addr, len);
             ac->hint[len] = '\0';
         }
+    }
+    if (ac->hint && silent_skipped(ac, ac->hint)) { /* not followed to the node found silent */
+        free(ac->hint);
+        ac->hint = NULL;
     }
     if (!ac->hint && ac->cur_ep >= 0 && ac->n_endpoints > 0)
         ac->ep_start = ((size_t)ac->cur_ep + 1) % ac->n_endpoints;
@@ -643,6 +666,11 @@ static void on_challenge(tk_async *ac, const tk_challenge *ch)
         break;
     case TK_STATUS_NOT_LEADER:
         ac->round_election = true;
+        if (dl > 0 && silent_skipped(ac, data)) {
+            /* the others name the frozen leader until they elect another: not followed */
+            target_failed(ac, TK_ERR_UNAVAILABLE, "not the leader (it names %s, which was found silent)", data);
+            return;
+        }
         if (dl > 0 && ac->hint_hops < MAX_HINT_HOPS) {
             ac->hint_hops++;
             tk__log(ac, 1, "%s is not the leader; following the hint %s", ac->cur_addr, data);

@@ -126,14 +126,17 @@ void tk__opts_discard(const tk_acquire_opts *opts);
 int64_t tk__deadline_us(int64_t t_first_us, uint32_t detail_ms, uint32_t lease_ms);
 int64_t tk__lost_margin_us(uint32_t lease_ms);
 
-/* Liveness (docs/clients.md, the heartbeat interval and the connect timeout): while any request
- * waits for an answer (a queued ACQUIRE included) a PING goes after at most TK__BUSY_HEARTBEAT_US
- * of silence; a PING unanswered within min(heartbeat, TK__MAX_PING_WAIT_US) gives the connection
- * up (the session resumes on the next one, the node just left tried last); TLS and the
- * handshake get at most TK__HANDSHAKE_WAIT_US once TCP is connected. A frozen leader is left in
- * about 1.5 s. */
-#define TK__BUSY_HEARTBEAT_US 500000
-#define TK__MAX_PING_WAIT_US 1000000
+/* Liveness (docs/clients.md, the heartbeat interval, rule 1 and the connect timeout): while any
+ * request waits for an answer (a queued ACQUIRE included) a PING goes after at most
+ * TK__BUSY_HEARTBEAT_US of silence; a PING unanswered within min(heartbeat, TK__MAX_PING_WAIT_US)
+ * gives the connection up (the session resumes on the next one); for TK__SILENT_SKIP_US the node
+ * found silent is neither dialled nor followed as a leader hint (unless it is the only endpoint:
+ * it still accepts TCP and would cost the handshake wait, and the other nodes name it as the
+ * leader until they elect another), then it is tried last; TLS and the handshake get at most
+ * TK__HANDSHAKE_WAIT_US once TCP is connected. A frozen leader is left about 1 s after it froze. */
+#define TK__BUSY_HEARTBEAT_US 250000
+#define TK__MAX_PING_WAIT_US 750000
+#define TK__SILENT_SKIP_US 2000000
 #define TK__HANDSHAKE_WAIT_US 2000000
 int64_t tk__heartbeat_interval_us(const tk_async *ac); /* the silence after which a PING goes now */
 int64_t tk__ping_wait_us(const tk_async *ac);          /* how long a PING may stay unanswered */
@@ -315,6 +318,9 @@ struct tk_async {
     /* dial round */
     char *hint;              /* leader hint to try first in the next round */
     char *round_hint;        /* this round's hint */
+    char silent[300];        /* the node whose connection the heartbeat found silent last... */
+    int64_t silent_till;     /* ...neither dialled nor followed as a hint until then (> 1 endpoint) */
+    char round_skip[300];    /* this round's silent node left out ("" : none) */
     size_t ep_start;         /* first endpoint index of this round */
     size_t round_pos;        /* position in this round's targets */
     unsigned round_no;       /* rounds since the last success (backoff exponent) */

@@ -147,8 +147,8 @@ typedef struct tk_options {
     int64_t request_timeout_ms;  /**< every answer except an ACQUIRE's queued time; 0 = default 10000.
                                       Calls made while no connection exists wait for one within it:
                                       fail fast with a short one */
-    int64_t heartbeat_ms;        /**< PING after this long without input (after at most 500 while a
-                                      request waits); a PING unanswered within min(heartbeat, 1000)
+    int64_t heartbeat_ms;        /**< PING after this long without input (after at most 250 while a
+                                      request waits); a PING unanswered within min(heartbeat, 750)
                                       replaces the connection; 0 = default 2000; TK_OFF = off */
     int64_t backoff_min_ms;      /**< reconnect backoff start; 0 = default 50 */
     int64_t backoff_max_ms;      /**< reconnect backoff cap; 0 = default 2000 */

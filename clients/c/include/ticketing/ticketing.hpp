@@ -265,7 +265,7 @@ struct Options {
     std::optional<TlsOptions> tls;                         ///< TLS; default off
     Milliseconds dial_timeout{5000};                       ///< TCP + TLS + handshake per endpoint (handshake: 2 s at most after TCP)
     Milliseconds request_timeout{10000};                   ///< every answer except queued time (short = fail fast while disconnected)
-    Milliseconds heartbeat{2000};                          ///< PING after this long idle (500 ms while a request waits); 0 = off
+    Milliseconds heartbeat{2000};                          ///< PING after this long idle (250 ms while a request waits); 0 = off
     Milliseconds backoff_min{50};                          ///< reconnect backoff start
     Milliseconds backoff_max{2000};                        ///< reconnect backoff cap
     Milliseconds cleanup_timeout{5000};                    ///< a cancelled acquire waits this long for its clean-up

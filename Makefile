@@ -35,12 +35,15 @@ vet:
 	@bad=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) -C wire vet ./...
 
 test: setup vet test-server test-fuzz test-cluster test-clients test-conformance test-conformance-cluster test-bench test-adminpage
 
-# The server, the lock table, the wire format and the stores, with the race detector (the CLI
-# and the Go client are tested by clients/go/test.sh, among the clients).
+# The server, the lock table, the wire format (its own module, shared with the Go client) and the
+# stores, with the race detector (the CLI and the Go client are tested by clients/go/test.sh,
+# among the clients).
 test-server: setup build
+	$(GO) -C wire test -race -count=1 ./...
 	TICKETING_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 15m ./internal/...
 
 # Real cluster processes on 127.0.0.x: crashes, clock offsets, stalled disks (budget: 8 minutes).
@@ -56,9 +59,9 @@ FUZZN ?= 200000x
 FUZZN_SERVER ?= 1000x
 FUZZTIMEOUT ?= 120s
 test-fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZN) -timeout $(FUZZTIMEOUT) ./internal/wire
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime $(FUZZN) -timeout $(FUZZTIMEOUT) ./internal/wire
-	$(GO) test -run '^$$' -fuzz '^FuzzHandshake$$' -fuzztime $(FUZZN) -timeout $(FUZZTIMEOUT) ./internal/wire
+	$(GO) -C wire test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZN) -timeout $(FUZZTIMEOUT) .
+	$(GO) -C wire test -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime $(FUZZN) -timeout $(FUZZTIMEOUT) .
+	$(GO) -C wire test -run '^$$' -fuzz '^FuzzHandshake$$' -fuzztime $(FUZZN) -timeout $(FUZZTIMEOUT) .
 	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZN) -timeout $(FUZZTIMEOUT) ./internal/locktable
 	$(GO) test -run '^$$' -fuzz '^FuzzServerHandshake$$' -fuzztime $(FUZZN_SERVER) -timeout $(FUZZTIMEOUT) ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzServer$$' -fuzztime $(FUZZN_SERVER) -timeout $(FUZZTIMEOUT) ./internal/adminhttp

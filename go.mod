@@ -10,6 +10,8 @@ require (
 	github.com/hashicorp/raft-wal v0.4.2
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.66.1
+	github.com/ticketing/ticketing/clients/go v0.0.0
+	github.com/ticketing/ticketing/wire v0.0.0
 )
 
 require (
@@ -33,4 +35,11 @@ require (
 	golang.org/x/exp v0.0.0-20220827204233-334a2380cb91 // indirect
 	golang.org/x/sys v0.35.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+// The wire codec and the Go client are modules of their own (a user of the client takes on
+// none of the server's dependencies); in this repository they are used from their folders.
+replace (
+	github.com/ticketing/ticketing/clients/go => ./clients/go
+	github.com/ticketing/ticketing/wire => ./wire
 )

@@ -12,7 +12,7 @@ import (
 )
 
 // The Ticketing protocol, version 1 final, as far as the load generator needs it (see
-// ../PROTOCOL.md). The bench module cannot import the server's internal/wire package, and the
+// ../PROTOCOL.md). The bench module keeps its own copy rather than depend on the wire module, and the
 // protocol is small: a four-frame handshake, then every frame is a 32-byte header plus a
 // variable part. What a bench connection follows:
 //   - it is its own session (a random 16-byte id; the failover client reuses it to resume);

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // call is one request and its waiter. Calls are pooled: a call goes back to the pool only after

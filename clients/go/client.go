@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // Client is a session with a Ticketing server (or cluster), safe for concurrent use by any number

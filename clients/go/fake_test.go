@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // fakeServer is a scriptable Ticketing server on 127.0.0.1 for the failure paths the real server
 // does not produce on demand (GOAWAY, NOT_LEADER, a changed state id, lost answers, a frozen
-// peer). It runs the real handshake (auth included, from internal/wire) and hands every accepted
+// peer). It runs the real handshake (auth included, from the wire package) and hands every accepted
 // connection to the test, which reads the requests and writes the answers itself.
 type fakeServer struct {
 	t    *testing.T

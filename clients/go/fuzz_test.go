@@ -10,7 +10,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // Fuzz targets for what the client reads from a server: whatever the bytes, the reader and the

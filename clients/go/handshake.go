@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // redirectError is a handshake answered NOT_LEADER: try leader (the hint) next, or, when it is

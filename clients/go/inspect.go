@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // KeyInfo is the state of one key, as INSPECT reports it.

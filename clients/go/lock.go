@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // Lock is a held lock: a key, its fencing token, and a lease that ends at Deadline unless it is

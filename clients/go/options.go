@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // Defaults of the Client options (docs/clients.md, "Defaults").

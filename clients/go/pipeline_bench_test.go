@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // The pipelined-pairs benchmark of the harness's clients workload (bench/clients.go, the program
@@ -23,7 +23,7 @@ import (
 // raw driver (one goroutine, N slots, every answer read in one go handled and the requests it
 // causes written in one write), so the ratio client/raw shows what the library costs.
 //
-//	go test -run '^$' -bench 'PipelinedPairs' -benchtime 2s ./clients/go
+//	go test -run '^$' -bench 'PipelinedPairs' -benchtime 2s . (in clients/go)
 //
 // Besides pairs/s, each reports the process's CPU time per pair (cpu-us/pair: the client's cost,
 // the server being another process) and its read and write syscalls per pair (from

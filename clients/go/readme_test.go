@@ -115,9 +115,21 @@ func TestReadmeInstall(t *testing.T) {
 	}
 	root := testserver.RepoRoot()
 	run("go", "mod", "init", "example.com/myapp")
-	run("go", "mod", "edit", "-require=github.com/ticketing/ticketing@v0.0.0", "-replace=github.com/ticketing/ticketing="+root)
+	run("go", "mod", "edit", "-require=github.com/ticketing/ticketing/clients/go@v0.0.0",
+		"-replace=github.com/ticketing/ticketing/clients/go="+filepath.Join(root, "clients", "go"),
+		"-replace=github.com/ticketing/ticketing/wire="+filepath.Join(root, "wire"),
+		"-replace=github.com/ticketing/ticketing="+root)
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(prog), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	run("go", "mod", "tidy")
+	// The client is its own module: none of the server's dependencies is in the graph.
+	for _, m := range strings.Fields(run("go", "list", "-m", "all")) {
+		for _, server := range []string{"hashicorp", "prometheus", "porcupine", "bolt", "golang.org/x/sys"} {
+			if strings.Contains(m, server) {
+				t.Errorf("the module graph of an application using the client holds %s", m)
+			}
+		}
 	}
 	run("go", "build", "-o", "myapp", ".")
 	env = append(env, "TICKETING_ADDR="+addr)

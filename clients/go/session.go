@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // The session: connecting, resuming after a reconnect, the state id check, and routing answers

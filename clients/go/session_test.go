@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // Sessions, resume, restarts, redirects, heartbeat, ACK and timeouts, against the fake server

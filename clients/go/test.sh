@@ -6,5 +6,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-go build -o bin/ticketing-go-conformance-driver ./clients/go/internal/conformancedriver
-go test -race -count=1 -timeout 10m ./clients/go/... ./cmd/ticketing/...
+(cd clients/go && go build -o ../../bin/ticketing-go-conformance-driver ./internal/conformancedriver)
+(cd clients/go && go vet ./... && go test -race -count=1 -timeout 10m ./...)
+go test -race -count=1 -timeout 10m ./cmd/ticketing/...

@@ -18,7 +18,7 @@ import (
 	"testing/iotest"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // The language-neutral vectors (protocol/vectors.json) and code tables (protocol/constants.json)

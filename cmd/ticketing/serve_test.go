@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/ticketing/ticketing/internal/testserver"
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // These tests run the server binary as its own process: its settings, signals and limits.

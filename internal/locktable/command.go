@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // The command encoding: the binary form of every state change, so that a log can carry it and

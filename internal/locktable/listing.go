@@ -1,6 +1,6 @@
 package locktable
 
-import "github.com/ticketing/ticketing/internal/wire"
+import "github.com/ticketing/ticketing/wire"
 
 // Read-only listings for operators (the admin listener's inspection pages). None of these
 // changes the table, and none is on the request path: they may allocate, and they cost time

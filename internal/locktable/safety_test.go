@@ -3,7 +3,7 @@ package locktable
 import (
 	"testing"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // Paths to two holders found in review (issue "Lock safety"): each test here failed before its

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // ---------------------------------------------------------------------------

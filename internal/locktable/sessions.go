@@ -5,7 +5,7 @@ import (
 	"math/bits"
 	"sort"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // Defaults of the session layer's limits (Config).

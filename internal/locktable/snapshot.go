@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // Snapshot and Restore copy the table's whole logical state: keys with their holders,

@@ -27,7 +27,7 @@ import (
 	"github.com/ticketing/ticketing/internal/locktable"
 	"github.com/ticketing/ticketing/internal/raftnet"
 	"github.com/ticketing/ticketing/internal/store"
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // ClusterConfig turns a node into a member of a Raft cluster (docs/cluster.md). The lock table

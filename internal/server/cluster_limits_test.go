@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/ticketing/ticketing/internal/locktable"
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // While the leader's log is slow, a pipelining client is held back by TCP instead of filling

@@ -20,7 +20,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/ticketing/ticketing/internal/store"
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // testCluster is n in-process nodes on 127.0.0.1 with real sockets (client and Raft ports).

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // Config is the server's configuration. The zero value is not valid; start from Default().

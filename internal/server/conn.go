@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/ticketing/ticketing/internal/locktable"
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 const readBufSize = 4 << 10 // grows to fit a larger frame, then shrinks back

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // tryFlush never blocks: when the peer is not reading, it writes what the socket takes and leaves

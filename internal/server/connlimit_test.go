@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // A handshake holds its connection slot from CHALLENGE OK on, and gives it back on every path

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // TestMain lets this test binary double as the client inside a network namespace

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // The protocol's edges of PROTOCOL.md "Request ids" and "Retries and stored outcomes", byte by

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ticketing/ticketing/internal/store"
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // A connection that sent a frame the server cannot trust is doomed at once: detached in the same

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // FuzzServerHandshake feeds arbitrary client bytes to the server's real handshake code. It must

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ticketing/ticketing/internal/locktable"
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // handshake runs HELLO / CHALLENGE / AUTH / WELCOME under the handshake deadline, attaches the

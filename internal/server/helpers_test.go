@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // testServer is a real server on 127.0.0.1 with a free port.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/ticketing/ticketing/internal/adminhttp"
 	"github.com/ticketing/ticketing/internal/locktable"
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // Metrics: Prometheus exposition on the admin listener's GET /metrics (docs/operations.md,

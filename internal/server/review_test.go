@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/ticketing/ticketing/internal/store"
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // Tests written in review. Each one pins a rule of PROTOCOL.md / PRODUCT.md.

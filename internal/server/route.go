@@ -4,7 +4,7 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // failCrashBeforeGrantReply is a failpoint for crash tests: with TICKETING_FAILPOINT_FILE set,

@@ -39,7 +39,7 @@ import (
 	"github.com/ticketing/ticketing/internal/clock"
 	"github.com/ticketing/ticketing/internal/locktable"
 	"github.com/ticketing/ticketing/internal/store"
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // Server is a single Ticketing node.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // reconnect opens a new connection for the same session as c (a resume attempt).

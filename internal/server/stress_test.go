@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // TestStressRandomClients runs many clients doing random acquires (try-once, short waits,

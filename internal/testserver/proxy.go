@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // Proxy relays TCP connections from its own loopback address to a target. A test controls the

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	ticketing "github.com/ticketing/ticketing/clients/go"
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // Official clients in the chaos workload: the holders' beliefs come from the clients themselves

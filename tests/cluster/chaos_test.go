@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // Chaos: real nodes whose raft links run through proxies the test controls, a lock workload

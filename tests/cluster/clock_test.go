@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // TestLeaseNeverEarlyAcrossLeadersWithSkewedClocks: every node runs in its own time namespace

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // TestCrashBetweenCommitAndReply: the leader dies after committing a hand-off and before writing

@@ -13,7 +13,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // The checker of a lock workload under faults. Workers record every ACQUIRE and RELEASE with

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // Membership and maintenance through the operator's tools: `ticketing cluster status|add|

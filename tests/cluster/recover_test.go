@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // TestForcedRecovery: two of three nodes are lost for good; the survivor is restarted with

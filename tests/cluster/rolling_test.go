@@ -12,7 +12,7 @@ import (
 	"time"
 
 	ticketing "github.com/ticketing/ticketing/clients/go"
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // The operator's everyday view, through the official Go client with its default options:

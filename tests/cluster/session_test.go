@@ -9,7 +9,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // session is a raw protocol client for workloads under faults: one session (a random 16-byte

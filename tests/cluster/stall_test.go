@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // TestStalledDiskLeaderStepsDown: the leader's log writes hang (a failpoint blocks them while a

@@ -12,10 +12,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
-// rawConn is one protocol connection built directly on internal/wire: the handshake, then
+// rawConn is one protocol connection built directly on the wire package: the handshake, then
 // frames written as given and frames read by a loop that hands each to a callback. The runner's
 // observer "R" (rawClient) and the stub driver are built on it.
 type rawConn struct {

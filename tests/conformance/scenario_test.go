@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/ticketing/ticketing/internal/testserver"
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // prompt is SCENARIOS.md's "promptly".

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // The cluster variants of the scenarios that stop, kill or restart the server (SCENARIOS.md,

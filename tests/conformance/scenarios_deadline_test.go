@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/ticketing/ticketing/internal/testserver"
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // scDeadlineAfterResume: PROTOCOL.md, "The lost signal". Two grants that reach the client after

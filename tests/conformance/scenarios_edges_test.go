@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // The edges every client must agree on (issue "Clients, second pass"): each scenario failed with

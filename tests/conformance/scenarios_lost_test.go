@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/ticketing/ticketing/internal/testserver"
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 func scCancelWaiting(s *S) {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ticketing/ticketing/internal/testserver"
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // proxies is one proxy per endpoint of a target; a client given addrs() reaches the target

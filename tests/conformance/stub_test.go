@@ -1,6 +1,6 @@
 package conformance
 
-// The stub driver: a small reference client written directly on internal/wire, speaking the
+// The stub driver: a small reference client written directly on the wire package, speaking the
 // driver protocol of DRIVER.md. It is not a shipped client; it lets the runner be tested
 // without any client's driver (TICKETING_CONFORMANCE_DRIVERS=stub), and it can be broken on
 // purpose to show that a misbehaving driver fails the run:
@@ -32,7 +32,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ticketing/ticketing/internal/wire"
+	"github.com/ticketing/ticketing/wire"
 )
 
 const stubDriverEnv = "TICKETING_CONFORMANCE_STUB"

@@ -19,7 +19,7 @@ func TestVectorFiles(t *testing.T) {
 		"constants.json": MarshalIndent(Constants()),
 	}
 	for name, want := range files {
-		path := filepath.Join("..", "..", "protocol", name)
+		path := filepath.Join("..", "protocol", name)
 		if *update {
 			if err := os.WriteFile(path, want, 0o644); err != nil {
 				t.Fatal(err)
@@ -31,7 +31,7 @@ func TestVectorFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
-			t.Errorf("%s differs from what internal/wire generates; run go test ./internal/wire -run TestVectorFiles -update", path)
+			t.Errorf("%s differs from what wire generates; run (cd wire && go test -run TestVectorFiles -update)", path)
 		}
 	}
 }

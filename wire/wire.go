@@ -1,7 +1,7 @@
 // Package wire is the Ticketing protocol, version 1: frame layouts, opcodes and status codes, encoded
 // and decoded at fixed offsets without allocating. PROTOCOL.md at the repository root is the
 // specification; protocol/constants.json and protocol/vectors.json are generated from this package
-// (go test ./internal/wire -update) and every client checks itself against them.
+// (cd wire && go test -update) and every client checks itself against them.
 //
 // All integers are big-endian. Every frame starts with a 4-byte length: the number of bytes that
 // follow the length field. After the handshake, requests and responses share one 32-byte header

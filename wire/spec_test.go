@@ -13,7 +13,7 @@ import (
 // TestProtocolHexDumps checks every hex dump in PROTOCOL.md against the vector it names, and that
 // every vector has a dump, so the spec and vectors.json cannot drift apart.
 func TestProtocolHexDumps(t *testing.T) {
-	spec, err := os.ReadFile(filepath.Join("..", "..", "PROTOCOL.md"))
+	spec, err := os.ReadFile(filepath.Join("..", "PROTOCOL.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

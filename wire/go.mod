@@ -1,0 +1,3 @@
+module github.com/ticketing/ticketing/wire
+
+go 1.24.0

@@ -6,9 +6,11 @@ server. Each accepted connection runs ``script(FakeConn)`` on a thread."""
 from __future__ import annotations
 
 import secrets
+import select
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 
 from ticketing.constants import AUTH_SIZE, CHALLENGE_AUTH_REQUIRED, HELLO_SIZE, WELCOME_RESUMED, Op, Status
@@ -96,6 +98,17 @@ class FakeConn:
                 self.answer(req)
                 continue
             return req
+
+    def idle(self, seconds: float) -> None:
+        """Let ``seconds`` pass as a live server does while a request waits (a queued ACQUIRE):
+        PINGs are answered; any other request is an error."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if not self.buf and not select.select([self.sock], [], [], left)[0]:
+                return
+            req = self.recv(answer_pings=False)
+            assert req.op == Op.PING, f"unexpected {req.op!r} while idle"
+            self.answer(req)
 
     def send(self, resp: Response) -> None:
         self.sock.sendall(resp.encode())

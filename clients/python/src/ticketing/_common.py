@@ -46,11 +46,17 @@ BACKOFF_MIN = 0.05
 BACKOFF_MAX = 2.0
 #: While any request waits for an answer (a queued ACQUIRE included), the heartbeat PING goes
 #: after at most this many seconds of silence (docs/clients.md, the heartbeat interval).
-BUSY_HEARTBEAT = 0.5
+BUSY_HEARTBEAT = 0.25
 #: A PING unanswered for min(heartbeat, this) seconds gives the connection up: the client
-#: reconnects (the node just left tried last) and resumes, so a frozen leader is left in about
-#: 1.5 s. Calls in flight keep waiting, each bounded by its own timeout.
-MAX_PING_WAIT = 1.0
+#: reconnects (the node just left tried last) and resumes, so a frozen leader is left about 1 s
+#: after it froze. Calls in flight keep waiting, each bounded by its own timeout.
+MAX_PING_WAIT = 0.75
+#: For this many seconds after a connection was found silent (a PING unanswered: a frozen node,
+#: a cut network), that node is neither dialled nor followed as a leader hint in connect rounds,
+#: unless it is the only endpoint: it still accepts TCP and would cost the handshake wait, and
+#: the other nodes keep naming it as the leader until they elect another one (docs/clients.md,
+#: rule 1). After that it is tried last, as any node just left.
+SILENT_SKIP = 2.0
 #: Once TCP is connected, TLS and the handshake must finish within min(connect_timeout, this)
 #: seconds: a frozen node's kernel still accepts connections.
 HANDSHAKE_WAIT = 2.0

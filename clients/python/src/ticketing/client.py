@@ -22,6 +22,7 @@ from ._common import (
     DEFAULT_HEARTBEAT,
     DEFAULT_REQUEST_TIMEOUT,
     MAX_PING_WAIT,
+    SILENT_SKIP,
     Endpoint,
     ForkAware,
     KeyInfo,
@@ -103,10 +104,11 @@ class Client(ForkAware):
       ACQUIRE spends queued (its ``wait_timeout`` bounds that); a call made while the client
       has no connection waits for one within it (a short one fails fast). Default 10.0; None:
       no limit.
-    - ``heartbeat``: after this long without receiving anything, send PING (after 0.5 s while
-      any request waits); a PING unanswered within min(``heartbeat``, 1 s) gives the connection
-      up as silent: the client reconnects, trying that node last, and resumes, the calls in
-      flight keep waiting. Default 2.0; 0 or None disables it.
+    - ``heartbeat``: after this long without receiving anything, send PING (after 0.25 s while
+      any request waits); a PING unanswered within min(``heartbeat``, 0.75 s) gives the
+      connection up as silent: the client reconnects and resumes, the calls in flight keep
+      waiting; for 2 s that node is neither dialled nor followed as a leader hint (unless it is
+      the only endpoint), then it is tried last. Default 2.0; 0 or None disables it.
     - ``release_on_close``: :meth:`close` releases every lock still held. Default False: locks
       stay held on the server until their lease ends.
     - ``cleanup_timeout``: how long an acquire interrupted while it waits (KeyboardInterrupt)
@@ -158,6 +160,8 @@ class Client(ForkAware):
         self._dial_sock: object | None = None
         self._preferred = 0
         self._hint: Endpoint | None = None
+        self._silent: Endpoint | None = None  # the node whose connection was last found silent...
+        self._silent_till = 0.0  # ...left out of connect rounds until then (time.monotonic())
         self._ever_connected = False
         self._down = False  # the session grace passed without a reconnect: nothing left to resume
         self._last_error = ""  # why the connection was lost or the last connect round failed
@@ -647,6 +651,7 @@ class Client(ForkAware):
             if hb is not None and now - hb.t_send >= ping_wait:
                 dead = f"silent: no answer to a heartbeat PING within {ping_wait:g} s"
                 self._advance_locked(conn.endpoint)
+                self._silent, self._silent_till = conn.endpoint, time.monotonic() + SILENT_SKIP
             else:
                 left = BUSY_HEARTBEAT
                 if hb is None:
@@ -741,12 +746,11 @@ class Client(ForkAware):
             delay = min(delay * 2, BACKOFF_MAX)
 
     def _dial_round(self) -> tuple[Endpoint, _Transport, bytes, Welcome] | list[tuple[Endpoint, TicketingError]]:
-        """Try the leader hint, then every endpoint from the preferred one on, once each."""
+        """Try the leader hint, then every endpoint from the preferred one on, once each (the
+        node found silent lately left out)."""
         with self._mu:
-            n = len(self._endpoints)
-            candidates = [self._endpoints[(self._preferred + i) % n] for i in range(n)]
-            if self._hint is not None:
-                candidates.insert(0, self._hint)
+            candidates, skip = _round_candidates(self._endpoints, self._preferred, self._hint,
+                                                 self._silent, self._silent_till)
         errors: list[tuple[Endpoint, TicketingError]] = []
         hints = 0
         i = 0
@@ -766,7 +770,7 @@ class Client(ForkAware):
                 log.debug("connecting to %s failed: %s", format_endpoint(ep), e)
                 errors.append((ep, e))
                 hint = _hint_of(e, ep) if hints < _MAX_HINTS else None
-                if hint is not None:
+                if hint is not None and hint != skip:
                     candidates.insert(i, hint)
                     hints += 1
                 continue
@@ -848,6 +852,19 @@ def _shutdown_any(sock: object | None) -> None:
 
 
 # --- shared by the blocking and the asyncio client -------------------------------------------
+
+
+def _round_candidates(endpoints: Sequence[Endpoint], preferred: int, hint: Endpoint | None,
+                      silent: Endpoint | None, silent_till: float) -> tuple[list[Endpoint], Endpoint | None]:
+    """A connect round's targets: the leader hint, then every endpoint from the preferred one
+    on; and the node to skip, as a target and as a hint met in the round: the one found silent
+    less than SILENT_SKIP ago (docs/clients.md, rule 1), unless it is the only endpoint."""
+    skip = silent if len(endpoints) > 1 and time.monotonic() < silent_till else None
+    n = len(endpoints)
+    candidates = [ep for ep in (endpoints[(preferred + i) % n] for i in range(n)) if ep != skip and ep != hint]
+    if hint is not None and hint != skip:
+        candidates.insert(0, hint)
+    return candidates, skip
 
 
 def _hint_of(e: TicketingError, ep: Endpoint) -> Endpoint | None:

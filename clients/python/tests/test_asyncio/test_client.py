@@ -49,9 +49,9 @@ def test_acquire_extend_release(server: ServerProcess, key: str) -> None:
             assert await client.ping() >= 0
             lock = await client.acquire(key, lease=5, wait_timeout=1)
             assert lock.key == key and lock.token > 0 and lock.held
-            assert 4.9 < lock.remaining() <= 5 and lock.lease == 5
+            assert 4 < lock.remaining() <= 5 and lock.lease == 5  # counted from the send: load stretches it
             assert await lock.extend(20) == 20
-            assert lock.lease == 20 and 19.9 < lock.remaining() <= 20
+            assert lock.lease == 20 and 19 < lock.remaining() <= 20
             assert await client.extend(key, lock.token, 30) == 30 and lock.lease == 30
             await lock.release()
             assert lock.released and not lock.held and not lock.lost.is_set()
@@ -355,11 +355,11 @@ def test_keepalive_holds_past_the_lease(server: ServerProcess, key: str) -> None
     async def main() -> None:
         async with ticketing.asyncio.Client(server.addr) as client, \
                 ticketing.asyncio.Client(server.addr) as other:
-            lock = await client.acquire(key, lease=0.3, keepalive=True)
-            t_end = time.monotonic() + 1.2
+            lock = await client.acquire(key, lease=1.5, keepalive=True)
+            t_end = time.monotonic() + 2.2  # past the lease granted at first
             while time.monotonic() < t_end:
                 assert await other.try_acquire(key, 5) is None
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.2)
             assert lock.held and await lock.verify()
             await lock.release()
             assert not (await other.inspect(key)).held

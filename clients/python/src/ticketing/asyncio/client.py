@@ -22,6 +22,7 @@ from .._common import (
     DEFAULT_HEARTBEAT,
     DEFAULT_REQUEST_TIMEOUT,
     MAX_PING_WAIT,
+    SILENT_SKIP,
     Endpoint,
     ForkAware,
     KeyInfo,
@@ -50,6 +51,7 @@ from ..client import (
     _after_failed_round,
     _election,
     _hint_of,
+    _round_candidates,
     _needs_connection,
     _round_error,
     _round_text,
@@ -86,8 +88,8 @@ class Client(ForkAware):
     Arguments are those of the blocking :class:`ticketing.Client`, with the same defaults:
     ``endpoints`` (``"127.0.0.1:7070"``), ``token`` (None), ``ssl`` (None), ``server_hostname``
     (the endpoint's host), ``connect_timeout`` (5.0 s), ``request_timeout`` (10.0 s; None: no
-    limit), ``heartbeat`` (2.0 s, 0.5 s while a request waits; a PING unanswered within
-    min(heartbeat, 1 s) replaces the connection; 0 or None disables it), ``release_on_close``
+    limit), ``heartbeat`` (2.0 s, 0.25 s while a request waits; a PING unanswered within
+    min(heartbeat, 0.75 s) replaces the connection; 0 or None disables it), ``release_on_close``
     (False), ``cleanup_timeout`` (5.0 s: how long a cancelled acquire waits for its CANCEL
     answer and the release of a grant that raced it before the cancellation propagates, and how
     long :meth:`close` waits for the withdrawal of queued acquires).
@@ -133,6 +135,8 @@ class Client(ForkAware):
         self._settle: asyncio.Event | None = None  # close() waiting for withdrawn acquires
         self._preferred = 0
         self._hint: Endpoint | None = None
+        self._silent: Endpoint | None = None  # the node whose connection was last found silent...
+        self._silent_till = 0.0  # ...left out of connect rounds until then (time.monotonic())
         self._ever_connected = False
         self._down = False  # the session grace passed without a reconnect: nothing left to resume
         self._last_error = ""  # why the connection was lost or the last connect round failed
@@ -606,6 +610,7 @@ class Client(ForkAware):
         if hb is not None and now - hb.t_send >= ping_wait:
             dead = f"silent: no answer to a heartbeat PING within {ping_wait:g} s"
             self._advance(conn.endpoint)
+            self._silent, self._silent_till = conn.endpoint, time.monotonic() + SILENT_SKIP
             log.info("connection to %s %s; reconnecting", format_endpoint(conn.endpoint), dead)
             conn.close(dead)
             return
@@ -701,11 +706,10 @@ class Client(ForkAware):
 
     async def _dial_round(self) -> (tuple[Endpoint, asyncio.StreamReader, asyncio.StreamWriter, Welcome]
                                     | list[tuple[Endpoint, TicketingError]]):
-        """Try the leader hint, then every endpoint from the preferred one on, once each."""
-        n = len(self._endpoints)
-        candidates = [self._endpoints[(self._preferred + i) % n] for i in range(n)]
-        if self._hint is not None:
-            candidates.insert(0, self._hint)
+        """Try the leader hint, then every endpoint from the preferred one on, once each (the
+        node found silent lately left out)."""
+        candidates, skip = _round_candidates(self._endpoints, self._preferred, self._hint,
+                                             self._silent, self._silent_till)
         errors: list[tuple[Endpoint, TicketingError]] = []
         hints = 0
         i = 0
@@ -723,7 +727,7 @@ class Client(ForkAware):
                 log.debug("connecting to %s failed: %s", format_endpoint(ep), e)
                 errors.append((ep, e))
                 hint = _hint_of(e, ep) if hints < _MAX_HINTS else None
-                if hint is not None:
+                if hint is not None and hint != skip:
                     candidates.insert(i, hint)
                     hints += 1
                 continue

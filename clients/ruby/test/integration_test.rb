@@ -150,22 +150,51 @@ class IntegrationTest < Minitest::Test
     end
   end
 
+  # The lost signal is due before the server's expiry and the next holder's grant comes after
+  # it. Asserted on the clock readings, not on which thread wakes first: the signal is due
+  # min(5 ms, lease/10) + lease * 2 rho before the earliest possible server expiry, a window a
+  # loaded machine's thread scheduling can exceed.
   def test_lost_on_expiry_before_the_next_grant
     srv = start_server
     a = client(srv.endpoint)
     b = client(srv.endpoint)
+    lease = 0.4
     events = Queue.new
-    lock = a.acquire("k", lease: 0.4)
-    lock.on_lost { |_l, reason| events << [:lost, reason] }
+    called = Ticketing::Clock.now
+    lock = a.acquire("k", lease: lease)
+    returned = Ticketing::Clock.now
+    lock.on_lost { |_l, reason| events << [:lost, reason, Ticketing::Clock.now] }
     waiter = Thread.new do
       got = b.acquire("k", lease: 5)
-      events << [:granted, got.token]
+      events << [:granted, got.token, Ticketing::Clock.now, lock.lost_reason]
       got
     end
-    assert_equal [:lost, :expired], events.pop
-    kind, token = events.pop
-    assert_equal :granted, kind
+    got = {}
+    2.times do
+      event = Timeout.timeout(10 * lease + 5) { events.pop }
+      got[event.first] = event.drop(1)
+    end
+    lost_reason, lost_at = got.fetch(:lost)
+    token, granted_at, reason_at_grant = got.fetch(:granted)
+    assert_equal :expired, lost_reason
     assert_operator token, :>, lock.token
+
+    # The local deadline counts from the first send (between the call and its return), so the
+    # signal is due before the server can expire the lease (it received the ACQUIRE after it
+    # was sent), by min(5 ms, lease/10) + lease * 2 rho at least.
+    sent = lock.deadline - (lease * Ticketing::Session::RATE_FACTOR)
+    assert_operator sent, :>=, called - 0.001
+    assert_operator sent, :<=, returned + 0.001
+    due = lock.deadline - [Ticketing::Protocol::ClientRule::LOST_MARGIN_MS / 1000.0, lease / 10].min
+    earliest_expiry = sent + lease
+    # The order: signal due, then the server's expiry, then the next grant; whoever holds the
+    # new grant sees the old lock lost already.
+    assert_operator lost_at, :>=, due, "the lost signal fired early"
+    assert_operator granted_at, :>=, earliest_expiry, "granted before the lease could expire"
+    assert_equal :expired, reason_at_grant, "the old lock was not lost yet when the next grant came"
+    # The signal fires from the local deadline, not at some later notice: within a lease of due
+    # (a lenient bound for a loaded machine; the fake-server tests time it closely).
+    assert_operator lost_at - due, :<, lease + (Ticketing::Protocol::ClientRule::LOST_CHECK_MS / 1000.0)
     err = assert_raises(Ticketing::LockLostError) { lock.release }
     assert_equal :expired, err.reason
     waiter.value.release

@@ -91,11 +91,12 @@ module Ticketing
     #   Default 5.0.
     # - +request_timeout+: seconds to wait for any answer, except the time an acquire spends
     #   queued (bounded by its +timeout+ and the heartbeat instead). Default 10.0.
-    # - +heartbeat_interval+: after this many seconds without receiving anything (at most 0.5
+    # - +heartbeat_interval+: after this many seconds without receiving anything (at most 0.25
     #   while any request waits for its answer, a queued acquire included), send PING; a PING
-    #   unanswered within min(+heartbeat_interval+, 1.0) gives the connection up as silent: it is
-    #   replaced, the session resumes and the calls in flight keep waiting, and the node just
-    #   left is tried last. Default 2.0; 0 disables.
+    #   unanswered within min(+heartbeat_interval+, 0.75) gives the connection up as silent: it
+    #   is replaced, the session resumes and the calls in flight keep waiting; for 2 s the node
+    #   just left is neither dialled nor followed as a leader hint (unless it is the only
+    #   endpoint), then it is tried last. Default 2.0; 0 disables.
     # - +reconnect_delay+, +reconnect_delay_max+: backoff between reconnect rounds, doubling
     #   with jitter. Defaults 0.05 and 2.0.
     # - +cleanup_timeout+: seconds a cancelled acquire (and #close, for the acquires it

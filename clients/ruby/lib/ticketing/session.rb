@@ -67,10 +67,15 @@ module Ticketing
     MAX_HINTS_PER_ROUND = 3
     # The heartbeat while any request waits for an answer (a queued ACQUIRE included): PING
     # after at most this much silence, in seconds (docs/clients.md, the heartbeat interval).
-    BUSY_HEARTBEAT = 0.5
+    BUSY_HEARTBEAT = 0.25
     # A PING unanswered for min(heartbeat, this) seconds gives the connection up: it is replaced
-    # and the session resumed (a frozen leader is left in about 1.5 s).
-    MAX_PING_WAIT = 1.0
+    # and the session resumed (a frozen leader is left about 1 s after it froze).
+    MAX_PING_WAIT = 0.75
+    # How long, in seconds, a node whose connection went silent (a PING unanswered: frozen, or
+    # cut off) is left out of the connect rounds, as an endpoint and as a leader hint, when there
+    # are other endpoints: it still accepts TCP and would cost the handshake wait, and the other
+    # nodes keep naming it as the leader until they elect another (docs/clients.md, rule 1).
+    SILENT_SKIP = 2.0
 
     attr_reader :config
 
@@ -396,9 +401,10 @@ module Ticketing
     # Called once the connection failed (by its threads, the heartbeat, a redirect): forget it
     # and reconnect when something needs the connection. +error+ nil: a planned move.
     # +advance+ (SHUTTING_DOWN, GOAWAY without a hint, a silent node found by the heartbeat):
-    # the next round starts at the next endpoint, so the node just left is tried last. The calls
-    # in flight stay pending: they are re-sent when the session resumes.
-    def connection_failed(conn, error, advance: false, reconnect: false)
+    # the next round starts at the next endpoint, so the node just left is tried last. +silent+
+    # (the heartbeat's verdict): that node is also neither dialled nor followed as a hint for
+    # SILENT_SKIP. The calls in flight stay pending: they are re-sent when the session resumes.
+    def connection_failed(conn, error, advance: false, reconnect: false, silent: false)
       @mutex.synchronize do
         return unless conn.equal?(@conn)
 
@@ -407,6 +413,10 @@ module Ticketing
         @dropped_at = Scheduler.now
         n = @config.endpoints.size
         @next_index = advance ? (conn.index + 1) % n : conn.index if conn.index
+        if silent
+          @silent = conn.endpoint
+          @silent_till = @dropped_at + SILENT_SKIP
+        end
         drop_ping_locked(conn)
         start_reconnector_locked if reconnect || demand_locked?
       end
@@ -443,6 +453,8 @@ module Ticketing
       @ack_call = nil
       @hint = nil
       @next_index = 0
+      @silent = nil      # the node the heartbeat last found silent...
+      @silent_till = 0.0 # ...neither dialled nor followed as a hint until then (monotonic)
       @holds = 0
       @reconnector = nil
       @dialing_socket = nil
@@ -570,15 +582,20 @@ module Ticketing
       end
     end
 
-    # Tries the leader hint, then every endpoint once from @next_index. Returns a Connection.
+    # Tries the leader hint, then every endpoint once from @next_index, leaving out a node found
+    # silent less than SILENT_SKIP ago (unless it is the only endpoint). Returns a Connection.
     def dial_round
-      hint, start = @mutex.synchronize { [@hint, @next_index] }
       endpoints = @config.endpoints
+      hint, start, skip = @mutex.synchronize do
+        skip = @silent if endpoints.size > 1 && Scheduler.now < @silent_till
+        [@hint, @next_index, skip]
+      end
+      hint = nil if hint && hint == skip
       targets = []
       targets << [hint, endpoints.index(hint)] if hint
       endpoints.size.times do |i|
         j = (start + i) % endpoints.size
-        targets << [endpoints[j], j] unless endpoints[j] == hint
+        targets << [endpoints[j], j] unless endpoints[j] == hint || endpoints[j] == skip
       end
       errors = []
       hints = 0
@@ -594,7 +611,7 @@ module Ticketing
         rescue Connection::Redirect => e
           errors << e
           leader = parse_hint(e.hint)
-          if leader && hints < MAX_HINTS_PER_ROUND
+          if leader && leader != skip && hints < MAX_HINTS_PER_ROUND
             hints += 1
             targets.unshift([leader, endpoints.index(leader)])
           end
@@ -785,7 +802,8 @@ module Ticketing
     # (BUSY_HEARTBEAT at most while a request waits for its answer), PING; a PING unanswered
     # within min(heartbeat_interval, MAX_PING_WAIT) gives the connection up as silent (a frozen
     # node, a cut network): it is replaced like a dropped one, the session resumes on the next
-    # connection and the calls in flight keep waiting; the node just left is tried last.
+    # connection and the calls in flight keep waiting; for SILENT_SKIP the node just left is
+    # neither dialled nor followed as a hint (unless it is the only endpoint), then tried last.
     def schedule_heartbeat(conn, delay = nil)
       interval = @config.heartbeat_interval
       return if interval.nil? || interval.zero?
@@ -832,7 +850,7 @@ module Ticketing
       if silent
         ms = (wait * 1000).round
         connection_failed(conn, TimeoutError.new("#{conn}: heartbeat: no answer to a PING within #{ms} ms; " \
-                                                 "replacing the connection"), advance: true)
+                                                 "replacing the connection"), advance: true, silent: true)
       else
         schedule_heartbeat(conn, next_check)
       end

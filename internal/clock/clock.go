@@ -3,8 +3,12 @@
 // boot), the kernel's boot id (which tells whether two readings come from the same boot), and
 // the wall clock.
 //
-// Leases are measured on BOOTTIME: a lease must run out in real time even if the server's
-// machine sleeps through it, because clients elsewhere do not sleep.
+// A single node measures leases on BOOTTIME: a lease must run out in real time even if the
+// server's machine sleeps through it, because clients elsewhere do not sleep. A cluster leader
+// stamps the log's time from Go's monotonic clock instead (internal/server, cluster.stamp),
+// which stops while its host is suspended: there a lease lasts longer in real time, never
+// shorter, which is the safe direction (the holder's own deadline passes first), and the other
+// nodes elect a new leader meanwhile, whose time goes on from the last stamp it applied.
 package clock
 
 import (

@@ -104,9 +104,6 @@ func (e *Encoder) Reset(now int64) {
 // Len is the entry's size so far.
 func (e *Encoder) Len() int { return len(e.buf) }
 
-// Count is the number of commands so far.
-func (e *Encoder) Count() int { return int(e.count) }
-
 // Bytes returns the entry (valid until the next call on e).
 func (e *Encoder) Bytes() []byte {
 	e.close()
@@ -145,9 +142,6 @@ func (e *Encoder) Requests(sid *[wire.SessionIDSize]byte, conn uint64) {
 
 // Request adds one request to the open REQUESTS command.
 func (e *Encoder) Request(r *wire.Request) { e.buf = wire.AppendRequest(e.buf, r) }
-
-// Frames adds request frames, already encoded, to the open REQUESTS command.
-func (e *Encoder) Frames(b []byte) { e.buf = append(e.buf, b...) }
 
 // Attach adds an ATTACH command.
 func (e *Encoder) Attach(sid *[wire.SessionIDSize]byte, conn uint64, graceMs uint32) {

@@ -595,7 +595,7 @@ func (c *cluster) loseLeadership(reason uint32) {
 			continue
 		}
 		conns = append(conns, cn)
-		cn.push(nil, &wire.Response{Op: wire.OpGoaway, Detail: reason, Data: []byte(hint)}, false)
+		cn.push(&wire.Response{Op: wire.OpGoaway, Detail: reason, Data: []byte(hint)}, false)
 		cn.detached = true
 		delete(s.conns, cn.id)
 		s.attached.Add(-1)

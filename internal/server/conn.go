@@ -327,7 +327,7 @@ func shortDuration(d time.Duration) string {
 // running) while Server.mu is held. It reports whether the frame was queued: a doomed or closed
 // connection takes nothing (its output is capped), and a frame that overflows the output limit
 // dooms the connection and is dropped with everything queued.
-func (c *conn) push(cur *conn, r *wire.Response, grant bool) bool {
+func (c *conn) push(r *wire.Response, grant bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || c.failed {

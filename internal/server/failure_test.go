@@ -220,7 +220,7 @@ func TestOutputCapIsHard(t *testing.T) {
 	cn.failed = true
 	cn.mu.Unlock()
 	ts.mu.Lock()
-	queued := cn.push(nil, &wire.Response{Op: wire.OpExpired, Token: 1, Data: []byte("k")}, false)
+	queued := cn.push(&wire.Response{Op: wire.OpExpired, Token: 1, Data: []byte("k")}, false)
 	ts.mu.Unlock()
 	if queued {
 		t.Fatal("a push was queued on a failed connection")

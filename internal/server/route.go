@@ -92,7 +92,7 @@ func (s *Server) settle(cur *conn) {
 				}
 				continue
 			}
-			if !d.push(cur, &o.Resp, grant) && grant {
+			if !d.push(&o.Resp, grant) && grant {
 				lost = append(lost, undelivered{d, o.Resp.ID})
 			}
 			if !d.marked {

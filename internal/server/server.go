@@ -1,22 +1,26 @@
 // Package server owns the sockets of a single Ticketing node: it accepts connections, runs the
 // handshake (and attaches the client's session), and serves each connection's requests in four
-// steps, each in one place:
+// steps:
 //
-//   - validate (conn.go, validate): the connection-local checks of every complete frame in a
-//     read; invalid requests and PING are answered on the spot;
-//   - batch (conn.go, batch): the valid requests of one read, in order;
-//   - apply (apply.go): the batch applied to the lock table (locktable.Table.Requests) under
-//     Server.mu — the same table calls a replicated log would make from a command entry;
-//   - route (route.go): the table's outputs go to their connections — the batch's own answers to
-//     the reader's buffer, hand-offs, EXPIRED and answers for other sessions to theirs — and every
-//     batch is written with one write.
+//   - validate (conn.go, conn.validate): the connection-local checks of every complete frame in
+//     a read; invalid requests and PING are answered on the spot;
+//   - batch (conn.go, conn.serve): the valid requests of one read, in order;
+//   - apply (route.go, Server.apply): the batch applied to the lock table
+//     (locktable.Table.Requests) under Server.mu on a single node; in a cluster the batch is
+//     encoded as a log entry instead (route.go, Server.propose; cluster.go) and every replica's
+//     FSM makes the same table call when the entry commits;
+//   - route (route.go, Server.settle): the table's outputs go to their connections — the
+//     batch's own answers to the reader's buffer, hand-offs, EXPIRED and answers for other
+//     sessions to theirs — and every batch is written with one write.
 //
 // The durable token ceiling and restart horizon (persist.go) and the clock that drives deadlines
 // (clock goroutine, below) feed the table through the same apply step.
 //
-// Lock order: Server.mu before conn.mu. Server.mu guards the lock table, the connection registry
-// and the timer; conn.mu guards a connection's output buffer. No mutex is held during socket I/O
-// or disk I/O, and no handshake work happens under Server.mu except the session attach.
+// Locks: Server.mu before conn.mu. Server.mu guards the lock table, the connection registry, the
+// timer and each connection's pending handshake; conn.mu guards a connection's output buffer and
+// its grant marks. conn.wmu (one writer per connection) is taken before conn.mu and is the one
+// mutex held across a socket write; neither Server.mu nor conn.mu is held during socket or disk
+// I/O (durable writes run in persist.go's goroutine; Raft's in hashicorp/raft's).
 package server
 
 import (

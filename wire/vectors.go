@@ -173,6 +173,7 @@ func Vectors() VectorFile {
 		{"invalid_key", Response{Op: OpAcquire, Status: StatusInvalid, ID: 9, Detail: FieldKey, Data: []byte(MsgKey)}},
 		{"invalid_op", Response{Op: 0x7f, Status: StatusInvalid, ID: 10, Detail: FieldOp, Data: []byte(MsgOp)}},
 		{"invalid_request_id_used", Response{Op: OpRelease, Status: StatusInvalid, ID: 3, Detail: FieldRequestID, Data: []byte(MsgRequestIDUsed)}},
+		{"invalid_ping_id", Response{Op: OpPing, Status: StatusInvalid, ID: 6, Detail: FieldRequestID, Data: []byte(MsgPingID)}},
 		{"invalid_length", Response{Op: 0, Status: StatusInvalid, ID: 0, Detail: FieldLength, Data: []byte(MsgLength)}},
 		{"busy_waiters_per_key", Response{Op: OpAcquire, Status: StatusBusy, ID: 11, Detail: LimitWaitersPerKey, Data: []byte(MsgWaitersPerKey)}},
 		{"busy_storage", Response{Op: OpAcquire, Status: StatusBusy, ID: 12, Detail: LimitStorage, Data: []byte(MsgStorage)}},

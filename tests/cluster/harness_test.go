@@ -735,10 +735,46 @@ func (p *proc) waitConverged(within time.Duration) nodeStatus {
 	}
 	var logs []string
 	for _, nd := range p.nodes {
-		logs = append(logs, fmt.Sprintf("%s (last 40 lines):\n%s", nd.id, tailLines(nd.logText(), 40)))
+		logs = append(logs, fmt.Sprintf("%s (%s; last 40 lines):\n%s", nd.id, p.diagnose(nd), tailLines(nd.logText(), 40)))
 	}
 	p.t.Fatalf("nodes did not converge to one state hash at one applied index within %v: %s\n%s", within, last, strings.Join(logs, "\n"))
 	return nodeStatus{}
+}
+
+// diagnose says, for a failure report, whether nd's process runs (and its kernel state: R, S,
+// T for stopped...) and what its admin listener does with a bare request on a new connection:
+// an answer, a close without one, or silence. It tells a wedged node from a wedged admin
+// listener (issue 27: a node whose admin endpoint answered every request with EOF).
+func (p *proc) diagnose(nd *node) string {
+	if !p.running(nd) {
+		return "process not running"
+	}
+	state := "?"
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", nd.cmd.Process.Pid)); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "State:") {
+				state = strings.TrimSpace(strings.TrimPrefix(line, "State:"))
+			}
+		}
+	}
+	probe := "admin: no connection"
+	if nc, err := net.DialTimeout("tcp", nd.admin, time.Second); err == nil {
+		nc.SetDeadline(time.Now().Add(2 * time.Second))
+		nc.Write([]byte("GET /healthz HTTP/1.0\r\n\r\n"))
+		b, err := io.ReadAll(io.LimitReader(nc, 256))
+		nc.Close()
+		switch {
+		case len(b) > 0:
+			probe = "admin answers " + strings.SplitN(string(b), "\r\n", 2)[0]
+		case err == nil:
+			probe = "admin: accepted, closed without an answer"
+		default:
+			probe = "admin: accepted, no answer (" + err.Error() + ")"
+		}
+	} else {
+		probe = "admin: " + err.Error()
+	}
+	return fmt.Sprintf("pid %d state %s, paused=%v; %s", nd.cmd.Process.Pid, state, nd.paused, probe)
 }
 
 // tailLines returns the last n lines of s.

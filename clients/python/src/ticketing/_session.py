@@ -109,6 +109,19 @@ class Call:
         return f"<Call {self.describe()} id={self.id} done={self.done}>"
 
 
+def release_in_background(submit: Callable[[Call], object], k: bytes, token: int) -> None:
+    """Tell the server that the lost lock ``token`` on ``k`` is released, without waiting
+    (Lock.release of a lost lock, sync and asyncio clients): best effort, the answer changes
+    nothing. ``submit`` is the client's own submit."""
+    call = Call(Op.RELEASE, key=k, token=token, internal=True)
+    call.callbacks.append(lambda c: log.debug("background release of %s (token %d): %s", describe_key(k), token,
+                                              c.error or (c.response and c.response.status)))
+    try:
+        submit(call)
+    except TicketingError as e:  # closed: the lease runs out on the server
+        log.debug("background release of %s (token %d) not sent: %s", describe_key(k), token, e)
+
+
 @dataclass(frozen=True, slots=True)
 class Expired:
     """Event: an EXPIRED push for ``token``."""

@@ -14,31 +14,10 @@ use tokio::time::{Instant, timeout};
 use ticketing::wire::{ExpiredReason, Op, Response, Status};
 use ticketing::{Client, ClientOptions, Error, LostReason};
 
-use crate::support::{FakeConn, FakeOpts, FakeServer};
+use crate::fake::{connect, hold, opts};
+use crate::support::{FakeOpts, FakeServer};
 
 const SECOND: Duration = Duration::from_secs(1);
-
-fn opts(addr: &str) -> ClientOptions {
-    ClientOptions::new()
-        .endpoint(addr)
-        .heartbeat_interval(Duration::ZERO)
-        .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(50))
-        .dial_timeout(Duration::from_secs(3))
-}
-
-async fn connect(fake: &FakeServer, o: ClientOptions, fo: &FakeOpts) -> (Client, FakeConn) {
-    let (client, conn) = tokio::join!(Client::connect(o), fake.accept(fo));
-    (client.expect("connect"), conn)
-}
-
-async fn hold(client: &Client, conn: &mut FakeConn, key: &str, token: u64) -> ticketing::Lock {
-    let c = client.clone();
-    let key2 = key.to_owned();
-    let task = tokio::spawn(async move { c.acquire(key2, Duration::from_secs(10)).await });
-    let req = conn.read_op(Op::ACQUIRE).await;
-    conn.grant(&req, token, 0).await;
-    task.await.expect("task").expect("acquire")
-}
 
 /// A run of at least `n` bytes that occurs twice in `msg` (outside runs of one repeated byte).
 fn repeated_phrase(msg: &str, n: usize) -> Option<&str> {

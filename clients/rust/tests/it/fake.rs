@@ -14,7 +14,7 @@ use crate::support::{FakeConn, FakeOpts, FakeServer, eventually};
 
 const SECOND: Duration = Duration::from_secs(1);
 
-fn opts(addr: &str) -> ClientOptions {
+pub(crate) fn opts(addr: &str) -> ClientOptions {
     ClientOptions::new()
         .endpoint(addr)
         .heartbeat_interval(Duration::ZERO)
@@ -22,13 +22,13 @@ fn opts(addr: &str) -> ClientOptions {
         .dial_timeout(Duration::from_secs(3))
 }
 
-async fn connect(fake: &FakeServer, o: ClientOptions, fo: &FakeOpts) -> (Client, FakeConn) {
+pub(crate) async fn connect(fake: &FakeServer, o: ClientOptions, fo: &FakeOpts) -> (Client, FakeConn) {
     let (client, conn) = tokio::join!(Client::connect(o), fake.accept(fo));
     (client.expect("connect"), conn)
 }
 
 /// Acquires `key` through `conn`, granting token `token` with a 10 s lease.
-async fn hold(client: &Client, conn: &mut FakeConn, key: &str, token: u64) -> ticketing::Lock {
+pub(crate) async fn hold(client: &Client, conn: &mut FakeConn, key: &str, token: u64) -> ticketing::Lock {
     let c = client.clone();
     let key2 = key.to_owned();
     let task = tokio::spawn(async move { c.acquire(key2, Duration::from_secs(10)).await });

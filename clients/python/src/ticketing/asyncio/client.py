@@ -45,7 +45,7 @@ from .._common import (
     token_bytes,
     wait_ms,
 )
-from .._session import Call, Event, Expired, Follow, Restarted, Session
+from .._session import Call, Event, Expired, Follow, Restarted, Session, release_in_background
 from ..client import (
     _MAX_HINTS,
     _after_failed_round,
@@ -434,15 +434,7 @@ class Client(ForkAware):
             self._lost_watch = asyncio.get_running_loop().call_later(LOST_CHECK_MS / 1000, self._watch_locks)
 
     def _release_in_background(self, k: bytes, token: int) -> None:
-        """Tell the server that the lost lock ``token`` on ``k`` is released, without waiting
-        (Lock.release of a lost lock): best effort, the answer changes nothing here."""
-        call = Call(Op.RELEASE, key=k, token=token, internal=True)
-        call.callbacks.append(lambda c: log.debug("background release of %s (token %d): %s", describe_key(k), token,
-                                                  c.error or (c.response and c.response.status)))
-        try:
-            self._submit(call)
-        except TicketingError as e:  # closed: the lease runs out on the server
-            log.debug("background release of %s (token %d) not sent: %s", describe_key(k), token, e)
+        release_in_background(self._submit, k, token)
 
     def _holds(self, k: bytes) -> bool:
         return any(lk._key_bytes == k and lk._is_held() for lk in self._locks.values())

@@ -68,7 +68,8 @@ type node struct {
 	log                                  *bytes.Buffer
 	logMu                                sync.Mutex
 	exited                               chan struct{}
-	paused                               bool // SIGSTOPped by the test
+	waitErr                              error // the process's exit (set before exited is closed)
+	paused                               bool  // SIGSTOPped by the test
 }
 
 type proc struct {
@@ -216,13 +217,14 @@ func (p *proc) start(nd *node) {
 				close(listening)
 			}
 		}
-		cmd.Wait()
+		nd.waitErr = cmd.Wait()
 		close(nd.exited)
 	}()
 	select {
 	case <-listening:
 	case <-nd.exited:
-		p.t.Fatalf("%s exited before listening:\n%s", nd.id, nd.logText())
+		// The exit status too: once a node exited within 20 ms with no output at all.
+		p.t.Fatalf("%s exited before listening (%v):\n%s", nd.id, nd.waitErr, nd.logText())
 	case <-time.After(20 * time.Second):
 		p.t.Fatalf("%s did not listen:\n%s", nd.id, nd.logText())
 	}

@@ -242,30 +242,11 @@ func opsBinary(t *testing.T) string {
 // freePort finds a port free on every host given, with the next one free too.
 func freePort(t *testing.T, hosts ...string) int {
 	t.Helper()
-	for try := 0; try < 50; try++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		ok := port < 65000
-		for _, h := range hosts {
-			for _, p := range []int{port, port + 1} {
-				l, err := net.Listen("tcp", net.JoinHostPort(h, fmt.Sprint(p)))
-				if err != nil {
-					ok = false
-					continue
-				}
-				l.Close()
-			}
-		}
-		if ok {
-			return port
-		}
+	port, err := testserver.FreePortRun(hosts, 2)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free port")
-	return 0
+	return port
 }
 
 // writeFiles creates the plan's files (token, cluster secret) as the operator would.

@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ticketing/ticketing/internal/testserver"
 	"github.com/ticketing/ticketing/wire"
 )
 
@@ -169,18 +170,13 @@ func (p *proc) addJoiner(extraEnv ...string) *node {
 	return nd
 }
 
-// freePorts returns n distinct free addresses on host: every listener stays open until all are
-// chosen (one closed at once may be handed out again by the next Listen).
+// freePorts returns n distinct free addresses on host (testserver.FreeAddrs: below the
+// ephemeral range, so no outgoing connection takes one before its node listens).
 func freePorts(t *testing.T, host string, n int) []string {
 	t.Helper()
-	addrs := make([]string, n)
-	for i := range addrs {
-		ln, err := net.Listen("tcp", host+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		addrs[i] = ln.Addr().String()
+	addrs, err := testserver.FreeAddrs(host, n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return addrs
 }

@@ -254,13 +254,11 @@ func scAckOutcomes(s *S) {
 
 // freePort returns a loopback address nobody listens on (it was free a moment ago).
 func (s *S) freePort() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := testserver.FreeAddrs("127.0.0.1", 1)
 	if err != nil {
 		s.Fatalf("%v", err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return addrs[0]
 }
 
 func scUnreachable(s *S) {

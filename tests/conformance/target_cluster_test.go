@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -92,7 +91,7 @@ func startCluster(bin string, certs *testserver.TLSFiles, cfg targetConfig) (*cl
 		}
 		n := &clusterNode{id: fmt.Sprintf("n%d", i+1), host: host, dir: dir}
 		t.nodes = append(t.nodes, n)
-		ports, err := freePorts(host, 3)
+		ports, err := testserver.FreeAddrs(host, 3)
 		if err != nil {
 			t.Close()
 			return nil, err
@@ -141,27 +140,6 @@ func startCluster(bin string, certs *testserver.TLSFiles, cfg targetConfig) (*cl
 	t.planned = 1
 	clusterStats.started.Add(1)
 	return t, nil
-}
-
-// freePorts returns n loopback addresses on host nobody listens on (they were free a moment
-// ago).
-func freePorts(host string, n int) ([]string, error) {
-	var out []string
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", host+":0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
-	}
-	return out, nil
 }
 
 // nodeStatus is the part of the admin listener's GET /cluster/status the target reads.

@@ -201,6 +201,7 @@ func parseServerSettings(args []string, getenv func(string) string) (*serverSett
 	if err := o.clusterSettings(getenv); err != nil {
 		return nil, err
 	}
+	o.cfg.Faults = faultSettings(getenv)
 	o.cfg.AdminToken = getenv("TICKETING_ADMIN_TOKEN")
 	if o.adminTokenFile != "" {
 		b, err := os.ReadFile(o.adminTokenFile)
@@ -244,6 +245,19 @@ func parseServerSettings(args []string, getenv func(string) string) (*serverSett
 		return nil, errors.New("TICKETING_TLS_CLIENT_CA needs TICKETING_TLS_CERT and TICKETING_TLS_KEY")
 	}
 	return o, o.cfg.Validate()
+}
+
+// faultSettings reads the failpoints the crash and cluster tests start server processes with
+// (server.Faults). They are not settings: not in the settings table, the docs or deploy; a
+// value that does not parse leaves the failpoint off.
+func faultSettings(getenv func(string) string) server.Faults {
+	f := server.Faults{
+		CrashBeforeGrantReply: getenv("TICKETING_FAILPOINT_FILE"),
+		StallLog:              getenv("TICKETING_FAILPOINT_STALL_FILE"),
+	}
+	f.ClockRate, _ = strconv.ParseFloat(getenv("TICKETING_TEST_CLOCK_RATE"), 64)
+	f.StateHashEvery, _ = strconv.ParseUint(getenv("TICKETING_TEST_STATE_HASH_EVERY"), 10, 64)
+	return f
 }
 
 // clusterSettings fills cfg.Cluster when TICKETING_NODE_ID is set.

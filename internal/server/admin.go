@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
 	"encoding/hex"
@@ -156,9 +157,10 @@ type ClusterMember struct {
 func (s *Server) clusterStatus(w *adminhttp.Response, r *adminhttp.Request) {
 	st := ClusterStatus{Role: "single", Serving: true}
 	s.mu.Lock()
-	id := s.StateIDLocked()
-	hash := s.table.StateHash()
+	id := s.sm.stateID()
+	snap := s.table.Snapshot() // serialised under the lock, hashed outside it (locktable.Table.StateHash)
 	s.mu.Unlock()
+	hash := sha256.Sum256(snap)
 	st.StateID, st.StateHash = hex.EncodeToString(id[:]), hex.EncodeToString(hash[:])
 	if c := s.cluster; c != nil {
 		st.Node = c.cfg.NodeID
@@ -183,14 +185,6 @@ func (s *Server) clusterStatus(w *adminhttp.Response, r *adminhttp.Request) {
 	}
 	w.Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(st)
-}
-
-// StateIDLocked is StateID with Server.mu held.
-func (s *Server) StateIDLocked() [16]byte {
-	if s.cluster != nil {
-		return s.table.StateID()
-	}
-	return s.stateID
 }
 
 func (s *Server) clusterChange(w *adminhttp.Response, r *adminhttp.Request) {

@@ -22,9 +22,8 @@ import (
 // maxEntry. Once the log is fast again every request is answered, in order.
 func TestClusterProposerBackpressure(t *testing.T) {
 	stall := filepath.Join(t.TempDir(), "stall")
-	t.Setenv("TICKETING_FAILPOINT_STALL_FILE", stall)
 	const limit = 3 << 19 // 1.5 MiB: one closed entry of maxEntry queues behind the open one
-	tc := startCluster(t, 1, func(c *Config) { c.RaftMaxPending = limit })
+	tc := startCluster(t, 1, func(c *Config) { c.RaftMaxPending, c.Faults.StallLog = limit, stall })
 	n := tc.nodes[tc.leader()]
 	c := connect(t, n.addr, "")
 	c.nc.(interface{ SetWriteBuffer(int) error }).SetWriteBuffer(32 << 10)

@@ -68,6 +68,38 @@ type Config struct {
 	// 70: a stalled log store while leading, an entry it cannot apply), so that the line saying
 	// why is written: the server's log writer never blocks, it queues.
 	LogFlush func(time.Duration) bool
+
+	// Faults are fault-injection hooks for the crash and cluster tests; zero in production.
+	Faults Faults
+}
+
+// Faults are the failpoints the crash and cluster tests drive a server process with (its
+// command sets them from TICKETING_FAILPOINT_FILE, TICKETING_FAILPOINT_STALL_FILE,
+// TICKETING_TEST_CLOCK_RATE and TICKETING_TEST_STATE_HASH_EVERY, which operators never set; they
+// are not in the settings table). A test in this package sets them in its Config.
+type Faults struct {
+	// CrashBeforeGrantReply: the first node about to write a grant's answer (committed and
+	// applied) while this file exists removes it and kills itself with SIGKILL: one crash per
+	// file, across a cluster.
+	CrashBeforeGrantReply string
+	// StallLog: while this file exists, writes to the Raft log block (a stalled disk).
+	StallLog string
+	// ClockRate makes a cluster node's clock run fast (> 1) or slow (< 1); 0 is 1. PROTOCOL.md
+	// bounds each clock's rate error by CLOCK_RATE_BOUND_PPM; within that bound a lease never
+	// ends before its holder's local deadline.
+	ClockRate float64
+	// StateHashEvery: after applying an entry whose index is a multiple of it, a cluster node
+	// logs the state hash, so that a test can compare the replicas at the same index while they
+	// run (a replica that diverged and converged again before the end is otherwise invisible).
+	StateHashEvery uint64
+}
+
+// clockRate is ClockRate with its default.
+func (f *Faults) clockRate() float64 {
+	if f.ClockRate > 0 {
+		return f.ClockRate
+	}
+	return 1
 }
 
 // AdminListenAddr resolves AdminAddr ("" derives it from Addr); "" when off.

@@ -41,9 +41,9 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 		ch.Status, ch.Detail, ch.Data = wire.StatusBusy, wire.LimitConnections, []byte(wire.MsgConnections)
 	case s.isStopping():
 		ch.Status, ch.Data = wire.StatusShuttingDown, []byte(wire.MsgShuttingDown)
-	case s.cluster != nil && !s.cluster.ready():
+	case !s.sm.serving():
 		// The leader hint: a follower answers a new connection with the leader's address.
-		ch.Status, ch.Data = wire.StatusNotLeader, []byte(s.cluster.leaderHint())
+		ch.Status, ch.Data = wire.StatusNotLeader, []byte(s.sm.leaderHint())
 	}
 	// The check above only reads the count; the slot is taken here, atomically, so handshakes
 	// that pass the check together never serve more than MaxConnections. It is the
@@ -120,7 +120,7 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 	c.sid = hello.SessionID
 	c.hs = &pendingWelcome{cnonce: hello.Nonce, snonce: ch.Nonce, token: token, done: make(chan struct{})}
 	s.mu.Lock()
-	if s.stopping || (s.cluster != nil && !s.cluster.ready()) {
+	if s.stopping || !s.sm.serving() {
 		s.mu.Unlock()
 		release()
 		st := wire.StatusShuttingDown
@@ -131,21 +131,14 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 		return nil, false
 	}
 	s.nextConn++
-	c.id = s.nextConn
-	if s.cluster != nil {
-		c.id = s.cluster.nextConnID(s.nextConn)
-	}
+	c.id = s.connBase | s.nextConn
 	s.conns[c.id] = c
 	slot = false // the connection's now: detach gives it back
-	if s.cluster == nil {
-		s.table.Attach(s.now(), hello.SessionID, c.id, int64(s.cfg.SessionGrace))
-		s.settle(nil)
-	}
-	touched := s.takeTouched(nil)
-	s.mu.Unlock()
-	deliver(touched)
-	if s.cluster != nil {
-		s.cluster.proposeAttach(&c.sid, c.id)
+	s.sm.attach(c)
+	s.settleUnlock(nil, nil)
+	select {
+	case <-c.hs.done: // a single node: already (the attach was applied above)
+	default:
 		t := time.NewTimer(time.Until(deadline))
 		select {
 		case <-c.hs.done:
@@ -159,9 +152,8 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 	welcomed := hs.welcomed
 	if !welcomed {
 		s.detach(c) // not attached (yet): the attach, if it still applies, finds the connection gone
-		s.settle(nil)
 	}
-	s.mu.Unlock()
+	s.settleUnlock(nil, nil)
 	if !welcomed { // its detach above gave the slot back
 		st := wire.StatusNotLeader
 		if hs.busy {
@@ -225,10 +217,7 @@ func (s *Server) welcome(d *conn, o *locktable.Out) {
 			old.kill()
 		}
 	}
-	w := wire.Welcome{Status: wire.StatusOK, GraceMs: uint32(s.cfg.SessionGrace / time.Millisecond), StateID: s.stateID}
-	if s.cluster != nil {
-		w.StateID = s.table.StateID()
-	}
+	w := wire.Welcome{Status: wire.StatusOK, GraceMs: uint32(s.cfg.SessionGrace / time.Millisecond), StateID: s.sm.stateID()}
 	if o.Resumed {
 		w.Flags = wire.WelcomeResumed
 	}

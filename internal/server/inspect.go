@@ -126,7 +126,7 @@ func (s *Server) initOps(mux *adminhttp.Mux) *metrics {
 // inspectNow is the table time the listings measure against: the live clock, except on a
 // follower, whose clock only the leader's log moves. Server.mu must be held.
 func (s *Server) inspectNow() int64 {
-	if s.cluster != nil && !s.cluster.ready() {
+	if !s.sm.serving() {
 		return s.table.Now()
 	}
 	return max(s.now(), s.table.Now())

@@ -111,9 +111,6 @@ func (s *Server) persister() {
 			s.table.Ceiling(now, st.TokenLimit, st.HorizonBoot-s.boot0)
 			backoff = 0
 		}
-		s.settle(nil)
-		touched = s.takeTouched(touched)
-		s.mu.Unlock()
-		touched = deliver(touched)
+		touched = s.settleUnlock(nil, touched)
 	}
 }

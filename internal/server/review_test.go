@@ -187,8 +187,7 @@ func TestReviewShutdownBoundedWithHungStorage(t *testing.T) {
 // before it reads the next); the cluster leader has none.
 func TestReviewClusterProposalBacklogIsBounded(t *testing.T) {
 	stall := filepath.Join(t.TempDir(), "stall")
-	t.Setenv("TICKETING_FAILPOINT_STALL_FILE", stall)
-	tc := startCluster(t, 1, nil)
+	tc := startCluster(t, 1, func(c *Config) { c.Faults.StallLog = stall })
 	n := tc.nodes[tc.leader()]
 	c := connect(t, n.addr, "")
 	go func() { // read and discard every answer (bounded by a deadline)
@@ -240,8 +239,7 @@ func TestReviewClusterProposalBacklogIsBounded(t *testing.T) {
 // whole 60 s lease.
 func TestReviewClusterHandoffToForgottenConnectionIsRevocable(t *testing.T) {
 	stall := filepath.Join(t.TempDir(), "stall")
-	t.Setenv("TICKETING_FAILPOINT_STALL_FILE", stall)
-	tc := startCluster(t, 1, func(c *Config) { c.SessionGrace = 300 * time.Millisecond })
+	tc := startCluster(t, 1, func(c *Config) { c.SessionGrace, c.Faults.StallLog = 300*time.Millisecond, stall })
 	n := tc.nodes[tc.leader()]
 	h := connect(t, n.addr, "")
 	g := h.roundTrip(acquire(1, "k", 60000, 0))

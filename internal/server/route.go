@@ -7,15 +7,9 @@ import (
 	"github.com/ticketing/ticketing/wire"
 )
 
-// failCrashBeforeGrantReply is a failpoint for crash tests: with TICKETING_FAILPOINT_FILE set,
-// the first node that is about to write a grant's answer (committed and applied) while that file
-// exists removes it and kills itself with SIGKILL — one crash per file, across a cluster.
-var failpointFile = os.Getenv("TICKETING_FAILPOINT_FILE")
-
-var failCrashBeforeGrantReply = failpointFile != ""
-
-func crashNow() {
-	if os.Remove(failpointFile) == nil {
+// crashBeforeGrantReply is the Faults.CrashBeforeGrantReply failpoint.
+func (s *Server) crashBeforeGrantReply() {
+	if os.Remove(s.cfg.Faults.CrashBeforeGrantReply) == nil {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}
 }
@@ -26,26 +20,15 @@ type undelivered struct {
 	reqID uint64
 }
 
-// apply is the apply step for one batch of connection c: the valid requests go to the lock
-// table under Server.mu, and the outputs are routed before it is released. A fatal batch (a
-// frame that cannot be trusted) dooms c in the same critical section: nothing decided after it
-// is handed to c.
-func (s *Server) apply(c *conn, reqs []wire.Request, fatal bool) {
-	if s.cluster != nil {
-		s.propose(c, reqs, fatal)
-		return
-	}
-	s.mu.Lock()
-	if len(reqs) > 0 {
-		s.table.Requests(s.now(), c.owner, c.id, reqs)
-	}
-	if fatal {
-		s.doom(c)
-	}
-	s.settle(c)
-	c.touched = s.takeTouched(c.touched)
+// settleUnlock ends every change to the table: its outputs are routed (settle), Server.mu is
+// released, and the connections that got output are written to (deliver). cur is the
+// connection whose batch ran, or nil; scratch is the caller's reusable slice, returned for reuse.
+// Server.mu must be held.
+func (s *Server) settleUnlock(cur *conn, scratch []*conn) []*conn {
+	s.settle(cur)
+	scratch = s.takeTouched(scratch)
 	s.mu.Unlock()
-	c.touched = deliver(c.touched)
+	return deliver(scratch)
 }
 
 // settle routes the table's outputs, detaches doomed connections (which may produce more
@@ -72,18 +55,19 @@ func (s *Server) settle(cur *conn) {
 			if cur != nil && o.Conn == cur.id {
 				d = cur
 			} else if d = s.conns[o.Conn]; d == nil {
-				if grant && s.cluster != nil && s.cluster.ownsConn(o.Conn) {
-					// In a cluster a connection is forgotten when its DETACH is proposed, before
-					// it is applied: a grant for it is undelivered like any other.
+				if grant && s.ownsConn(o.Conn) {
+					// A connection is forgotten when its detach is submitted. In a cluster that is
+					// before the table sees it (the DETACH entry commits later), so a grant for it
+					// can still come out here: it is undelivered like any other.
 					if sid, ok := s.table.SessionOnConn(o.Conn); ok {
-						s.proposeUndelivered(&sid, o.Conn, o.Resp.ID)
+						s.sm.undelivered(&sid, 0, o.Conn, o.Resp.ID)
 					}
 				}
 				continue
 			}
 			s.metrics.answered(&o.Resp)
-			if grant && failCrashBeforeGrantReply {
-				crashNow() // tests: the grant is committed (and applied here), its answer never written
+			if grant && s.cfg.Faults.CrashBeforeGrantReply != "" {
+				s.crashBeforeGrantReply() // tests: the grant is committed (and applied here), its answer never written
 			}
 			if d == cur {
 				cur.resp = wire.AppendResponse(cur.resp, &o.Resp)
@@ -112,9 +96,8 @@ func (s *Server) settle(cur *conn) {
 		if len(lost) == 0 && len(s.doomed) == 0 {
 			break
 		}
-		now := s.now()
 		for _, u := range lost {
-			s.undelivered(now, u.c, u.reqID)
+			s.sm.undelivered(&u.c.sid, u.c.owner, u.c.id, u.reqID)
 		}
 		lost = lost[:0]
 		for _, d := range s.doomed {
@@ -125,9 +108,7 @@ func (s *Server) settle(cur *conn) {
 		s.doomed = s.doomed[:0]
 	}
 	s.rearm()
-	if s.cluster == nil {
-		s.checkStorage()
-	}
+	s.sm.settled()
 }
 
 // doom marks c for detaching before Server.mu is released (see settle). Server.mu must be held.
@@ -138,25 +119,8 @@ func (s *Server) doom(c *conn) {
 	}
 }
 
-// undelivered tells the table that c's grant for request reqID was dropped unwritten (in a
-// cluster: proposes it). Server.mu must be held; call settle afterwards.
-func (s *Server) undelivered(now int64, c *conn, reqID uint64) {
-	if s.cluster != nil {
-		s.proposeUndelivered(&c.sid, c.id, reqID)
-		return
-	}
-	s.table.Undelivered(now, c.owner, c.id, reqID)
-}
-
-func (s *Server) proposeUndelivered(sid *[wire.SessionIDSize]byte, conn, reqID uint64) {
-	p := &s.cluster.prop
-	p.begin()
-	p.enc.Undelivered(sid, conn, reqID)
-	p.end()
-}
-
-// ownsConn reports whether connection id was made by this node (see nextConnID).
-func (c *cluster) ownsConn(id uint64) bool { return id&^0xffffffff == c.connBase }
+// ownsConn reports whether connection id was made by this node (see Server.connBase).
+func (s *Server) ownsConn(id uint64) bool { return id&^0xffffffff == s.connBase }
 
 // reportLost hands the table the grants c's output buffers dropped unwritten (a failed or
 // timed-out write, an overflow, a kill; see conn.lost). Server.mu must be held; call settle
@@ -169,9 +133,8 @@ func (s *Server) reportLost(c *conn) {
 	if len(lost) == 0 || c.id == 0 {
 		return
 	}
-	now := s.now()
 	for _, id := range lost {
-		s.undelivered(now, c, id)
+		s.sm.undelivered(&c.sid, c.owner, c.id, id)
 	}
 }
 
@@ -188,41 +151,7 @@ func (s *Server) detach(c *conn) {
 		delete(s.conns, c.id)
 		s.attached.Add(-1)
 	}
-	if s.cluster != nil {
-		s.cluster.prop.begin()
-		s.cluster.prop.enc.Detach(&c.sid, c.id)
-		s.cluster.prop.end()
-		return
-	}
-	s.table.Detach(s.now(), c.owner, c.id)
-}
-
-// propose is the apply step in a cluster: the batch becomes a REQUESTS command of the next
-// proposal (its answers come when the entry is applied); the connection's local answers
-// (invalid requests, PING) are committed at once. While the proposer holds
-// Config.RaftMaxPending bytes not yet handed to Raft it waits first: this reader stops reading,
-// and TCP flow control holds the client back.
-func (s *Server) propose(c *conn, reqs []wire.Request, fatal bool) {
-	if len(reqs) > 0 {
-		p := &s.cluster.prop
-		p.beginConn() // waits while the proposer is full: backpressure on this client
-		p.enc.Requests(&c.sid, c.id)
-		for k := range reqs {
-			p.enc.Request(&reqs[k])
-		}
-		p.end()
-	}
-	s.mu.Lock()
-	if !c.commit() {
-		s.doom(c)
-	}
-	if fatal {
-		s.doom(c)
-	}
-	if len(s.doomed) > 0 {
-		s.settle(nil)
-	}
-	s.mu.Unlock()
+	s.sm.detach(c)
 }
 
 // takeTouched moves the connections that settle gave output to (other than the current

@@ -1,26 +1,30 @@
-// Package server owns the sockets of a single Ticketing node: it accepts connections, runs the
+// Package server owns the sockets of a Ticketing node: it accepts connections, runs the
 // handshake (and attaches the client's session), and serves each connection's requests in four
 // steps:
 //
 //   - validate (conn.go, conn.validate): the connection-local checks of every complete frame in
 //     a read; invalid requests and PING are answered on the spot;
 //   - batch (conn.go, conn.serve): the valid requests of one read, in order;
-//   - apply (route.go, Server.apply): the batch applied to the lock table
-//     (locktable.Table.Requests) under Server.mu on a single node; in a cluster the batch is
-//     encoded as a log entry instead (route.go, Server.propose; cluster.go) and every replica's
-//     FSM makes the same table call when the entry commits;
+//   - apply (machine.go): the batch goes through the machine, the one seam between the request
+//     path and the state machine: on a single node (local) the lock table runs it at once under
+//     Server.mu; in a cluster (replicated.go) it becomes a command of the next log entry
+//     (proposer.go), and every replica's FSM (fsm.go) makes the same table call when the entry
+//     commits;
 //   - route (route.go, Server.settle): the table's outputs go to their connections — the
 //     batch's own answers to the reader's buffer, hand-offs, EXPIRED and answers for other
-//     sessions to theirs — and every batch is written with one write.
+//     sessions to theirs — and every batch is written with one write (output.go).
 //
-// The durable token ceiling and restart horizon (persist.go) and the clock that drives deadlines
-// (clock goroutine, below) feed the table through the same apply step.
+// The durable token ceiling and restart horizon of a single node (persist.go) and the clock that
+// drives deadlines (machine.tick) feed the table through the same route step (settleUnlock).
 //
-// Locks: Server.mu before conn.mu. Server.mu guards the lock table, the connection registry, the
-// timer and each connection's pending handshake; conn.mu guards a connection's output buffer and
-// its grant marks. conn.wmu (one writer per connection) is taken before conn.mu and is the one
-// mutex held across a socket write; neither Server.mu nor conn.mu is held during socket or disk
-// I/O (durable writes run in persist.go's goroutine; Raft's in hashicorp/raft's).
+// Locks, in order: conn.wmu (the one writer of a connection; the only mutex held across a
+// socket write), Server.mu (the lock table, the connection registry, the timer, each
+// connection's pending handshake, the cluster's applied time), proposer.mu (the open log
+// entry), conn.mu (a connection's output buffer and grant marks). Neither Server.mu nor conn.mu
+// is held during socket or disk I/O (durable writes run in persist.go's goroutine; Raft's in
+// hashicorp/raft's). Other mutexes are leaves: cluster.monoMu (the leader's time base),
+// timedLogStore.mu (one log write at a time), Server.lnMu (the listener against Shutdown),
+// metrics' own.
 package server
 
 import (
@@ -36,8 +40,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/hashicorp/raft"
 
 	"github.com/ticketing/ticketing/internal/adminhttp"
 	"github.com/ticketing/ticketing/internal/clock"
@@ -57,7 +59,9 @@ type Server struct {
 	auth    atomic.Pointer[authKeys]
 	tlsCert atomic.Pointer[tls.Certificate]
 
-	mu       sync.Mutex // guards everything below it
+	// mu (Server.mu) guards the fields from here to the blank line, the table's observer, and
+	// each connection's handshake state and registry flags (conn.hs, marked, detached, doomedAt).
+	mu       sync.Mutex
 	table    *locktable.Table
 	conns    map[uint64]*conn // attached connections by id
 	nextConn uint64
@@ -65,15 +69,18 @@ type Server struct {
 	timerAt  int64 // when timer fires; valid while armed
 	armed    bool
 	stopping bool
-	touched  []*conn // connections route gave output to; see takeTouched
-	doomed   []*conn // connections to detach before Server.mu is released; see doom
+	touched  []*conn            // connections route gave output to; see takeTouched
+	doomed   []*conn            // connections to detach before Server.mu is released; see doom
+	reqs     []wire.Request     // decode scratch of the cluster's apply
+	obs      locktable.Observer // metrics (nil: none); kept across table restores
 
-	reqs      []wire.Request // decode scratch of the cluster's apply
+	// Set once in New, read-only after.
+	sm        machine // how changes reach the table: local (single node) or the cluster
+	connBase  uint64  // connection ids are connBase | nextConn (a cluster: random per process)
 	adminMux  *adminhttp.Mux
-	obs       locktable.Observer // metrics (nil: none); kept across table restores
-	metrics   *metrics           // metrics.go: Prometheus series, the contention sketch; set by initAdmin
-	startWait int64              // single node: the table time before which nothing is granted
-	cluster   *cluster           // nil on a single node
+	metrics   *metrics // metrics.go: Prometheus series, the contention sketch; set by initAdmin
+	startWait int64    // single node: the table time before which nothing is granted
+	cluster   *cluster // nil on a single node
 
 	attached atomic.Int64 // connection slots taken: len(conns) plus handshakes holding one (takeSlot); at most MaxConnections
 	pending  pendingSet   // connections still in their handshake
@@ -84,7 +91,7 @@ type Server struct {
 
 	ln         net.Listener
 	listenAddr atomic.Pointer[string]
-	lnMu       sync.Mutex
+	lnMu       sync.Mutex    // guards ln, and Serve's connWG.Add against Shutdown's Wait
 	done       chan struct{} // closed by Shutdown
 	wg         sync.WaitGroup
 	connWG     sync.WaitGroup
@@ -119,6 +126,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		clk:         clock.NewSince(),
 	}
 	s.boot0 = s.clk.Boot0()
+	s.sm = &local{s}
 	s.pending.init(cfg.MaxHandshakes)
 	s.initAdmin()
 	s.failures.init()
@@ -253,12 +261,7 @@ func (s *Server) SetObserver(o locktable.Observer) {
 
 // now is the table's clock: on a single node, nanoseconds of CLOCK_BOOTTIME since the server
 // started; in a cluster, the leader's log time.
-func (s *Server) now() int64 {
-	if s.cluster != nil {
-		return s.cluster.stamp()
-	}
-	return s.clk.Now()
-}
+func (s *Server) now() int64 { return s.sm.now() }
 
 // kickClock makes the clock goroutine look at the table's deadlines now.
 func (s *Server) kickClock() {
@@ -272,12 +275,9 @@ func (s *Server) kickClock() {
 // StateID returns the state id clients see: new at every start of a single node; the
 // replicated one in a cluster (zero until the first leader set it).
 func (s *Server) StateID() [wire.StateIDSize]byte {
-	if s.cluster != nil {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.table.StateID()
-	}
-	return s.stateID
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sm.stateID()
 }
 
 // SetTokens replaces the accepted auth tokens (SIGHUP reload). Connections already past their
@@ -321,12 +321,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.listenAddr.Store(&addr)
 	s.wg.Add(1)
 	go s.clock()
-	if s.cluster != nil {
-		s.cluster.run()
-	} else {
-		s.wg.Add(1)
-		go s.persister()
-	}
+	s.sm.start()
 	s.lnMu.Unlock()
 	var tlsCfg *tls.Config
 	if s.cfg.TLS != nil {
@@ -401,24 +396,18 @@ func (s *Server) serveConn(nc net.Conn, tlsCfg *tls.Config) {
 func (s *Server) closeConn(c *conn) {
 	s.mu.Lock()
 	s.detach(c)
-	s.settle(nil)
-	touched := s.takeTouched(nil)
-	s.mu.Unlock()
-	deliver(touched)
+	touched := s.settleUnlock(nil, nil)
 	c.close(time.Now().Add(s.cfg.WriteTimeout))
 	// The last writes may have failed too.
 	if c.hasLost() {
 		s.mu.Lock()
 		s.reportLost(c)
-		s.settle(nil)
-		touched = s.takeTouched(touched)
-		s.mu.Unlock()
-		deliver(touched)
+		s.settleUnlock(nil, touched)
 	}
 }
 
 // clock is the one goroutine that drives lease expiries, wait timeouts, lock-delay ends and
-// session grace ends.
+// session grace ends (machine.tick).
 func (s *Server) clock() {
 	defer s.wg.Done()
 	var touched []*conn
@@ -428,44 +417,15 @@ func (s *Server) clock() {
 			return
 		case <-s.timer.C:
 		}
-		if c := s.cluster; c != nil {
-			s.mu.Lock()
-			s.armed = false
-			_, pending := s.table.NextDeadline()
-			s.mu.Unlock()
-			if c.ready() {
-				c.prop.begin()
-				c.prop.enc.Tick()
-				c.prop.end()
-				if pending {
-					// Expiries happen only through committed entries: while deadlines are
-					// pending, tick at least every tickEvery (the apply rearms earlier ones).
-					s.mu.Lock()
-					if !s.armed || s.timerAt > s.now()+int64(tickEvery) {
-						s.armed = true
-						s.timerAt = s.now() + int64(tickEvery)
-						s.timer.Reset(tickEvery)
-					}
-					s.mu.Unlock()
-				}
-			}
-			continue
-		}
-		s.mu.Lock()
-		s.armed = false
-		s.table.Tick(s.now())
-		s.settle(nil)
-		touched = s.takeTouched(touched)
-		s.mu.Unlock()
-		touched = deliver(touched)
+		touched = s.sm.tick(touched)
 	}
 }
 
 // rearm makes the timer fire at the table's next deadline if that is earlier than the timer's.
 // s.mu must be held.
 func (s *Server) rearm() {
-	if s.cluster != nil && !s.cluster.leader.Load() {
-		return // followers never expire anything on their own
+	if !s.sm.expires() {
+		return // cluster followers never expire anything on their own
 	}
 	if s.armed && s.table.DeadlineFloor() >= s.timerAt {
 		return // nothing pending is due before the wake-up already armed (no search needed)
@@ -502,139 +462,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 	s.lnMu.Unlock()
 	s.pending.closeAll()
 
-	if c := s.cluster; c != nil {
-		return s.shutdownCluster(ctx, deadline)
-	}
-	s.mu.Lock()
-	s.stopping = true
-	s.table.Stop(s.now())
-	s.settle(nil)
-	conns := make([]*conn, 0, len(s.conns))
-	for _, c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.takeTouched(nil) // every connection is flushed below
-	s.mu.Unlock()
-	for _, c := range conns {
-		c.tryFlush()
-	}
-	// Give clients a moment to read the notices and release; then stop reading. The readers
-	// exit, detach their sessions and flush what is left, each bounded by the deadline.
-	drain := min(time.Until(deadline)/2, 500*time.Millisecond)
-	for _, c := range conns {
-		c.stopReading(time.Now().Add(max(drain, 0)), deadline)
-	}
-
-	var err error
-	waited := make(chan struct{})
-	go func() { s.connWG.Wait(); s.wg.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		err = ctx.Err()
-		for _, c := range conns {
-			c.kill()
-		}
-	}
-	s.timer.Stop()
-
-	// Record what really remains: the end of every lease still held (none: no wait at the
-	// next start).
-	s.mu.Lock()
-	horizon := s.table.MaxDeadline()
-	lastToken := s.table.LastToken()
-	s.mu.Unlock()
-	if horizon == 0 {
-		horizon = s.now()
-	}
-	// The final write is bounded by ctx too: a hung disk must not hold the stop. Abandoning it
-	// is safe: the horizon recorded before (reserved ahead of every lease) still holds.
-	final := make(chan error, 1)
-	go func() {
-		_, perr := s.store.Persist(lastToken, s.boot0+horizon, true)
-		if perr != nil {
-			s.log.Error("could not record the restart horizon; the next start waits for the one recorded before", "err", perr)
-		}
-		final <- s.store.Close() // a failed final record is logged, not an error of the stop
-	}()
-	select {
-	case ferr := <-final:
-		if err == nil {
-			err = ferr
-		}
-	case <-time.After(max(time.Until(deadline), 0)):
-		s.log.Error("storage did not finish the final write before the stop deadline; stopping without it (the next start waits for the horizon recorded before)")
-		if err == nil {
-			err = errors.New("shutdown: storage did not answer before the deadline")
-		}
-	}
-	return err
-}
-
-// shutdownCluster stops a cluster node: its clients get GOAWAY (reason STOPPING, with the
-// leader's address when another node leads) and resume elsewhere; the node keeps the state id
-// and records no restart horizon (those are single-node rules); then Raft stops.
-func (s *Server) shutdownCluster(ctx context.Context, deadline time.Time) error {
-	c := s.cluster
-	s.mu.Lock()
-	s.stopping = true // new handshakes are refused; GOAWAY says STOPPING
-	s.mu.Unlock()
-	// A stopping leader hands leadership over first, so its clients' GOAWAY names the new
-	// leader and the cluster does not wait for an election timeout.
-	if c.raft.State() == raft.Leader {
-		f := c.raft.LeadershipTransfer()
-		done := make(chan error, 1)
-		go func() { done <- f.Error() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				s.log.Warn("cluster: leadership transfer failed; stopping anyway", "err", err)
-			}
-		case <-time.After(time.Until(deadline) / 2):
-			s.log.Warn("cluster: leadership transfer did not finish in time; stopping anyway")
-		}
-		// Wait (briefly) until the new leader is known, for the hint.
-		hintBy := time.Now().Add(time.Second)
-		if deadline.Before(hintBy) {
-			hintBy = deadline
-		}
-		for time.Now().Before(hintBy) {
-			time.Sleep(10 * time.Millisecond)
-			if _, id := c.raft.LeaderWithID(); id != "" && string(id) != c.cfg.NodeID && c.leaderHint() != "" {
-				break // and its client address applied here too (its first entry), for the hint
-			}
-		}
-	}
-	c.loseLeadership(wire.GoawayStopping)
-	var err error
-	waited := make(chan struct{})
-	go func() { s.connWG.Wait(); s.wg.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		err = ctx.Err() // the readers end by themselves: loseLeadership bounded their reads and writes
-	}
-	s.timer.Stop()
-	// Raft's shutdown waits for its log store: bounded like the rest, with a floor of a second
-	// for an ordinary shutdown after a ctx that ran out. A node whose disk hangs stops without
-	// it (its log is crash-safe; the disk watchdog in stall.go exits it anyway).
-	closed := make(chan error, 1)
-	go func() {
-		c.close()
-		closed <- s.store.Close()
-	}()
-	select {
-	case cerr := <-closed:
-		if err == nil {
-			err = cerr
-		}
-	case <-time.After(max(time.Until(deadline), time.Second)):
-		s.log.Error("cluster: raft did not shut down before the stop deadline; stopping without it")
-		if err == nil {
-			err = errors.New("shutdown: raft did not stop before the deadline")
-		}
-	}
-	return err
+	return s.sm.shutdown(ctx, deadline)
 }
 
 // Stats reports the table's size: keys present, locks held, acquires queued, and connections.

@@ -43,7 +43,7 @@ func (s *Server) initAdmin() {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /readyz", func(w *adminhttp.Response, r *adminhttp.Request) {
-		if ok, why := s.ready(); !ok {
+		if ok, why := s.readiness(); !ok {
 			w.Error(503, why)
 			return
 		}
@@ -57,13 +57,13 @@ func (s *Server) initAdmin() {
 	s.adminMux = mux
 }
 
-// ready reports whether the node can serve clients now, and why not.
-func (s *Server) ready() (bool, string) {
+// readiness reports whether the node can serve clients now, and why not.
+func (s *Server) readiness() (bool, string) {
 	if s.isStopping() {
 		return false, "stopping"
 	}
 	if c := s.cluster; c != nil {
-		if c.ready() {
+		if c.leads() {
 			return true, ""
 		}
 		_, id := c.raft.LeaderWithID()
@@ -165,7 +165,7 @@ func (s *Server) clusterStatus(w *adminhttp.Response, r *adminhttp.Request) {
 	if c := s.cluster; c != nil {
 		st.Node = c.cfg.NodeID
 		st.Role = strings.ToLower(c.raft.State().String())
-		st.Serving = c.ready()
+		st.Serving = c.leads()
 		_, lid := c.raft.LeaderWithID()
 		st.Leader = string(lid)
 		st.LeaderAddr = c.leaderHint()

@@ -140,7 +140,7 @@ type cluster struct {
 func (s *Server) startCluster() error {
 	cc := s.cfg.Cluster
 	c := &cluster{s: s, cfg: cc}
-	c.prop.kick = make(chan struct{}, 1)
+	c.prop.notify = make(chan struct{}, 1)
 	c.prop.slots = make(chan struct{}, maxInflight)
 	c.prop.limit = s.cfg.RaftMaxPending
 	c.prop.room.L = &c.prop.mu

@@ -195,7 +195,7 @@ func TestClusterApplyErrorStopsTheReplica(t *testing.T) {
 	if err == nil && r.Op != wire.OpGoaway {
 		t.Fatalf("after the failed apply the client got %+v", r)
 	}
-	if n.cluster.ready() {
+	if n.cluster.leads() {
 		t.Fatal("the halted node still serves")
 	}
 	// It applies nothing more (a NODE entry, committed, leaves no trace).

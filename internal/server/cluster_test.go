@@ -103,7 +103,7 @@ func (tc *testCluster) leader() int {
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		for i, n := range tc.nodes {
-			if n != nil && n.cluster.ready() {
+			if n != nil && n.cluster.leads() {
 				return i
 			}
 		}
@@ -277,7 +277,7 @@ func TestRaftPortRejectsOutsiders(t *testing.T) {
 	if after := tc.nodes[li].cluster.raft.LastIndex(); after != before {
 		t.Fatalf("outsiders moved the log from %d to %d", before, after)
 	}
-	if !tc.nodes[li].cluster.ready() {
+	if !tc.nodes[li].cluster.leads() {
 		t.Fatal("the leader was disturbed")
 	}
 }
@@ -334,7 +334,7 @@ func TestClusterRaftTLS(t *testing.T) {
 		}
 	}
 	nc.Close()
-	if after := tc.nodes[li].cluster.raft.LastIndex(); after != before || !tc.nodes[li].cluster.ready() {
+	if after := tc.nodes[li].cluster.raft.LastIndex(); after != before || !tc.nodes[li].cluster.leads() {
 		t.Fatalf("plaintext to the TLS raft port disturbed the leader (log %d -> %d)", before, after)
 	}
 }

@@ -20,7 +20,7 @@ const readBufSize = 4 << 10 // grows to fit a larger frame, then shrinks back
 // complete frame of a read, applies the valid ones as one batch, and flushes the answers with one
 // write. Output for this connection produced by others (hand-offs, timeouts, pushes) is queued
 // the same way and written by the goroutine that produced it when the socket takes it at once
-// (tryFlush), otherwise by a writer goroutine started for the purpose (kick).
+// (tryFlush), otherwise by a writer goroutine started for the purpose (startWriter).
 type conn struct {
 	s     *Server
 	nc    net.Conn
@@ -42,12 +42,12 @@ type conn struct {
 	grants []grantMark           // the grants in resp (Server.mu held)
 
 	// Guarded by Server.mu.
-	marked   bool // in Server.touched
-	detached bool // the session was told this connection is gone
-	doomedAt bool // in Server.doomed
+	inToFlush  bool // in Server.toFlush
+	detached   bool // the session was told this connection is gone
+	inToDetach bool // in Server.toDetach
 
-	raw     syscall.RawConn // the TCP socket, for non-blocking writes; nil with TLS
-	touched []*conn         // reader-owned scratch for deliver
+	raw          syscall.RawConn // the TCP socket, for non-blocking writes; nil with TLS
+	flushScratch []*conn         // reader-owned scratch for deliver
 
 	output // output.go: the output buffer, grant marks, lost grants and the writer
 }
@@ -138,7 +138,7 @@ func (c *conn) readFD(fd uintptr) bool {
 	}
 }
 
-// readLoop reads until the connection fails, is doomed, or sends a frame it cannot trust.
+// readLoop reads until the connection fails, is to be detached, or sends a frame it cannot trust.
 func (c *conn) readLoop() {
 	s := c.s
 	n := 0 // bytes of rbuf in use

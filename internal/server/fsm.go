@@ -33,7 +33,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 			(*cluster)(f).applyFailed(l.Index, err)
 			continue
 		}
-		s.settle(nil)
+		s.route(nil)
 		if now := s.table.Now(); now != f.appliedNow {
 			f.appliedNow, f.appliedAt = now, time.Now()
 		}
@@ -42,7 +42,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 			s.log.Info("state hash", "index", l.Index, "hash", hex.EncodeToString(h[:8]))
 		}
 	}
-	s.settleUnlock(nil, nil)
+	s.routeUnlock(nil, nil)
 	return make([]interface{}, len(logs))
 }
 

@@ -135,7 +135,7 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 	s.conns[c.id] = c
 	slot = false // the connection's now: detach gives it back
 	s.sm.attach(c)
-	s.settleUnlock(nil, nil)
+	s.routeUnlock(nil, nil)
 	select {
 	case <-c.hs.done: // a single node: already (the attach was applied above)
 	default:
@@ -153,7 +153,7 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 	if !welcomed {
 		s.detach(c) // not attached (yet): the attach, if it still applies, finds the connection gone
 	}
-	s.settleUnlock(nil, nil)
+	s.routeUnlock(nil, nil)
 	if !welcomed { // its detach above gave the slot back
 		st := wire.StatusNotLeader
 		if hs.busy {

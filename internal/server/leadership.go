@@ -131,7 +131,7 @@ func (c *cluster) becomeLeader() error {
 	c.recoveryDone = true
 	c.leader.Store(true)
 	s.log.Info("cluster: leader", "node", c.cfg.NodeID, "term_time", time.Duration(base))
-	s.kickClock()
+	s.wakeClock()
 	return nil
 }
 
@@ -211,6 +211,6 @@ func (c *cluster) leaderHint() string {
 	return c.s.table.NodeAddr(string(id))
 }
 
-// ready reports whether this node serves clients (it is the leader and has committed its
+// leads reports whether this node serves clients (it is the leader and has committed its
 // first entry).
-func (c *cluster) ready() bool { return c.leader.Load() && c.raft.State() == raft.Leader }
+func (c *cluster) leads() bool { return c.leader.Load() && c.raft.State() == raft.Leader }

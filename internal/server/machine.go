@@ -15,11 +15,11 @@ import (
 // implementations:
 //
 //   - local (this file): a single node. A change is made to the table at once, under
-//     Server.mu, and its outputs are routed (route.go, settle) before the lock is released.
+//     Server.mu, and its outputs are routed (route.go, Server.route) before the lock is released.
 //     Durability is persist.go's (the token ceiling and the restart horizon).
 //   - cluster (replicated.go): a Raft cluster. A change is encoded as a command of the next log
 //     entry (proposer.go); the table sees it when the entry commits (fsm.ApplyBatch, on every
-//     replica), and its outputs are routed through the same settle.
+//     replica), and its outputs are routed through the same route step.
 //
 // Why a single node does not encode its batches and go through Table.Apply as a replica does:
 // both are 0 allocs/op, but the round trip costs. Measured (go test -run '^$' -bench Seam
@@ -30,10 +30,10 @@ import (
 // table code (Table.Apply decodes a REQUESTS command and calls Table.Requests) and the
 // same route step.
 //
-// "Server.mu held" below: the caller holds it, and settles before it releases it.
+// "Server.mu held" below: the caller holds it, and routes (routeUnlock) before it releases it.
 type machine interface {
 	// batch is the apply step for connection c's batch of valid requests; fatal: the stream
-	// after the batch cannot be trusted, and c is doomed in the same step. Server.mu not held:
+	// after the batch cannot be trusted, and c is detached in the same step. Server.mu not held:
 	// a replicated machine may first wait for room (backpressure on this reader).
 	batch(c *conn, reqs []wire.Request, fatal bool)
 	// attach starts attaching session c.sid on connection c; the route step writes WELCOME
@@ -58,8 +58,8 @@ type machine interface {
 	// expires reports whether this node arms the timer for the table's deadlines (a cluster
 	// follower never does: its deadlines pass through the leader's log). Server.mu held.
 	expires() bool
-	// settled runs at the end of every route step. Server.mu held.
-	settled()
+	// routed runs at the end of every route step. Server.mu held.
+	routed()
 	// stateID is the state id clients see. Server.mu held.
 	stateID() [wire.StateIDSize]byte
 	// start starts the machine's goroutines (Serve); shutdown is the end of a graceful stop,
@@ -80,9 +80,9 @@ func (l *local) batch(c *conn, reqs []wire.Request, fatal bool) {
 		s.table.Requests(s.clk.Now(), c.owner, c.id, reqs)
 	}
 	if fatal {
-		s.doom(c)
+		s.detachLater(c)
 	}
-	c.touched = s.settleUnlock(c, c.touched)
+	c.flushScratch = s.routeUnlock(c, c.flushScratch)
 }
 
 func (l *local) attach(c *conn) {
@@ -101,14 +101,14 @@ func (l *local) tick(scratch []*conn) []*conn {
 	s.mu.Lock()
 	s.armed = false
 	s.table.Tick(s.clk.Now())
-	return s.settleUnlock(nil, scratch)
+	return s.routeUnlock(nil, scratch)
 }
 
 func (l *local) now() int64                      { return l.s.clk.Now() }
 func (l *local) serving() bool                   { return true }
 func (l *local) leaderHint() string              { return "" }
 func (l *local) expires() bool                   { return true }
-func (l *local) settled()                        { l.s.checkStorage() }
+func (l *local) routed()                         { l.s.checkStorage() }
 func (l *local) stateID() [wire.StateIDSize]byte { return l.s.stateID }
 
 func (l *local) start() {
@@ -125,12 +125,12 @@ func (l *local) shutdown(ctx context.Context, deadline time.Time) error {
 	s.mu.Lock()
 	s.stopping = true
 	s.table.Stop(s.now())
-	s.settle(nil)
+	s.route(nil)
 	conns := make([]*conn, 0, len(s.conns))
 	for _, c := range s.conns {
 		conns = append(conns, c)
 	}
-	s.takeTouched(nil) // every connection is flushed below
+	s.takeToFlush(nil) // every connection is flushed below
 	s.mu.Unlock()
 	for _, c := range conns {
 		c.tryFlush()

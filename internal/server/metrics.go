@@ -25,8 +25,8 @@ import (
 //     runtime and the process): writeState takes Server.mu once per scrape. They are always
 //     there.
 //
-// The hot path is plain arithmetic: the lock events and the answers routed by settle are counted
-// in plain integers and fixed bucket arrays under Server.mu (which the observer hooks and settle
+// The hot path is plain arithmetic: the lock events and the answers routed by the route step are counted
+// in plain integers and fixed bucket arrays under Server.mu (which the observer hooks and the route step
 // already hold); a key's prefix series is found once per event (a one-entry cache in front of a
 // small fixed hash index, prefixIndex). A scrape copies the counts under Server.mu (events) and
 // writes them. The counts kept outside Server.mu (answerLocal: PING and INVALID from the
@@ -55,7 +55,7 @@ type metrics struct {
 	s  *Server
 	on bool // EnableMetrics ran (before Serve): the event counters below are live
 
-	// Answers by op and status: routed by settle (Server.mu), and written by the validate step
+	// Answers by op and status: routed by the route step (Server.mu), and written by the validate step
 	// outside it (atomic). A series exists once its count is non-zero.
 	answers [numOpSlots][numStatusSlots]uint64
 	local   [numOpSlots][numStatusSlots]atomic.Uint64

@@ -77,7 +77,7 @@ func (m *metrics) writeState(e *expo) {
 		}
 	}
 	gauge("ticketing_raft_last_contact_seconds", "Cluster: time since this node last heard from the leader (0 on the leader).", contact)
-	gauge("ticketing_raft_serving", "Cluster: 1 while this node leads and serves clients.", b2f(s.cluster.ready()))
+	gauge("ticketing_raft_serving", "Cluster: 1 while this node leads and serves clients.", b2f(s.cluster.leads()))
 	if f := r.GetConfiguration(); f.Error() == nil {
 		var voters, nonvoters uint64
 		for _, m := range f.Configuration().Servers {

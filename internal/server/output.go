@@ -23,26 +23,26 @@ type output struct {
 	wn   int                   // how much of wbuf is written (wmu)
 	wfn  func(fd uintptr) bool // c.writeFD, made once
 
-	mu        sync.Mutex  // guards the fields below; never held during I/O
-	out       []byte      // answers not yet written
-	spare     []byte      // the other half of a double buffer, reused by flush
-	closed    bool        // no more output is accepted
-	failed    bool        // output overflowed or a write failed: the connection is doomed
-	final     time.Time   // bound on the last writes (graceful shutdown); zero = WriteTimeout
-	readUntil time.Time   // reads stop here (graceful shutdown, lost leadership); zero = none
-	killFlag  bool        // the socket was closed at once (takeover, slow consumer)
-	marks     []grantMark // the grants in out, in order
-	spareMk   []grantMark // the other half of marks' double buffer
-	lost      []uint64    // request ids of grants dropped unwritten, for Server.reportLost
+	mu           sync.Mutex  // guards the fields below; never held during I/O
+	out          []byte      // answers not yet written
+	spare        []byte      // the other half of a double buffer, reused by flush
+	closed       bool        // no more output is accepted
+	failed       bool        // output overflowed or a write failed: the connection is to be detached
+	final        time.Time   // bound on the last writes (graceful shutdown); zero = WriteTimeout
+	readUntil    time.Time   // reads stop here (graceful shutdown, lost leadership); zero = none
+	socketClosed bool        // the socket was closed at once (takeover, slow consumer)
+	marks        []grantMark // the grants in out, in order
+	spareMk      []grantMark // the other half of marks' double buffer
+	lost         []uint64    // request ids of grants dropped unwritten, for Server.reportLost
 
-	writer  atomic.Bool    // a writer goroutine (see kick) is running
+	writer  atomic.Bool    // a writer goroutine (see startWriter) is running
 	writers sync.WaitGroup // the writer goroutine; Add only under mu while !closed, so close can Wait
 }
 
 // push queues a frame that the table produced for c (not the connection whose batch is
-// running) while Server.mu is held. It reports whether the frame was queued: a doomed or closed
+// running) while Server.mu is held. It reports whether the frame was queued: a failed or closed
 // connection takes nothing (its output is capped), and a frame that overflows the output limit
-// dooms the connection and is dropped with everything queued.
+// fails the connection and is dropped with everything queued.
 func (c *conn) push(r *wire.Response, grant bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -61,7 +61,7 @@ func (c *conn) push(r *wire.Response, grant bool) bool {
 
 // commit moves the batch's answers from resp to out: one lock per batch, not one per answer.
 // Server.mu must be held (lock order: Server.mu, then conn.mu), so no later output for c can
-// overtake them. It reports false when the answers were dropped (the connection is doomed).
+// overtake them. It reports false when the answers were dropped (the connection failed).
 func (c *conn) commit() bool {
 	if len(c.resp) == 0 {
 		return true
@@ -89,7 +89,7 @@ func (c *conn) commit() bool {
 	return ok
 }
 
-// checkOverflow dooms a client that is not reading its answers: its socket is closed at once
+// checkOverflow fails a client that is not reading its answers: its socket is closed at once
 // (nothing more is queued or written; the queued bytes are dropped) and its session is detached
 // before Server.mu is released. It reports whether it did. c.mu and Server.mu must be held.
 func (c *conn) checkOverflow() bool {
@@ -100,16 +100,16 @@ func (c *conn) checkOverflow() bool {
 	c.s.metrics.slowConsumer()
 	c.s.log.Warn("closing slow consumer", "conn", c.id, "queued_bytes", len(c.out))
 	c.killLocked()
-	c.s.doom(c)
+	c.s.detachLater(c)
 	return true
 }
 
 // killLocked closes the socket at once, dropping unsent and unread bytes (RST). c.mu must be held.
 func (c *conn) killLocked() {
-	if c.killFlag {
+	if c.socketClosed {
 		return
 	}
-	c.killFlag = true
+	c.socketClosed = true
 	c.closed = true
 	c.dropOutLocked()
 	if c.tcp != nil {
@@ -154,9 +154,9 @@ func (c *conn) kill() {
 	c.mu.Unlock()
 }
 
-// kick makes sure a goroutine writes what is queued: it starts one unless one is running. A
+// startWriter makes sure a goroutine writes what is queued: it starts one unless one is running. A
 // connection has no writer goroutine while it has nothing to write.
-func (c *conn) kick() {
+func (c *conn) startWriter() {
 	if !c.writer.CompareAndSwap(false, true) {
 		return
 	}
@@ -171,7 +171,7 @@ func (c *conn) kick() {
 	go c.writeOut()
 }
 
-// writeOut is the writer goroutine started by kick.
+// writeOut is the writer goroutine started by startWriter.
 func (c *conn) writeOut() {
 	defer c.writers.Done()
 	for {
@@ -204,8 +204,8 @@ func (c *conn) writeDeadline(final time.Time) time.Time {
 }
 
 // flush writes everything queued, looping until nothing is left. wmu serialises writers (the
-// reader after a batch, the writer goroutine after a kick, close); the state mutex mu is never
-// held during the write. A write that fails or times out dooms the connection: its socket is
+// reader after a batch, the writer goroutine (startWriter), close); the state mutex mu is never
+// held during the write. A write that fails or times out fails the connection: its socket is
 // closed at once and the reader (which detaches the session) stops.
 //
 // On a plain TCP socket the bytes go first to a non-blocking write, which takes them all unless
@@ -280,7 +280,7 @@ func (c *conn) writeFD(fd uintptr) bool {
 // progress and the socket takes the bytes at once; whatever is left goes to the writer goroutine.
 func (c *conn) tryFlush() {
 	if c.raw == nil || !c.wmu.TryLock() {
-		c.kick()
+		c.startWriter()
 		return
 	}
 	c.mu.Lock()
@@ -321,7 +321,7 @@ func (c *conn) tryFlush() {
 		c.spare = buf[:0]
 		c.mu.Unlock()
 		c.wmu.Unlock()
-		c.kick()
+		c.startWriter()
 		return
 	}
 	c.spare = buf[:0]
@@ -340,13 +340,13 @@ func (c *conn) close(deadline time.Time) {
 	c.mu.Unlock()
 	c.flush()
 	c.mu.Lock()
-	if c.killFlag {
+	if c.socketClosed {
 		c.mu.Unlock()
 		c.writers.Wait()
 		return
 	}
 	c.closed = true
-	c.killFlag = true
+	c.socketClosed = true
 	c.mu.Unlock()
 	c.nc.Close()
 	c.writers.Wait() // no writer starts after closed; one running ends with the closed socket

@@ -42,7 +42,7 @@ func (s *Server) checkStorage() {
 	now := s.table.Now()
 	if s.table.StorageWaiting() || last+s.cfg.TokenBlock/2 >= limit || horizon < now+s.leaseHint.Load()+int64(horizonStep/2) {
 		select {
-		case s.persistKick <- struct{}{}:
+		case s.persistWake <- struct{}{}:
 		default:
 		}
 	}
@@ -53,7 +53,7 @@ func (s *Server) persister() {
 	defer s.wg.Done()
 	backoff := time.Duration(0)
 	hintReset := time.Now()
-	var touched []*conn
+	var scratch []*conn
 	for {
 		if backoff > 0 {
 			t := time.NewTimer(backoff)
@@ -65,13 +65,13 @@ func (s *Server) persister() {
 			}
 		} else {
 			select {
-			case <-s.persistKick:
+			case <-s.persistWake:
 			case <-s.done:
 				return
 			}
 		}
 		select {
-		case <-s.done: // a kick and the stop came together: the stop writes the last record
+		case <-s.done: // a wake and the stop came together: the stop writes the last record
 			return
 		default:
 		}
@@ -111,6 +111,6 @@ func (s *Server) persister() {
 			s.table.Ceiling(now, st.TokenLimit, st.HorizonBoot-s.boot0)
 			backoff = 0
 		}
-		touched = s.settleUnlock(nil, touched)
+		scratch = s.routeUnlock(nil, scratch)
 	}
 }

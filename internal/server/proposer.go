@@ -31,7 +31,7 @@ type proposer struct {
 	room   sync.Cond         // on mu: queued() fell below limit, or waiting must end
 	stop   bool              // the propose goroutine has exited: nobody waits any more
 	leader *atomic.Bool      // the cluster's leader flag: a node that does not lead makes nobody wait
-	kick   chan struct{}
+	notify chan struct{}
 	slots  chan struct{} // in-flight proposals
 }
 
@@ -73,13 +73,13 @@ func (p *proposer) end() {
 		p.n = 0
 	}
 	p.mu.Unlock()
-	p.poke()
+	p.signal()
 }
 
-// poke wakes the propose goroutine.
-func (p *proposer) poke() {
+// signal wakes the propose goroutine.
+func (p *proposer) signal() {
 	select {
-	case p.kick <- struct{}{}:
+	case p.notify <- struct{}{}:
 	default:
 	}
 }
@@ -135,7 +135,7 @@ func (c *cluster) proposeLoop() {
 	}()
 	for {
 		select {
-		case <-p.kick:
+		case <-p.notify:
 		case <-c.s.done:
 			return
 		}
@@ -159,7 +159,7 @@ func (c *cluster) proposeLoop() {
 			continue
 		}
 		if more {
-			p.poke() // the next one goes as soon as a slot is free
+			p.signal() // the next one goes as soon as a slot is free
 		}
 		locktable.SetTime(entry, c.stamp())
 		f := c.raft.Apply(entry, 10*time.Second)
@@ -169,7 +169,7 @@ func (c *cluster) proposeLoop() {
 			}
 			<-p.slots
 			select { // more may have accumulated meanwhile
-			case p.kick <- struct{}{}:
+			case p.notify <- struct{}{}:
 			default:
 			}
 		}()

@@ -33,9 +33,9 @@ func (c *cluster) batch(cn *conn, reqs []wire.Request, fatal bool) {
 	}
 	s.mu.Lock()
 	if !cn.commit() || fatal {
-		s.doom(cn)
+		s.detachLater(cn)
 	}
-	cn.touched = s.settleUnlock(nil, cn.touched)
+	cn.flushScratch = s.routeUnlock(nil, cn.flushScratch)
 }
 
 // attach proposes ATTACH; the route step writes WELCOME when it is applied.
@@ -64,7 +64,7 @@ func (c *cluster) tick(scratch []*conn) []*conn {
 	s.armed = false
 	_, pending := s.table.NextDeadline()
 	s.mu.Unlock()
-	if !c.ready() {
+	if !c.leads() {
 		return scratch
 	}
 	c.prop.begin()
@@ -85,9 +85,9 @@ func (c *cluster) tick(scratch []*conn) []*conn {
 }
 
 func (c *cluster) now() int64                      { return c.stamp() }
-func (c *cluster) serving() bool                   { return c.ready() }
+func (c *cluster) serving() bool                   { return c.leads() }
 func (c *cluster) expires() bool                   { return c.leader.Load() }
-func (c *cluster) settled()                        {}
+func (c *cluster) routed()                         {}
 func (c *cluster) stateID() [wire.StateIDSize]byte { return c.s.table.StateID() }
 
 // start runs the leadership watcher, the proposer and the disk watchdog until Shutdown.

@@ -14,29 +14,29 @@ func (s *Server) crashBeforeGrantReply() {
 	}
 }
 
-// undelivered is a grant whose answer was dropped unwritten (its connection was doomed).
-type undelivered struct {
+// lostGrant is a grant whose answer was dropped unwritten (its connection failed).
+type lostGrant struct {
 	c     *conn
 	reqID uint64
 }
 
-// settleUnlock ends every change to the table: its outputs are routed (settle), Server.mu is
+// routeUnlock ends every change to the table: its outputs are routed (route), Server.mu is
 // released, and the connections that got output are written to (deliver). cur is the
 // connection whose batch ran, or nil; scratch is the caller's reusable slice, returned for reuse.
 // Server.mu must be held.
-func (s *Server) settleUnlock(cur *conn, scratch []*conn) []*conn {
-	s.settle(cur)
-	scratch = s.takeTouched(scratch)
+func (s *Server) routeUnlock(cur *conn, scratch []*conn) []*conn {
+	s.route(cur)
+	scratch = s.takeToFlush(scratch)
 	s.mu.Unlock()
 	return deliver(scratch)
 }
 
-// settle routes the table's outputs, detaches doomed connections (which may produce more
+// route routes the table's outputs, detaches the connections marked by detachLater (which may produce more
 // outputs: hand-offs of revoked grants), rearms the timer and checks whether storage must
 // reserve more. cur is the connection whose batch is running (its answers go to its own
 // buffer and are committed here), or nil. Server.mu must be held.
-func (s *Server) settle(cur *conn) {
-	var lost []undelivered
+func (s *Server) route(cur *conn) {
+	var lost []lostGrant
 	for {
 		outs := s.table.Outs()
 		for k := range outs {
@@ -77,45 +77,45 @@ func (s *Server) settle(cur *conn) {
 				continue
 			}
 			if !d.push(&o.Resp, grant) && grant {
-				lost = append(lost, undelivered{d, o.Resp.ID})
+				lost = append(lost, lostGrant{d, o.Resp.ID})
 			}
-			if !d.marked {
-				d.marked = true
-				s.touched = append(s.touched, d)
+			if !d.inToFlush {
+				d.inToFlush = true
+				s.toFlush = append(s.toFlush, d)
 			}
 		}
 		s.table.ClearOuts()
 		if cur != nil {
 			if !cur.commit() {
 				for _, g := range cur.grants {
-					lost = append(lost, undelivered{cur, g.id})
+					lost = append(lost, lostGrant{cur, g.id})
 				}
 			}
 			cur.grants = cur.grants[:0]
 		}
-		if len(lost) == 0 && len(s.doomed) == 0 {
+		if len(lost) == 0 && len(s.toDetach) == 0 {
 			break
 		}
 		for _, u := range lost {
 			s.sm.undelivered(&u.c.sid, u.c.owner, u.c.id, u.reqID)
 		}
 		lost = lost[:0]
-		for _, d := range s.doomed {
-			d.doomedAt = false
+		for _, d := range s.toDetach {
+			d.inToDetach = false
 			s.detach(d)
 		}
-		clear(s.doomed)
-		s.doomed = s.doomed[:0]
+		clear(s.toDetach)
+		s.toDetach = s.toDetach[:0]
 	}
 	s.rearm()
-	s.sm.settled()
+	s.sm.routed()
 }
 
-// doom marks c for detaching before Server.mu is released (see settle). Server.mu must be held.
-func (s *Server) doom(c *conn) {
-	if !c.doomedAt && !c.detached {
-		c.doomedAt = true
-		s.doomed = append(s.doomed, c)
+// detachLater marks c for detaching before Server.mu is released (see route). Server.mu must be held.
+func (s *Server) detachLater(c *conn) {
+	if !c.inToDetach && !c.detached {
+		c.inToDetach = true
+		s.toDetach = append(s.toDetach, c)
 	}
 }
 
@@ -123,7 +123,7 @@ func (s *Server) doom(c *conn) {
 func (s *Server) ownsConn(id uint64) bool { return id&^0xffffffff == s.connBase }
 
 // reportLost hands the table the grants c's output buffers dropped unwritten (a failed or
-// timed-out write, an overflow, a kill; see conn.lost). Server.mu must be held; call settle
+// timed-out write, an overflow, a kill; see conn.lost). Server.mu must be held; call route
 // afterwards.
 func (s *Server) reportLost(c *conn) {
 	c.mu.Lock()
@@ -139,7 +139,7 @@ func (s *Server) reportLost(c *conn) {
 }
 
 // detach tells the table that c is gone (its session lives on for its grace) and forgets c;
-// grants its buffers dropped unwritten are reported first. Server.mu must be held; call settle
+// grants its buffers dropped unwritten are reported first. Server.mu must be held; call route
 // afterwards.
 func (s *Server) detach(c *conn) {
 	if c.detached || c.id == 0 {
@@ -154,19 +154,19 @@ func (s *Server) detach(c *conn) {
 	s.sm.detach(c)
 }
 
-// takeTouched moves the connections that settle gave output to (other than the current
+// takeToFlush moves the connections that route gave output to (other than the current
 // reader's) into dst, for delivery once Server.mu is released. Server.mu must be held.
-func (s *Server) takeTouched(dst []*conn) []*conn {
-	for _, d := range s.touched {
-		d.marked = false
+func (s *Server) takeToFlush(dst []*conn) []*conn {
+	for _, d := range s.toFlush {
+		d.inToFlush = false
 	}
-	dst = append(dst, s.touched...)
-	clear(s.touched)
-	s.touched = s.touched[:0]
+	dst = append(dst, s.toFlush...)
+	clear(s.toFlush)
+	s.toFlush = s.toFlush[:0]
 	return dst
 }
 
-// deliver writes what settle queued for each connection in ds, without blocking the caller
+// deliver writes what route queued for each connection in ds, without blocking the caller
 // (see conn.tryFlush), and clears ds. Server.mu must not be held.
 func deliver(ds []*conn) []*conn {
 	for _, d := range ds {

@@ -10,12 +10,12 @@
 //     Server.mu; in a cluster (replicated.go) it becomes a command of the next log entry
 //     (proposer.go), and every replica's FSM (fsm.go) makes the same table call when the entry
 //     commits;
-//   - route (route.go, Server.settle): the table's outputs go to their connections — the
+//   - route (route.go, Server.route): the table's outputs go to their connections — the
 //     batch's own answers to the reader's buffer, hand-offs, EXPIRED and answers for other
 //     sessions to theirs — and every batch is written with one write (output.go).
 //
 // The durable token ceiling and restart horizon of a single node (persist.go) and the clock that
-// drives deadlines (machine.tick) feed the table through the same route step (settleUnlock).
+// drives deadlines (machine.tick) feed the table through the same route step (routeUnlock).
 //
 // Locks, in order: conn.wmu (the one writer of a connection; the only mutex held across a
 // socket write), Server.mu (the lock table, the connection registry, the timer, each
@@ -60,7 +60,7 @@ type Server struct {
 	tlsCert atomic.Pointer[tls.Certificate]
 
 	// mu (Server.mu) guards the fields from here to the blank line, the table's observer, and
-	// each connection's handshake state and registry flags (conn.hs, marked, detached, doomedAt).
+	// each connection's handshake state and registry flags (conn.hs, inToFlush, detached, inToDetach).
 	mu       sync.Mutex
 	table    *locktable.Table
 	conns    map[uint64]*conn // attached connections by id
@@ -69,8 +69,8 @@ type Server struct {
 	timerAt  int64 // when timer fires; valid while armed
 	armed    bool
 	stopping bool
-	touched  []*conn            // connections route gave output to; see takeTouched
-	doomed   []*conn            // connections to detach before Server.mu is released; see doom
+	toFlush  []*conn            // connections route gave output to; see takeToFlush
+	toDetach []*conn            // connections to detach before Server.mu is released; see detachLater
 	reqs     []wire.Request     // decode scratch of the cluster's apply
 	obs      locktable.Observer // metrics (nil: none); kept across table restores
 
@@ -86,7 +86,7 @@ type Server struct {
 	pending  pendingSet   // connections still in their handshake
 	failures authFailures
 
-	persistKick chan struct{}
+	persistWake chan struct{}
 	leaseHint   atomic.Int64 // largest lease (ns) asked for recently; see persist.go
 
 	ln         net.Listener
@@ -121,7 +121,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		log:         log,
 		store:       st,
 		conns:       make(map[uint64]*conn),
-		persistKick: make(chan struct{}, 1),
+		persistWake: make(chan struct{}, 1),
 		done:        make(chan struct{}),
 		clk:         clock.NewSince(),
 	}
@@ -263,8 +263,8 @@ func (s *Server) SetObserver(o locktable.Observer) {
 // started; in a cluster, the leader's log time.
 func (s *Server) now() int64 { return s.sm.now() }
 
-// kickClock makes the clock goroutine look at the table's deadlines now.
-func (s *Server) kickClock() {
+// wakeClock makes the clock goroutine look at the table's deadlines now.
+func (s *Server) wakeClock() {
 	s.mu.Lock()
 	s.armed = true
 	s.timerAt = 0
@@ -396,13 +396,13 @@ func (s *Server) serveConn(nc net.Conn, tlsCfg *tls.Config) {
 func (s *Server) closeConn(c *conn) {
 	s.mu.Lock()
 	s.detach(c)
-	touched := s.settleUnlock(nil, nil)
+	scratch := s.routeUnlock(nil, nil)
 	c.close(time.Now().Add(s.cfg.WriteTimeout))
 	// The last writes may have failed too.
 	if c.hasLost() {
 		s.mu.Lock()
 		s.reportLost(c)
-		s.settleUnlock(nil, touched)
+		s.routeUnlock(nil, scratch)
 	}
 }
 
@@ -410,14 +410,14 @@ func (s *Server) closeConn(c *conn) {
 // session grace ends (machine.tick).
 func (s *Server) clock() {
 	defer s.wg.Done()
-	var touched []*conn
+	var scratch []*conn
 	for {
 		select {
 		case <-s.done:
 			return
 		case <-s.timer.C:
 		}
-		touched = s.sm.tick(touched)
+		scratch = s.sm.tick(scratch)
 	}
 }
 

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -17,10 +15,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	raftwal "github.com/hashicorp/raft-wal"
-
-	"github.com/ticketing/ticketing/internal/raftnet"
 )
 
 // ClusterConfig turns a node into a member of a Raft cluster (docs/cluster.md). The lock table
@@ -46,6 +40,9 @@ type ClusterConfig struct {
 	SnapshotThreshold uint64        // default 16384
 	SnapshotInterval  time.Duration // default 30s
 	TrailingLogs      uint64        // default 10240
+	// Stores: the Raft storage and transport to run on; nil (a real node) opens its own in the
+	// data directory and listens on RaftAddr (see ClusterStores).
+	Stores *ClusterStores
 	// Join: this node joins an existing cluster (an operator adds it with `ticketing cluster
 	// add`); it never bootstraps, even on a fresh data directory.
 	Join bool
@@ -113,8 +110,7 @@ type cluster struct {
 	s      *Server
 	cfg    *ClusterConfig
 	raft   *raft.Raft
-	layer  *raftnet.Layer
-	trans  *raft.NetworkTransport
+	trans  raft.Transport
 	closer []io.Closer
 
 	leader atomic.Bool  // this node is the leader and has committed its first entry
@@ -154,59 +150,25 @@ func (s *Server) startCluster() error {
 
 	dir := filepath.Join(s.cfg.DataDir, "raft")
 	local := s.store.State()
-	if local.Cluster && !cc.Join && s.cfg.MinToken == 0 && !hasFiles(dir) {
+	if local.Cluster && !cc.Join && s.cfg.MinToken == 0 && cc.Stores == nil && !hasFiles(dir) {
 		// The directory served a cluster node whose Raft state is gone: a new cluster seeded
 		// from it would hand out tokens the old cluster already issued, at once.
 		return fmt.Errorf("data directory %s served a cluster node, but its Raft state (%s) is gone: a new cluster started from it would issue tokens the old cluster already issued and grant keys its holders may still hold; "+
 			"to start a new cluster, start every node with TICKETING_MIN_TOKEN above the old cluster's last token (at least %d, the last this node recorded; the old leader's ticketing_last_token metric shows it): the first leader then waits the maximum lease before its first grant; "+
 			"to bring this node back into its cluster, join it (TICKETING_JOIN) and add it from the leader", s.cfg.DataDir, dir, local.TokenLimit)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	var logs raft.LogStore
-	var stable raft.StableStore
-	switch cc.LogStore {
-	case "", "wal":
-		if err := os.MkdirAll(filepath.Join(dir, "wal"), 0o700); err != nil {
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{s.log}})
+	st := cc.Stores
+	if st == nil {
+		var err error
+		if st, err = c.openStores(dir, hl); err != nil {
 			return err
 		}
-		w, err := raftwal.Open(filepath.Join(dir, "wal"))
-		if err != nil {
-			return fmt.Errorf("raft log (wal): %w", err)
-		}
-		logs, stable = w, w
-		c.closer = append(c.closer, w)
-	case "bolt":
-		bs, err := raftboltdb.NewBoltStore(filepath.Join(dir, "raft.db"))
-		if err != nil {
-			return fmt.Errorf("raft log (bolt): %w", err)
-		}
-		logs, stable = bs, bs
-		c.closer = append(c.closer, bs)
-	default:
-		return fmt.Errorf("TICKETING_RAFT_STORE %q: want wal or bolt", cc.LogStore)
 	}
-	timed := &timedLogStore{LogStore: logs, stall: s.cfg.Faults.StallLog}
-	logs = timed
+	timed := &timedLogStore{LogStore: st.Logs, stall: s.cfg.Faults.StallLog}
+	logs, stable, snaps := raft.LogStore(timed), st.Stable, st.Snapshots
 	c.logs = timed
-	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{s.log}})
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hl)
-	if err != nil {
-		return fmt.Errorf("raft snapshots: %w", err)
-	}
-	adv, err := net.ResolveTCPAddr("tcp", cc.Peers[cc.NodeID])
-	if err != nil || cc.Peers[cc.NodeID] == "" {
-		return fmt.Errorf("TICKETING_PEERS must name this node (%s) with its raft address", cc.NodeID)
-	}
-	layer, err := raftnet.Listen(cc.RaftAddr, raftnet.Options{Secret: cc.Secret, ServerTLS: cc.RaftServerTLS,
-		ClientTLS: cc.RaftClientTLS, Advertise: adv, Logger: s.log,
-		AcceptTimeout: max(2*time.Second, time.Duration(float64(4*baseHeartbeat)*cc.timing()))})
-	if err != nil {
-		return fmt.Errorf("raft listen %s: %w", cc.RaftAddr, err)
-	}
-	c.layer = layer
-	c.trans = raft.NewNetworkTransportWithLogger(layer, 3, 10*time.Second, hl)
+	c.trans = st.Transport
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cc.NodeID)
@@ -296,19 +258,4 @@ func (c *cluster) stamp() int64 {
 		el = time.Duration(float64(el) * r)
 	}
 	return c.stamp0.Load() + int64(el)
-}
-
-func (c *cluster) close() {
-	if c.raft != nil {
-		c.raft.Shutdown().Error()
-	}
-	if c.trans != nil {
-		c.trans.Close()
-	}
-	if c.layer != nil {
-		c.layer.Close()
-	}
-	for _, x := range c.closer {
-		x.Close()
-	}
 }

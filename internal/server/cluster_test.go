@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/ticketing/ticketing/internal/store"
+	"github.com/ticketing/ticketing/internal/testserver"
 	"github.com/ticketing/ticketing/wire"
 )
 
@@ -32,18 +33,13 @@ type testCluster struct {
 	lns   []net.Listener
 }
 
-// freeAddrs returns n distinct free loopback addresses: every listener stays open until all are
-// chosen (one closed at once may be handed out again by the next Listen).
+// freeAddrs returns n distinct free loopback addresses (testserver.FreeAddrs: below the
+// ephemeral range, so no outgoing connection takes one before its node listens).
 func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	addrs := make([]string, n)
-	for i := range addrs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		addrs[i] = ln.Addr().String()
+	addrs, err := testserver.FreeAddrs("127.0.0.1", n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return addrs
 }

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
-	"sort"
+	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/ticketing/ticketing/internal/adminhttp"
 	"github.com/ticketing/ticketing/internal/locktable"
 	"github.com/ticketing/ticketing/internal/server/adminpage"
+	"github.com/ticketing/ticketing/wire"
 )
 
 // Inspection on the admin listener: JSON for operators and the admin page (adminpage/).
@@ -153,20 +156,8 @@ func ms(ns int64) int64 { return ns / int64(time.Millisecond) }
 
 // party describes owner's session. Server.mu must be held.
 func (s *Server) party(o locktable.Owner, reqID uint64, now int64) Party {
-	p := Party{SessionNo: uint64(o) >> 24, RequestID: reqID}
-	sid, connID, graceEnd, ok := s.table.SessionOf(o)
-	if !ok {
-		return p
-	}
-	p.Session = hex.EncodeToString(sid[:4])
-	if connID == 0 {
-		p.GraceLeftMs = max(ms(graceEnd-now), 0)
-		return p
-	}
-	if c := s.conns[connID]; c != nil && c.nc != nil {
-		p.Remote = c.nc.RemoteAddr().String()
-	}
-	return p
+	v := s.partyOf(o, reqID)
+	return v.party(now)
 }
 
 // keyInfo fills what the table says about key, with up to nWaiters waiters. Server.mu must be
@@ -220,33 +211,96 @@ func (s *Server) apiKey(w *adminhttp.Response, r *adminhttp.Request) {
 func (s *Server) apiLocks(w *adminhttp.Response, r *adminhttp.Request) {
 	limit := intParam(r, "limit", 100, maxLocksShown)
 	var l LockList
+	// Under Server.mu only copies (keys into one buffer, the table's answers, the holder's
+	// session and address); the strings, the sort and the JSON come after it is released.
+	var views []lockView
+	var keys []byte
 	s.mu.Lock()
 	now := s.inspectNow()
 	l.Keys, l.Held, l.Waiters = s.table.Stats()
-	seen := 0
 	s.table.EachKey(func(key []byte, info locktable.Info) bool {
-		l.Locks = append(l.Locks, s.keyInfo(key, info, now, 0))
-		seen++
-		return seen < locksScanned
+		v := lockView{off: len(keys), n: len(key), info: info}
+		if info.Held {
+			v.holder = s.partyOf(info.Holder, info.HolderReqID)
+		}
+		keys = append(keys, key...)
+		views = append(views, v)
+		return len(views) < locksScanned
 	})
 	s.mu.Unlock()
-	sort.Slice(l.Locks, func(i, j int) bool {
-		a, b := &l.Locks[i], &l.Locks[j]
-		if a.WaiterCount != b.WaiterCount {
-			return a.WaiterCount > b.WaiterCount
+	slices.SortFunc(views, func(a, b lockView) int {
+		if a.info.Waiters != b.info.Waiters {
+			return b.info.Waiters - a.info.Waiters
 		}
-		return a.Key < b.Key
+		return bytes.Compare(keys[a.off:a.off+a.n], keys[b.off:b.off+b.n])
 	})
-	if len(l.Locks) > limit {
-		l.Locks = l.Locks[:limit]
-	}
-	if l.Locks == nil {
-		l.Locks = []KeyInfo{}
-	}
-	for i := range l.Locks {
-		l.Locks[i].Waiters = nil
+	l.Locks = make([]KeyInfo, 0, min(len(views), limit))
+	for _, v := range views[:min(len(views), limit)] {
+		k := KeyInfo{Key: string(keys[v.off : v.off+v.n]), Present: true, Held: v.info.Held, WaiterCount: v.info.Waiters, Stalled: v.info.Stalled}
+		if v.info.Held {
+			k.Token = v.info.Token
+			k.LeaseLeftMs = max(ms(v.info.Deadline-now), 0)
+			k.HeldForMs = max(ms(now-v.info.GrantedAt), 0)
+			h := v.holder.party(now)
+			k.Holder = &h
+			k.Revocable = v.info.Revocable
+		}
+		if v.info.DelayUntil > now {
+			k.LockDelayLeftMs = ms(v.info.DelayUntil - now)
+		}
+		l.Locks = append(l.Locks, k)
 	}
 	writeJSON(w, l)
+}
+
+// lockView is one key of /api/locks as read under Server.mu: its bytes at off..off+n of the
+// listing's key buffer, the table's answer and its holder.
+type lockView struct {
+	off, n int
+	info   locktable.Info
+	holder partyView
+}
+
+// partyView is a session as read under Server.mu (partyOf); party formats it without the lock.
+type partyView struct {
+	owner    locktable.Owner
+	reqID    uint64
+	sid      [wire.SessionIDSize]byte
+	graceEnd int64
+	known    bool     // the session exists
+	attached bool     // it has a connection
+	remote   net.Addr // the connection's peer, if this node has it
+}
+
+// partyOf reads owner's session. Server.mu must be held.
+func (s *Server) partyOf(o locktable.Owner, reqID uint64) partyView {
+	v := partyView{owner: o, reqID: reqID}
+	sid, connID, graceEnd, ok := s.table.SessionOf(o)
+	if !ok {
+		return v
+	}
+	v.sid, v.graceEnd, v.known, v.attached = sid, graceEnd, true, connID != 0
+	if c := s.conns[connID]; connID != 0 && c != nil && c.nc != nil {
+		v.remote = c.nc.RemoteAddr()
+	}
+	return v
+}
+
+// party formats v as the admin API shows a session.
+func (v *partyView) party(now int64) Party {
+	p := Party{SessionNo: uint64(v.owner) >> 24, RequestID: v.reqID}
+	if !v.known {
+		return p
+	}
+	p.Session = hex.EncodeToString(v.sid[:4])
+	if !v.attached {
+		p.GraceLeftMs = max(ms(v.graceEnd-now), 0)
+		return p
+	}
+	if v.remote != nil {
+		p.Remote = v.remote.String()
+	}
+	return p
 }
 
 func (s *Server) apiTop(w *adminhttp.Response, r *adminhttp.Request) {

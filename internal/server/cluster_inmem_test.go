@@ -1,0 +1,77 @@
+package server
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/ticketing/ticketing/wire"
+)
+
+// The replicated part runs on injected stores and transport (ClusterStores): here hashicorp/raft's
+// in-memory ones, with no data-directory log and no sockets between the nodes. The same code as
+// on the real stores: a leader is elected, grants replicate, every replica reaches the same
+// state, and after a leadership transfer the new leader's tokens go on above the old ones.
+func TestClusterOnInMemoryStores(t *testing.T) {
+	addrs := map[string]raft.ServerAddress{}
+	trans := map[string]*raft.InmemTransport{}
+	for i := 1; i <= 3; i++ {
+		id := fmt.Sprintf("n%d", i)
+		addr, tr := raft.NewInmemTransport(raft.ServerAddress("inmem-" + id))
+		addrs[id], trans[id] = addr, tr
+	}
+	for a, ta := range trans {
+		for b, tb := range trans {
+			if a != b {
+				ta.Connect(addrs[b], tb)
+			}
+		}
+	}
+	inmem := func(c *Config) {
+		id := c.Cluster.NodeID
+		store := raft.NewInmemStore()
+		c.Cluster.Stores = &ClusterStores{Logs: store, Stable: store, Snapshots: raft.NewInmemSnapshotStore(), Transport: trans[id]}
+		peers := map[string]string{}
+		for pid, a := range addrs {
+			peers[pid] = string(a)
+		}
+		c.Cluster.Peers = peers
+	}
+	tc := startCluster(t, 3, inmem)
+	li := tc.leader()
+	c := connect(t, tc.nodes[li].addr, "")
+	var last uint64
+	for i := 0; i < 10; i++ {
+		key := fmt.Sprintf("k%d", i%3)
+		r := c.roundTrip(acquire(uint64(2*i+1), key, 2000, 5000))
+		if r.Status != wire.StatusOK || r.Token <= last {
+			t.Fatalf("acquire %d: %+v", i, r)
+		}
+		last = r.Token
+		if rr := c.roundTrip(release(uint64(2*i+2), key, r.Token)); rr.Status != wire.StatusOK {
+			t.Fatalf("release: %v", rr.Status)
+		}
+	}
+	tc.converge()
+
+	if err := tc.nodes[li].cluster.raft.LeadershipTransfer().Error(); err != nil {
+		t.Fatal(err)
+	}
+	var nl int
+	waitFor(t, 10e9, "a new leader", func() bool {
+		for i, n := range tc.nodes {
+			if i != li && n.cluster.leads() {
+				nl = i
+				return true
+			}
+		}
+		return false
+	})
+	c2 := connect(t, tc.nodes[nl].addr, "")
+	r := c2.roundTrip(acquire(1, "after", 2000, 5000))
+	if r.Status != wire.StatusOK || r.Token <= last {
+		t.Fatalf("acquire on the new leader: %+v (last token before %d)", r, last)
+	}
+	tc.converge()
+}

@@ -217,7 +217,7 @@ func TestOutputCapIsHard(t *testing.T) {
 	}
 	ts.mu.Unlock()
 	cn.mu.Lock()
-	cn.failed = true
+	cn.state = outFailed
 	cn.mu.Unlock()
 	ts.mu.Lock()
 	queued := cn.push(&wire.Response{Op: wire.OpExpired, Token: 1, Data: []byte("k")}, false)

@@ -9,6 +9,15 @@ import (
 	"github.com/ticketing/ticketing/wire"
 )
 
+// outState is where a connection's output is in its life.
+type outState uint8
+
+const (
+	outOpen   outState = iota // output is queued and written
+	outClosed                 // closed (close, a takeover, a stop): nothing more is queued or written
+	outFailed                 // overflowed or a write failed: closed, and the connection is to be detached
+)
+
 // output is a connection's output side: what is queued for the socket, which of its frames are
 // grants (to tell a grant that never left the server: Table.Undelivered), the grants lost
 // unwritten, and the one writer at a time. Its methods are conn's (they need the socket).
@@ -23,20 +32,18 @@ type output struct {
 	wn   int                   // how much of wbuf is written (wmu)
 	wfn  func(fd uintptr) bool // c.writeFD, made once
 
-	mu           sync.Mutex  // guards the fields below; never held during I/O
-	out          []byte      // answers not yet written
-	spare        []byte      // the other half of a double buffer, reused by flush
-	closed       bool        // no more output is accepted
-	failed       bool        // output overflowed or a write failed: the connection is to be detached
-	final        time.Time   // bound on the last writes (graceful shutdown); zero = WriteTimeout
-	readUntil    time.Time   // reads stop here (graceful shutdown, lost leadership); zero = none
-	socketClosed bool        // the socket was closed at once (takeover, slow consumer)
-	marks        []grantMark // the grants in out, in order
-	spareMk      []grantMark // the other half of marks' double buffer
-	lost         []uint64    // request ids of grants dropped unwritten, for Server.reportLost
+	mu        sync.Mutex  // guards the fields below; never held during I/O
+	out       []byte      // answers not yet written
+	spare     []byte      // the other half of a double buffer, reused by flush
+	state     outState    // open until closed or failed; then no more output is accepted
+	final     time.Time   // bound on the last writes (graceful shutdown); zero = WriteTimeout
+	readUntil time.Time   // reads stop here (graceful shutdown, lost leadership); zero = none
+	marks     []grantMark // the grants in out, in order
+	spareMk   []grantMark // the other half of marks' double buffer
+	lost      []uint64    // request ids of grants dropped unwritten, for Server.reportLost
 
 	writer  atomic.Bool    // a writer goroutine (see startWriter) is running
-	writers sync.WaitGroup // the writer goroutine; Add only under mu while !closed, so close can Wait
+	writers sync.WaitGroup // the writer goroutine; Add only under mu while open, so close can Wait
 }
 
 // push queues a frame that the table produced for c (not the connection whose batch is
@@ -46,7 +53,7 @@ type output struct {
 func (c *conn) push(r *wire.Response, grant bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed || c.failed {
+	if c.state != outOpen {
 		return false
 	}
 	c.out = wire.AppendResponse(c.out, r)
@@ -67,7 +74,7 @@ func (c *conn) commit() bool {
 		return true
 	}
 	c.mu.Lock()
-	ok := !c.closed && !c.failed
+	ok := c.state == outOpen
 	base := len(c.out)
 	switch {
 	case !ok:
@@ -93,24 +100,27 @@ func (c *conn) commit() bool {
 // (nothing more is queued or written; the queued bytes are dropped) and its session is detached
 // before Server.mu is released. It reports whether it did. c.mu and Server.mu must be held.
 func (c *conn) checkOverflow() bool {
-	if len(c.out) <= c.s.cfg.MaxOutput || c.failed {
+	if len(c.out) <= c.s.cfg.MaxOutput || c.state == outFailed {
 		return false
 	}
-	c.failed = true
 	c.s.metrics.slowConsumer()
 	c.s.log.Warn("closing slow consumer", "conn", c.id, "queued_bytes", len(c.out))
-	c.killLocked()
+	c.killLocked(outFailed)
 	c.s.detachLater(c)
 	return true
 }
 
-// killLocked closes the socket at once, dropping unsent and unread bytes (RST). c.mu must be held.
-func (c *conn) killLocked() {
-	if c.socketClosed {
+// killLocked closes the socket at once, dropping unsent and unread bytes (RST), and leaves the
+// output in state to (outClosed, or outFailed: the connection is to be detached; a closed output
+// whose last write then fails becomes failed too). c.mu must be held.
+func (c *conn) killLocked(to outState) {
+	if c.state != outOpen {
+		if to == outFailed {
+			c.state = outFailed
+		}
 		return
 	}
-	c.socketClosed = true
-	c.closed = true
+	c.state = to
 	c.dropOutLocked()
 	if c.tcp != nil {
 		c.tcp.SetLinger(0)
@@ -150,7 +160,7 @@ func (c *conn) hasLost() bool {
 // out of time).
 func (c *conn) kill() {
 	c.mu.Lock()
-	c.killLocked()
+	c.killLocked(outClosed)
 	c.mu.Unlock()
 }
 
@@ -161,7 +171,7 @@ func (c *conn) startWriter() {
 		return
 	}
 	c.mu.Lock()
-	if c.closed {
+	if c.state != outOpen {
 		c.mu.Unlock()
 		c.writer.Store(false)
 		return
@@ -179,7 +189,7 @@ func (c *conn) writeOut() {
 		c.writer.Store(false)
 		// Output queued after flush looked and before the flag was cleared would be stranded.
 		c.mu.Lock()
-		more := len(c.out) > 0 && !c.closed && !c.failed
+		more := len(c.out) > 0 && c.state == outOpen
 		c.mu.Unlock()
 		if !more || !c.writer.CompareAndSwap(false, true) {
 			return
@@ -190,7 +200,7 @@ func (c *conn) writeOut() {
 func (c *conn) isFailed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.failed
+	return c.state == outFailed
 }
 
 // writeDeadline bounds one write: the write timeout, or the shutdown's final deadline (final;
@@ -215,7 +225,7 @@ func (c *conn) flush() {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()
-	for len(c.out) > 0 && !c.failed && !c.closed {
+	for len(c.out) > 0 && c.state == outOpen {
 		buf, marks := c.out, c.marks
 		c.out, c.marks = c.spare[:0], c.spareMk[:0]
 		final := c.final
@@ -236,9 +246,8 @@ func (c *conn) flush() {
 		}
 		c.mu.Lock()
 		if err != nil {
-			c.failed = true
 			c.loseUnwritten(marks, n)
-			c.killLocked()
+			c.killLocked(outFailed)
 		}
 		c.spareMk = marks[:0]
 		if cap(buf) <= 64<<10 {
@@ -285,7 +294,7 @@ func (c *conn) tryFlush() {
 	}
 	c.mu.Lock()
 	buf := c.out
-	if len(buf) == 0 || c.closed || c.failed {
+	if len(buf) == 0 || c.state != outOpen {
 		c.mu.Unlock()
 		c.wmu.Unlock()
 		return
@@ -295,7 +304,7 @@ func (c *conn) tryFlush() {
 	c.mu.Unlock()
 	n := c.writeNow(buf) // short: the socket is full (or failed); the writer goroutine takes over
 	c.mu.Lock()
-	if n < len(buf) && c.closed {
+	if n < len(buf) && c.state != outOpen {
 		// Killed meanwhile: nothing more is written.
 		c.loseUnwritten(marks, n)
 		c.spare, c.spareMk = buf[:0], marks[:0]
@@ -340,13 +349,12 @@ func (c *conn) close(deadline time.Time) {
 	c.mu.Unlock()
 	c.flush()
 	c.mu.Lock()
-	if c.socketClosed {
+	if c.state != outOpen {
 		c.mu.Unlock()
 		c.writers.Wait()
 		return
 	}
-	c.closed = true
-	c.socketClosed = true
+	c.state = outClosed
 	c.mu.Unlock()
 	c.nc.Close()
 	c.writers.Wait() // no writer starts after closed; one running ends with the closed socket

@@ -90,8 +90,8 @@ func TestOutputOverflowDropsAndReportsGrants(t *testing.T) {
 	if c.push(big, false) {
 		t.Fatal("a frame beyond MaxOutput was queued")
 	}
-	if len(c.lost) != 1 || c.lost[0] != 7 || !c.failed || len(c.s.toDetach) != 1 {
-		t.Fatalf("after overflow: lost %v failed %v doomed %d", c.lost, c.failed, len(c.s.toDetach))
+	if len(c.lost) != 1 || c.lost[0] != 7 || c.state != outFailed || len(c.s.toDetach) != 1 {
+		t.Fatalf("after overflow: lost %v state %v to detach %d", c.lost, c.state, len(c.s.toDetach))
 	}
 	client.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := client.Read(make([]byte, 64)); err == nil {

@@ -56,7 +56,7 @@ from .exceptions import (
 )
 from .lock import Lock, LockContext
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 # A library never prints by itself: without this, Python's last-resort handler would write the
 # client's warnings (a server restart, a lock released on close that did not finish) to stderr.

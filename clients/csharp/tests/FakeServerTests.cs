@@ -501,7 +501,10 @@ namespace Ticketing.Tests
             TicketingClient c = Connect(o =>
             {
                 o.RequestTimeout = TimeSpan.FromMilliseconds(300);
-                o.HeartbeatInterval = TimeSpan.FromMilliseconds(100);
+                // A PING unanswered within the heartbeat fails the connection (docs/clients.md):
+                // 300 ms, not less, so that a busy machine's slow fake server does not make the
+                // client leave a healthy connection (its queued acquire would then be re-sent).
+                o.HeartbeatInterval = TimeSpan.FromMilliseconds(300);
             });
 
             // an acquire queued for 3 request timeouts is not timed out (the heartbeat keeps the link checked)

@@ -222,17 +222,20 @@ namespace Ticketing.Tests
         [Test]
         public async Task KeepAliveHoldsPastTheLeaseAndStopsAtRelease()
         {
+            // A lease long enough that a keep-alive extend delayed by a busy machine still lands
+            // in time (it is sent at a third of the lease); held for one and a half leases.
+            const int leaseMs = 1500;
             TicketingClient a = Client();
             TicketingClient r = Client();
-            TicketingLock l = await a.AcquireAsync("keepalive", new AcquireOptions(TimeSpan.FromMilliseconds(300)) { KeepAlive = true });
-            await Task.Delay(1200);
-            Assert.IsFalse(l.IsLost);
+            TicketingLock l = await a.AcquireAsync("keepalive", new AcquireOptions(TimeSpan.FromMilliseconds(leaseMs)) { KeepAlive = true });
+            await Task.Delay(leaseMs + leaseMs / 2);
+            Assert.IsFalse(l.IsLost, "lost while kept alive");
             Assert.IsTrue(await l.VerifyAsync());
             Assert.IsTrue((await r.InspectAsync("keepalive")).Held);
             await l.ReleaseAsync();
             Assert.IsFalse((await r.InspectAsync("keepalive")).Held);
-            await Task.Delay(400);
-            Assert.IsFalse((await r.InspectAsync("keepalive")).Held);
+            await Task.Delay(leaseMs / 3 * 2); // two keep-alive periods: an extend after the release would show
+            Assert.IsFalse((await r.InspectAsync("keepalive")).Held, "held again after the release");
             Assert.IsFalse(l.IsLost);
         }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the C# client (library, conformance driver, tests) with Mono and runs all of its tests on
 # a fresh machine: unit tests against protocol/vectors.json and constants.json, fake-server tests
-# of the failure paths, integration tests against the real server, and the README example.
+# of the failure paths, integration tests against the real server (the Medallion-style provider
+# included), the package check, and the README's examples compiled in a fresh folder against the
+# package's Ticketing.dll (package.sh builds it into $REPO/dist/csharp) and run.
 # Installs Debian's Mono and NUnit 2.6 when missing. The server binary is $TICKETING_BIN, else
 # built here once from the repository root. Prints "csharp: N passed, N failed" and exits
 # non-zero on any failure.
@@ -32,6 +34,8 @@ fi
 export TICKETING_REPO_ROOT="$root"
 
 ./build.sh
+./package.sh
+export TICKETING_CSHARP_PACKAGE="$root/dist/csharp"
 
 result="$here/build/TestResult.xml"
 rm -f "$result"

@@ -1,31 +1,24 @@
 #!/usr/bin/env bash
 # Sets up and runs every test of the Ruby client on a fresh machine: installs Debian's ruby,
-# ruby-minitest and rake when missing, builds the gem (offline), builds the server unless
-# TICKETING_BIN names one, then `rake test`: the protocol vectors, the fake-server tests, the
-# integration tests against the real server, the README example and the conformance driver.
+# ruby-minitest and rake when missing (setup.sh), builds and checks the gem with package.sh
+# (offline), builds the server unless TICKETING_BIN names one, then `rake test`: the protocol
+# vectors, the fake-server tests, the integration tests against the real server, the README
+# example (from lib/, and from the gem installed into a fresh GEM_HOME) and the conformance driver.
 # Exits non-zero on any failure.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 cd "$here"
 
-pkgs=(ruby ruby-minitest rake)
-missing=()
-for p in "${pkgs[@]}"; do
-  if [[ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)" != "installed" ]]; then
-    missing+=("$p")
-  fi
-done
-if (( ${#missing[@]} )); then
-  sudo=""
-  if [[ "$(id -u)" != 0 ]]; then sudo="sudo"; fi
-  $sudo apt-get update -qq -o DPkg::Lock::Timeout=600
-  $sudo apt-get install -y -qq --no-install-recommends --no-upgrade -o DPkg::Lock::Timeout=600 "${missing[@]}"
-fi
+# shellcheck source=setup.sh
+. ./setup.sh
+setup_ruby
 
-mkdir -p pkg
-gem build --silent ticketing.gemspec --output pkg/ticketing.gem >/dev/null
-echo "built pkg/ticketing.gem ($(ruby -Ilib -rticketing/version -e 'print Ticketing::VERSION'))"
+# The gem as published (into $REPO/dist/ruby/, checked by `gem build --strict`); test/package_test.rb
+# installs it into a fresh GEM_HOME and runs the README's example with it.
+TICKETING_GEM="$(./package.sh)"
+export TICKETING_GEM
+echo "built $TICKETING_GEM"
 
 tmp=""
 if [[ -z "${TICKETING_BIN:-}" ]]; then

@@ -162,32 +162,63 @@ namespace Ticketing.Tests
         }
     }
 
-    /// <summary>The README's example, compiled and run exactly as written there, against a real server.</summary>
+    /// <summary>
+    /// The README's examples, each compiled exactly as written there by mcs in a fresh folder that
+    /// holds only the package's Ticketing.dll (<c>$TICKETING_CSHARP_PACKAGE</c>, the folder
+    /// package.sh built, which test.sh sets; else the DLL under test), and run against a real server.
+    /// </summary>
     [TestFixture]
     [Timeout(120000)]
     public class ReadmeExampleTests
     {
-        [Test]
-        public void ReadmeExampleRunsAsWritten()
+        private const string Start = "<!-- example:start";
+        private const string End = "<!-- example:end -->";
+
+        /// <summary>The code of every marked block of the README, in order.</summary>
+        internal static string[] Examples()
         {
             string readme = File.ReadAllText(Path.Combine(Env.RepoRoot, "clients", "csharp", "README.md"));
-            int start = readme.IndexOf("<!-- example:start", StringComparison.Ordinal);
-            int end = readme.IndexOf("<!-- example:end -->", StringComparison.Ordinal);
-            Assert.IsTrue(start >= 0 && end > start, "README has the example markers");
-            string block = readme.Substring(start, end - start);
-            int open = block.IndexOf("```csharp", StringComparison.Ordinal) + 9;
-            string code = block.Substring(open, block.LastIndexOf("```", StringComparison.Ordinal) - open);
-            StringAssert.Contains("class Example", code);
+            var found = new System.Collections.Generic.List<string>();
+            for (int at = readme.IndexOf(Start, StringComparison.Ordinal); at >= 0; at = readme.IndexOf(Start, at + 1, StringComparison.Ordinal))
+            {
+                int end = readme.IndexOf(End, at, StringComparison.Ordinal);
+                Assert.IsTrue(end > at, "README: an example:start without its example:end");
+                string block = readme.Substring(at, end - at);
+                int open = block.IndexOf("```csharp\n", StringComparison.Ordinal);
+                Assert.IsTrue(open >= 0, "README: a marked example without a csharp block");
+                open += 10;
+                found.Add(block.Substring(open, block.LastIndexOf("```", StringComparison.Ordinal) - open));
+            }
+            return found.ToArray();
+        }
 
-            string dir = Path.Combine(Path.GetTempPath(), "ticketing-csharp-readme-" + Guid.NewGuid().ToString("N"));
+        [Test]
+        public void ReadmeHasBothExamples()
+        {
+            string[] examples = Examples();
+            Assert.AreEqual(2, examples.Length, "the ten-line example and the lock provider's");
+            StringAssert.Contains("class Example", examples[0]);
+            StringAssert.Contains("class ProviderExample", examples[1]);
+            StringAssert.Contains("IDistributedLockProvider", examples[1]);
+        }
+
+        [TestCase(0)]
+        [TestCase(1)]
+        public void ReadmeExampleRunsAsWrittenAgainstThePackage(int index)
+        {
+            string code = Examples()[index];
+            string package = Environment.GetEnvironmentVariable("TICKETING_CSHARP_PACKAGE");
+            string dll = string.IsNullOrEmpty(package) ? typeof(TicketingClient).Assembly.Location : Path.Combine(package, "Ticketing.dll");
+            Assert.IsTrue(File.Exists(dll), dll + " is missing (package.sh builds it)");
+
+            string dir = Path.Combine(Path.GetTempPath(), "csharp-readme-" + Guid.NewGuid().ToString("N"));
             Directory.CreateDirectory(dir);
             try
             {
                 File.WriteAllText(Path.Combine(dir, "Example.cs"), code);
-                string dll = typeof(TicketingClient).Assembly.Location;
                 File.Copy(dll, Path.Combine(dir, "Ticketing.dll"));
                 string output;
-                Assert.AreEqual(0, Run(dir, "mcs", "-langversion:7.2 -out:Example.exe -r:Ticketing.dll Example.cs", null, out output), "compiles: " + output);
+                Assert.AreEqual(0, Run(dir, "mcs", "-langversion:7.2 -warnaserror+ -out:Example.exe -r:Ticketing.dll Example.cs", null, out output), "compiles: " + output);
                 using (ServerProcess server = ServerProcess.Start())
                 {
                     Assert.AreEqual(0, Run(dir, "mono", "Example.exe", server.Endpoint, out output), output);

@@ -6,14 +6,8 @@ require_relative "server_helper"
 
 # The README's first example runs, as written, against a real server.
 class ReadmeTest < Minitest::Test
-  README = File.expand_path("../README.md", __dir__)
-
-  def example
-    File.read(README)[/```ruby\n(.*?)```/m, 1]
-  end
-
   def test_example_is_short_and_runs_as_written
-    code = example
+    code = TestHelper.readme_example
     refute_nil code
     assert_operator code.lines.size, :<=, 10
     server = TicketingServer.new

@@ -38,6 +38,12 @@ module TestHelper
     @constants ||= JSON.parse(File.read(File.join(PROTOCOL_DIR, "constants.json")))
   end
 
+  # The README's first ```ruby block: the example that test/readme_test.rb (against lib/) and
+  # test/package_test.rb (against the installed gem) run as written.
+  def readme_example
+    File.read(File.join(REPO_ROOT, "clients", "ruby", "README.md"))[/```ruby\n(.*?)```/m, 1]
+  end
+
   def hex(str)
     [str].pack("H*")
   end

@@ -1,13 +1,7 @@
-using System.Reflection;
 using System.Runtime.CompilerServices;
 
-#if MONO
-// The SDK-style project (Ticketing.csproj) generates these from its <Version> instead.
-[assembly: AssemblyTitle("Ticketing")]
-[assembly: AssemblyDescription("The official C# client of the Ticketing lock server")]
-[assembly: AssemblyVersion("1.0.0.0")]
-[assembly: AssemblyFileVersion("1.0.0.0")]
-[assembly: AssemblyInformationalVersion("1.0.0")]
-#endif
-
+// The assembly's title, description and version come from Ticketing.csproj: the .NET SDK
+// generates them from its properties, and build.sh / package.sh (Mono) generate the same
+// attributes from the same properties. None of them may be written here (a second copy would
+// be an error under the SDK, CS0579).
 [assembly: InternalsVisibleTo("Ticketing.Tests")]

@@ -2,6 +2,7 @@ using System;
 using System.Threading;
 using System.Threading.Tasks;
 using Ticketing.Protocol;
+using Ticketing.Threading;
 
 namespace Ticketing
 {
@@ -22,8 +23,10 @@ namespace Ticketing
     /// is suspended, as the server's lease does.</para>
     /// <para>The owner is the token, not a thread: any task may release or extend. Members are safe
     /// for concurrent use.</para>
+    /// <para>It is the <see cref="IDistributedSynchronizationHandle"/> that
+    /// <see cref="TicketingDistributedLockProvider"/>'s locks return.</para>
     /// </remarks>
-    public sealed class TicketingLock : IDisposable, IAsyncDisposable
+    public sealed class TicketingLock : IDistributedSynchronizationHandle
     {
         private const double RateFactor = 1.0 - 2.0 * Wire.ClockRateBoundPpm / 1000000.0; // 1 - 2ρ
 

@@ -23,6 +23,7 @@ package raftnet
 
 import (
 	"container/list"
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -73,6 +74,53 @@ type Layer struct {
 	once     sync.Once
 	pending  pendingSet
 	wg       sync.WaitGroup
+
+	connMu sync.Mutex
+	conns  map[*conn]struct{} // dialled (from the TCP connect on) or handed to raft, until closed
+	ctx    context.Context    // cancelled by CloseConns: dials in progress and later fail at once
+	cancel context.CancelFunc
+}
+
+// conn is a connection handed to raft, tracked by its Layer until it is closed.
+type conn struct {
+	net.Conn
+	l    *Layer
+	once sync.Once
+}
+
+func (c *conn) Close() error {
+	c.once.Do(func() {
+		c.l.connMu.Lock()
+		delete(c.l.conns, c)
+		c.l.connMu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// track wraps a connection handed to raft.
+func (l *Layer) track(nc net.Conn) net.Conn {
+	c := &conn{Conn: nc, l: l}
+	l.connMu.Lock()
+	l.conns[c] = struct{}{}
+	l.connMu.Unlock()
+	return c
+}
+
+// CloseConns closes every connection handed to raft, dialled or accepted, and every dial in
+// progress, and makes later dials fail at once. Raft's shutdown waits for the RPCs in flight,
+// and on a link that drops packets (no reset) one blocks until its I/O timeout, a dial until its
+// handshake timeout: closing the connections under them ends them at once.
+func (l *Layer) CloseConns() {
+	l.cancel()
+	l.connMu.Lock()
+	cs := make([]*conn, 0, len(l.conns))
+	for c := range l.conns {
+		cs = append(cs, c)
+	}
+	l.connMu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
 }
 
 // Options configure a Layer.
@@ -103,8 +151,9 @@ func Listen(addr string, o Options) (*Layer, error) {
 	l := &Layer{
 		ln: ln, advertise: o.Advertise, secret: o.Secret, serverTLS: o.ServerTLS, clientTLS: o.ClientTLS,
 		timeout: o.Timeout, acceptTO: o.AcceptTimeout, log: o.Logger,
-		accepted: make(chan net.Conn), done: make(chan struct{}),
+		accepted: make(chan net.Conn), done: make(chan struct{}), conns: map[*conn]struct{}{},
 	}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.pending.init(pendingMax, pendingPerHost)
 	if l.advertise == nil {
 		l.advertise = ln.Addr()
@@ -162,10 +211,11 @@ func (l *Layer) acceptLoop() {
 				nc.Close()
 				return
 			}
+			tc := l.track(c)
 			select {
-			case l.accepted <- c:
+			case l.accepted <- tc:
 			case <-l.done:
-				c.Close()
+				tc.Close()
 			}
 		}()
 	}
@@ -208,10 +258,11 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 			}
 		}
 	}
-	nc, err := d.Dial("tcp", string(address))
+	raw, err := d.DialContext(l.ctx, "tcp", string(address))
 	if err != nil {
 		return nil, err
 	}
+	nc := l.track(raw) // from here on, CloseConns ends the handshake too
 	deadline := time.Now().Add(timeout)
 	nc.SetDeadline(deadline)
 	var c net.Conn = nc

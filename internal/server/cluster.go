@@ -111,6 +111,7 @@ type cluster struct {
 	cfg    *ClusterConfig
 	raft   *raft.Raft
 	trans  raft.Transport
+	conns  interface{ CloseConns() } // the transport's connections (raftnet); nil when injected
 	closer []io.Closer
 
 	leader atomic.Bool  // this node is the leader and has committed its first entry

@@ -74,15 +74,30 @@ func (c *cluster) openStores(dir string, hl hclog.Logger) (*ClusterStores, error
 		return nil, fmt.Errorf("raft listen %s: %w", cc.RaftAddr, err)
 	}
 	c.closer = append(c.closer, layer)
+	c.conns = layer
 	st.Transport = raft.NewNetworkTransportWithLogger(layer, 3, 10*time.Second, hl)
 	return st, nil
 }
 
 // close shuts Raft down, then the transport, then what openStores opened (the transport's
-// listener, the log store), in that order.
+// listener, the log store), in that order. Raft's shutdown waits for the RPCs in flight; one on
+// a link that drops packets would hold it until its I/O timeout (10 s), so after a moment the
+// connections under them are closed.
 func (c *cluster) close() {
 	if c.raft != nil {
-		c.raft.Shutdown().Error()
+		done := make(chan struct{})
+		go func() {
+			c.raft.Shutdown().Error()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(250 * time.Millisecond):
+			if c.conns != nil {
+				c.conns.CloseConns()
+			}
+			<-done
+		}
 	}
 	if t, ok := c.trans.(io.Closer); ok {
 		t.Close()

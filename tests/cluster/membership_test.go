@@ -341,3 +341,41 @@ func TestRestoreIntoNewCluster(t *testing.T) {
 	}
 	t.Logf("restored: new state id, first token %d (floor %d), first grant %v after the start", g.resp.Token, floor, waited.Round(time.Millisecond))
 }
+
+// TestStopWhileCutOffIsPrompt: a node whose raft traffic is dropped (a blackhole: connections
+// stay open, bytes vanish, so writes to its peers block instead of failing) stops on SIGTERM as
+// promptly as a connected one, with exit status 0. Before, its raft shutdown waited for writes
+// blocked on the dead links until their 10 s I/O timeout, then the stop gave up on it ("raft
+// did not shut down before the stop deadline") and exited 1 (issue 30, defect 10).
+func TestStopWhileCutOffIsPrompt(t *testing.T) {
+	// A stop deadline shorter than raft's 10 s I/O timeout: a stop that waits for a write on a
+	// dead link misses it.
+	p := newClusterWith(t, clusterSpec{n: 3, proxied: true, env: []string{"TICKETING_SHUTDOWN_TIMEOUT=4s"}})
+	p.startAll()
+	l := p.leader(20 * time.Second)
+	for _, role := range []string{"follower", "leader"} {
+		i := 0
+		for k, nd := range p.nodes {
+			if (role == "leader") == (nd == l) && p.running(nd) {
+				i = k
+				break
+			}
+		}
+		nd := p.nodes[i]
+		p.links.isolate(i, linkBlackhole)
+		// Long enough for the node's sends (heartbeats, appends, votes) to fill the dead links.
+		time.Sleep(2 * time.Second)
+		took, ok := p.terminate(nd, 15*time.Second)
+		code := p.exitCode(nd)
+		t.Logf("%s %s cut off (blackhole): stopped in %v, exit status %d", role, nd.id, took.Round(time.Millisecond), code)
+		if log := nd.logText(); !ok || code != 0 || strings.Contains(log, "did not shut down") {
+			t.Errorf("%s %s cut off: stop took %v (finished: %v), exit status %d; want a clean stop:\n%s",
+				role, nd.id, took.Round(time.Millisecond), ok, code, tailLines(log, 20))
+		}
+		p.links.healAll()
+		if role == "follower" {
+			p.start(nd)
+			l = p.leader(20 * time.Second)
+		}
+	}
+}

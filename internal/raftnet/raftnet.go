@@ -51,7 +51,7 @@ const (
 )
 
 // ErrAuth is returned by Dial when the peer does not prove it holds the cluster secret.
-var ErrAuth = errors.New("raftnet: peer failed authentication")
+var ErrAuth = errors.New("raftnet: the peer failed authentication: it holds a different cluster secret, or is not a peer")
 
 // Layer is an authenticated raft.StreamLayer over TCP (and TLS when configured).
 type Layer struct {
@@ -309,7 +309,9 @@ func dialHandshake(c net.Conn, secret []byte) error {
 	}
 	resp := make([]byte, nonceSize+sha256.Size)
 	if _, err := io.ReadFull(c, resp); err != nil {
-		return fmt.Errorf("%w: %v", ErrAuth, err)
+		// No answer (a peer that is down, frozen or cut off; or one that refused us): not
+		// an authentication failure as far as this node can tell.
+		return fmt.Errorf("raftnet: no handshake answer from the peer: %w", err)
 	}
 	nl := resp[:nonceSize]
 	if !hmac.Equal(resp[nonceSize:], proof(secret, labelListener, nd, nl)) {
@@ -348,6 +350,11 @@ func (l *Layer) serverHandshake(nc net.Conn) (net.Conn, error) {
 	}
 	got := make([]byte, sha256.Size)
 	if _, err := io.ReadFull(c, got); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			// A dialler that cannot verify this node's proof hangs up here: it holds another
+			// cluster secret (or it is not a peer at all).
+			return nil, errors.New("the peer hung up after this node's proof: it has a different cluster secret, or is not a peer")
+		}
 		return nil, err
 	}
 	if !hmac.Equal(got, proof(l.secret, labelDialer, nd, nl)) {

@@ -1,10 +1,14 @@
 package raftnet
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -204,4 +208,39 @@ func TestDialFromTheListenersLoopbackAddress(t *testing.T) {
 	if ip := s.RemoteAddr().(*net.TCPAddr).IP.String(); ip != "127.0.0.7" {
 		t.Fatalf("the dialled connection comes from %s, want 127.0.0.7", ip)
 	}
+}
+
+// A node with another cluster secret dials a healthy one: the healthy node's log says what is
+// wrong (it used to say only "err=EOF": the dialler hangs up once it cannot verify the proof).
+func TestWrongSecretIsNamedOnTheHealthySide(t *testing.T) {
+	var buf syncBuffer
+	a := listen(t, "secret", Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	wrong := listen(t, "other", Options{})
+	if _, err := wrong.Dial(raft.ServerAddress(a.Addr().String()), time.Second); !errors.Is(err, ErrAuth) {
+		t.Fatalf("dial with a wrong secret: %v, want ErrAuth", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(buf.String(), "different cluster secret") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the healthy node's log does not name the cause:\n%s", buf.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

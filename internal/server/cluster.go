@@ -1,19 +1,16 @@
 package server
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
 
@@ -158,7 +155,7 @@ func (s *Server) startCluster() error {
 			"to start a new cluster, start every node with TICKETING_MIN_TOKEN above the old cluster's last token (at least %d, the last this node recorded; the old leader's ticketing_last_token metric shows it): the first leader then waits the maximum lease before its first grant; "+
 			"to bring this node back into its cluster, join it (TICKETING_JOIN) and add it from the leader", s.cfg.DataDir, dir, local.TokenLimit)
 	}
-	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{s.log}})
+	hl := raftLogger(s.log)
 	st := cc.Stores
 	if st == nil {
 		var err error
@@ -238,14 +235,6 @@ func (s *Server) startCluster() error {
 		}
 	}
 	return nil
-}
-
-// slogWriter routes hashicorp/raft's log lines to the server's logger.
-type slogWriter struct{ l *slog.Logger }
-
-func (w slogWriter) Write(p []byte) (int, error) {
-	w.l.Warn(string(bytes.TrimSpace(p)))
-	return len(p), nil
 }
 
 // stamp is the leader's log time now: its base (becomeLeader: the last stamp applied, plus the

@@ -2,8 +2,10 @@ package server
 
 import (
 	"container/list"
+	"context"
 	"crypto/rand"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -83,7 +85,14 @@ func (s *Server) handshake(nc net.Conn, tcp *net.TCPConn) (*conn, bool) {
 	}
 	if ch.Status != wire.StatusOK {
 		s.metrics.handshakeRefused(ch.Status)
-		log.Info("handshake refused", "status", ch.Status.String(), "detail", ch.Detail, "client_version", hello.Version)
+		// NOT_LEADER is routine (every client connect to a follower: clients try the endpoints
+		// in turn) and counted in ticketing_handshake_refusals_total; the others say something
+		// about a client or a limit.
+		lvl := slog.LevelInfo
+		if ch.Status == wire.StatusNotLeader {
+			lvl = slog.LevelDebug
+		}
+		log.Log(context.Background(), lvl, "handshake refused", "status", ch.Status.String(), "detail", ch.Detail, "client_version", hello.Version)
 		drain(nc, s.cfg.HandshakeTimeout) // closing with unread input would reset the connection and lose the answer
 		return nil, false
 	}

@@ -28,11 +28,22 @@ func (c *cluster) watchLeadership() {
 	check := time.NewTicker(100 * time.Millisecond)
 	defer check.Stop()
 	isLeader := false
+	var lastLeader raft.ServerID
 	for {
 		select {
 		case <-c.s.done:
 			return
-		case <-obs:
+		case o := <-obs:
+			// Every node says when the leader changes, with the term (the one line an operator
+			// looks for after an incident); "" is an election in progress.
+			if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != lastLeader {
+				lastLeader = lo.LeaderID
+				if lo.LeaderID == "" {
+					c.s.log.Info("cluster: no leader (election)", "term", c.raft.CurrentTerm())
+				} else {
+					c.s.log.Info("cluster: leader changed", "leader", string(lo.LeaderID), "leader_raft_addr", string(lo.LeaderAddr), "term", c.raft.CurrentTerm(), "self", string(lo.LeaderID) == c.cfg.NodeID)
+				}
+			}
 		case <-check.C:
 		}
 		now := c.raft.State() == raft.Leader && !c.halted.Load()
@@ -130,7 +141,7 @@ func (c *cluster) becomeLeader() error {
 	}
 	c.recoveryDone = true
 	c.leader.Store(true)
-	s.log.Info("cluster: leader", "node", c.cfg.NodeID, "term_time", time.Duration(base))
+	s.log.Info("cluster: this node leads and serves clients", "node", c.cfg.NodeID, "term", c.raft.CurrentTerm(), "term_time", time.Duration(base))
 	s.wakeClock()
 	return nil
 }

@@ -269,7 +269,7 @@ func (t *clusterTarget) UnplannedElections() int {
 	for _, nd := range t.nodes {
 		if nd.srv != nil {
 			log := nd.srv.Log()
-			elections += strings.Count(log, `msg="cluster: leader"`)
+			elections += strings.Count(log, `msg="cluster: this node leads and serves clients"`)
 			stepdowns += strings.Count(log, "failed to contact quorum of nodes, stepping down")
 		}
 	}

@@ -2,9 +2,12 @@
 # Builds the Rust client and runs all of its checks on a fresh machine: rustfmt, clippy (warnings
 # are errors), then `cargo test`: unit tests against protocol/vectors.json and constants.json, a
 # fake server for the failure paths, the real server, the conformance driver (an example, built by
-# cargo test and started by ./conformance-driver), and the doctests. The server comes from
-# $TICKETING_BIN, or is built here with `go build ./cmd/ticketing`. Exits non-zero on any failure
-# and ends with an "N passed, N failed" line.
+# cargo test and started by ./conformance-driver), and the doctests; then the packaged crate
+# (package.sh) built and run in a fresh project (tests/fresh_project.sh). The tests and examples
+# belong to the workspace member dev/ (not published); the library is the package
+# ticketing-client. The server comes from $TICKETING_BIN, or is built here with
+# `go build ./cmd/ticketing`. Exits non-zero on any failure and ends with an "N passed, N failed"
+# line.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -33,7 +36,10 @@ if [[ -z "${TICKETING_BIN:-}" ]]; then
   export TICKETING_BIN="$tmp/ticketing"
 fi
 
-cargo fmt --check
+# Every dependency of Cargo.lock into cargo's cache (all platforms), so that package.sh and the
+# fresh project of tests/fresh_project.sh can build offline.
+cargo fetch --locked
+cargo fmt --all --check
 cargo clippy --locked --all-targets -- -D warnings
 log="$(mktemp)"
 trap 'rm -rf "$log" ${tmp:+"$tmp"}' EXIT
@@ -42,6 +48,8 @@ status=0
 cargo build --locked --example conformance_driver --example crosslang_waiter
 cargo test --locked --tests 2>&1 | tee "$log" || status=$?
 cargo test --locked --doc 2>&1 | tee -a "$log" || status=$?
+"$here/tests/fresh_project.sh" 2>&1 | tee -a "$log" || status=$?
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     /^fresh project: [0-9]+ passed, [0-9]+ failed$/ { p += $3; f += $5 }
      END { printf "rust: %d passed, %d failed\n", p, f }' "$log"
 exit "$status"

@@ -439,7 +439,7 @@ async fn a_frozen_server_fails_calls_with_timeouts() {
 #[tokio::test]
 async fn the_readme_example_runs_as_written() {
     let server = Server::start(&[("TICKETING_STARTUP_GRACE", "0")]);
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).expect("README");
     let example = include_str!("readme_example.rs");
     let block =
         readme.split("```rust\n").nth(1).and_then(|b| b.split("```").next()).expect("a rust block in the README");

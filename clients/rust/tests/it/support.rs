@@ -28,7 +28,8 @@ pub fn to_hex(b: &[u8]) -> String {
 }
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    // The manifest is clients/rust/dev/Cargo.toml (the tests' package).
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..")
 }
 
 pub fn protocol_file(name: &str) -> PathBuf {

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/ticketing/ticketing/internal/locktable"
+	"github.com/ticketing/ticketing/internal/version"
 )
 
 // writeState writes the series that describe the node's state when scraped.
@@ -32,6 +33,9 @@ func (m *metrics) writeState(e *expo) {
 		e.family(name, "gauge", help)
 		e.float(name, v)
 	}
+	b := version.Get()
+	e.family("ticketing_build_info", "gauge", "Always 1: the release, commit and Go version of this binary (labels).")
+	e.float("ticketing_build_info", 1, "version", b.Version, "revision", b.Revision, "go_version", b.Go)
 	gauge("ticketing_connections", "Client connections past their handshake.", float64(conns))
 	gauge("ticketing_handshakes_pending", "Connections still in their handshake.", float64(pending))
 	gauge("ticketing_sessions", "Client sessions, attached or within their grace.", float64(sessions))

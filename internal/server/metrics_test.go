@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/ticketing/ticketing/internal/version"
 	"github.com/ticketing/ticketing/wire"
 )
 
@@ -356,6 +357,16 @@ func TestMetricsExposition(t *testing.T) {
 	}
 	if _, ok := g["go_info{version="+runtime.Version()+"}"]; !ok {
 		t.Errorf("go_info missing")
+	}
+	found := false
+	for name, m := range g {
+		if strings.HasPrefix(name, "ticketing_build_info{") && strings.Contains(name, "version="+version.Version) &&
+			strings.Contains(name, "go_version="+runtime.Version()) && m.GetGauge().GetValue() == 1 {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("ticketing_build_info with version %s missing", version.Version)
 	}
 	resp, err := http.Get(admin + "/metrics")
 	if err != nil {

@@ -37,6 +37,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +47,7 @@ import (
 	"github.com/ticketing/ticketing/internal/clock"
 	"github.com/ticketing/ticketing/internal/locktable"
 	"github.com/ticketing/ticketing/internal/store"
+	"github.com/ticketing/ticketing/internal/version"
 	"github.com/ticketing/ticketing/wire"
 )
 
@@ -330,8 +333,22 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	next := s.table.LastToken() + 1
 	s.mu.Unlock()
-	s.log.Info("listening", "addr", ln.Addr().String(), "tls", s.cfg.TLS != nil, "auth", len(s.auth.Load().tokens) > 0,
-		"data_dir", s.cfg.DataDir, "next_token", next, "session_grace", s.cfg.SessionGrace, "cluster", s.cluster != nil)
+	attrs := []any{"addr", ln.Addr().String(), "version", version.Get().String(), "tls", s.cfg.TLS != nil,
+		"auth", len(s.auth.Load().tokens) > 0, "data_dir", s.cfg.DataDir, "next_token", next,
+		"session_grace", s.cfg.SessionGrace, "cluster", s.cluster != nil}
+	if cc := s.cfg.Cluster; cc != nil {
+		peers := make([]string, 0, len(cc.Peers))
+		for id, a := range cc.Peers {
+			peers = append(peers, id+"="+a)
+		}
+		slices.Sort(peers)
+		raftAddr := cc.RaftAddr
+		if raftAddr == "" {
+			raftAddr = cc.Peers[cc.NodeID]
+		}
+		attrs = append(attrs, "node", cc.NodeID, "raft_addr", raftAddr, "peers", strings.Join(peers, ","))
+	}
+	s.log.Info("listening", attrs...)
 	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()

@@ -109,8 +109,8 @@ func TestDeploySingleNodeFromCommandAndEnvironment(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.NC.Close()
-			c.send(wire.Request{Op: wire.OpAcquire, Key: []byte("long"), Lease: 11 * 60 * 1000})
-			if r, err := c.recv(5 * time.Second); err != nil || r.Status != wire.StatusInvalid || r.Detail != wire.FieldLease {
+			c.Send(wire.Request{Op: wire.OpAcquire, Key: []byte("long"), Lease: 11 * 60 * 1000})
+			if r, err := c.Recv(5 * time.Second); err != nil || r.Status != wire.StatusInvalid || r.Detail != wire.FieldLease {
 				t.Fatalf("11-minute lease: %+v %v", r, err)
 			}
 			if form != "command" {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,6 +66,9 @@ func (s *Server) readiness() (bool, string) {
 	if c := s.cluster; c != nil {
 		if c.leads() {
 			return true, ""
+		}
+		if _, ok := c.member(c.cfg.NodeID); !ok {
+			return false, "not a member of the cluster's configuration (not added yet, or removed)"
 		}
 		_, id := c.raft.LeaderWithID()
 		if id == "" {
@@ -214,10 +218,18 @@ func (s *Server) clusterChange(w *adminhttp.Response, r *adminhttp.Request) {
 			w.Error(400, `want {"id": ..., "raft_addr": "host:port"}`)
 			return
 		}
+		if code, msg := c.checkAdd(req.ID, req.RaftAddr); code != 0 {
+			w.Error(code, msg)
+			return
+		}
 		f = c.raft.AddVoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddr), 0, 10*time.Second)
 	case "/cluster/remove":
 		if req.ID == "" {
 			w.Error(400, `want {"id": ...}`)
+			return
+		}
+		if _, ok := c.member(req.ID); !ok {
+			w.Error(404, "no member "+req.ID)
 			return
 		}
 		f = c.raft.RemoveServer(raft.ServerID(req.ID), 0, 10*time.Second)
@@ -252,7 +264,78 @@ func (s *Server) clusterChange(w *adminhttp.Response, r *adminhttp.Request) {
 		w.Error(code, err.Error())
 		return
 	}
+	switch r.Path {
+	case "/cluster/add", "/cluster/remove":
+		n := c.voters()
+		if r.Path == "/cluster/add" {
+			s.log.Info("cluster: member added", "id", req.ID, "raft_addr", req.RaftAddr, "voters", n)
+		} else {
+			s.log.Info("cluster: member removed", "id", req.ID, "voters", n)
+		}
+		if n%2 == 0 {
+			s.log.Warn("cluster: an even number of voters tolerates no more failures than one fewer (a majority of 4 is 3): add or remove one more", "voters", n)
+		}
+	}
 	s.clusterStatus(w, r)
+}
+
+// member returns the Raft address of member id.
+func (c *cluster) member(id string) (raft.ServerAddress, bool) {
+	f := c.raft.GetConfiguration()
+	if f.Error() != nil {
+		return "", false
+	}
+	for _, m := range f.Configuration().Servers {
+		if string(m.ID) == id {
+			return m.Address, true
+		}
+	}
+	return "", false
+}
+
+// voters counts the voters of the current configuration.
+func (c *cluster) voters() int {
+	f := c.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	n := 0
+	for _, m := range f.Configuration().Servers {
+		if m.Suffrage == raft.Voter {
+			n++
+		}
+	}
+	return n
+}
+
+// checkAdd refuses an add that would weaken the cluster: a malformed address, an id already a
+// member at another address, or a node that does not answer as a peer (down, a wrong address or
+// port, another cluster secret). An unreachable voter counts against the majority at once: with
+// 3 voters plus a dead fourth, one more failure stops the cluster. The answer is an HTTP code
+// and message (0: go ahead).
+func (c *cluster) checkAdd(id, addr string) (int, string) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return 400, fmt.Sprintf("raft_addr %q: want host:port", addr)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p <= 0 || p > 65535 {
+		return 400, fmt.Sprintf("raft_addr %q: the port must be a number from 1 to 65535", addr)
+	}
+	if have, ok := c.member(id); ok {
+		if string(have) == addr {
+			return 0, "" // already a member there: adding again changes nothing
+		}
+		return 409, fmt.Sprintf("%s is already a member at %s: remove it first to move it to %s", id, have, addr)
+	}
+	if c.dialer == nil {
+		return 0, "" // an injected transport (tests): nothing to dial
+	}
+	conn, err := c.dialer.Dial(raft.ServerAddress(addr), 2*time.Second)
+	if err != nil {
+		return 400, fmt.Sprintf("%s at %s does not answer as a peer of this cluster (start it first with TICKETING_JOIN=true, the same cluster secret and TICKETING_RAFT_ADDR there): %v", id, addr, err)
+	}
+	conn.Close()
+	return 0, ""
 }
 
 // leaderAdminHint names the leader for an admin client sent to a follower.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -109,6 +110,9 @@ type cluster struct {
 	raft   *raft.Raft
 	trans  raft.Transport
 	conns  interface{ CloseConns() } // the transport's connections (raftnet); nil when injected
+	dialer interface {               // raftnet: dials a peer and proves the secret; nil when injected
+		Dial(raft.ServerAddress, time.Duration) (net.Conn, error)
+	}
 	closer []io.Closer
 
 	leader atomic.Bool  // this node is the leader and has committed its first entry

@@ -29,6 +29,7 @@ func (c *cluster) watchLeadership() {
 	defer check.Stop()
 	isLeader := false
 	var lastLeader raft.ServerID
+	wasMember := false
 	for {
 		select {
 		case <-c.s.done:
@@ -45,6 +46,13 @@ func (c *cluster) watchLeadership() {
 				}
 			}
 		case <-check.C:
+			// A node that was a member and is not any more says so once (it would otherwise go
+			// on quietly, and answer /readyz until it lost the leader).
+			_, in := c.member(c.cfg.NodeID)
+			if wasMember && !in {
+				c.s.log.Warn("cluster: this node was removed from the cluster's configuration; it serves nothing and takes no part: stop it, or add it back (ticketing cluster add)", "node", c.cfg.NodeID)
+			}
+			wasMember = in
 		}
 		now := c.raft.State() == raft.Leader && !c.halted.Load()
 		switch {

@@ -75,6 +75,7 @@ func (c *cluster) openStores(dir string, hl hclog.Logger) (*ClusterStores, error
 	}
 	c.closer = append(c.closer, layer)
 	c.conns = layer
+	c.dialer = layer
 	st.Transport = raft.NewNetworkTransportWithLogger(layer, 3, 10*time.Second, hl)
 	return st, nil
 }

@@ -79,6 +79,25 @@ func TestMembershipCLI(t *testing.T) {
 	if out, code := p.clusterCLI(first, "add", "n9"); code != 2 {
 		t.Errorf("cluster add without an address: exit %d (want 2)\n%s", code, out)
 	}
+	// Bad membership changes are refused, and change nothing (issue 30, defect 2): a malformed
+	// address, a node that does not answer as a peer (it would count against the majority at
+	// once), a member that does not exist.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"add", "n9", "bogus"}, "want host:port"},
+		{[]string{"add", "n9", "127.0.0.1:1"}, "does not answer as a peer"},
+		{[]string{"remove", "n9"}, "no member n9"},
+	} {
+		out, code := p.clusterCLI(first, c.args...)
+		if code == 0 || !strings.Contains(out, c.want) {
+			t.Errorf("cluster %v: exit %d, want a refusal saying %q:\n%s", c.args, code, c.want, out)
+		}
+	}
+	if out, _ := p.clusterCLI(first, "status"); len(members(out)) != 3 {
+		t.Fatalf("members after refused changes:\n%s", out)
+	}
 
 	// A client holds a lock through everything below.
 	s := newSession(p.clientAddrs(), 500*time.Millisecond)
@@ -103,6 +122,9 @@ func TestMembershipCLI(t *testing.T) {
 	if code != 0 || len(members(out)) != 4 {
 		t.Fatalf("cluster add (exit %d):\n%s", code, out)
 	}
+	if log := l.logText(); !strings.Contains(log, `msg="cluster: member added" id=`+n4.id) || !strings.Contains(log, "an even number of voters") {
+		t.Errorf("the leader does not log the change (and the even number of voters):\n%s", tailLines(log, 10))
+	}
 	took := p.waitFor("n4 ready", 20*time.Second, func() bool { c, _ := readyz(n4); return c == 200 })
 	st := p.waitConverged(20 * time.Second)
 	t.Logf("n4 added: ready after %v; 4 nodes at applied index %d", took.Round(time.Millisecond), st.AppliedIndex)
@@ -123,6 +145,13 @@ func TestMembershipCLI(t *testing.T) {
 	if code != 0 || len(members(out)) != 3 || strings.Contains(out, "id="+l.id+" ") {
 		t.Fatalf("cluster remove %s (exit %d):\n%s", l.id, code, out)
 	}
+	// The removed node says so, and is not ready.
+	p.waitFor(l.id+" not ready once removed", 10*time.Second, func() bool { c, _ := readyz(l); return c == 503 })
+	if _, why := readyz(l); !strings.Contains(why, "not a member") {
+		t.Errorf("removed %s: /readyz says %q", l.id, why)
+	}
+	p.waitFor(l.id+" logs its removal", 10*time.Second, func() bool { return strings.Contains(l.logText(), "this node was removed") })
+
 	if _, ok := p.terminate(l, 20*time.Second); !ok {
 		t.Errorf("%s did not stop on SIGTERM within 20s", l.id)
 	}

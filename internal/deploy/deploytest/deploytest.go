@@ -173,14 +173,16 @@ func Dial(addr, token string) (*Conn, wire.Status, error) {
 	return &Conn{NC: nc}, wire.StatusOK, nil
 }
 
-func (c *Conn) send(r wire.Request) error {
+// Send sends r with the next request id.
+func (c *Conn) Send(r wire.Request) error {
 	c.id++
 	r.ID = c.id
 	_, err := c.NC.Write(wire.AppendRequest(nil, &r))
 	return err
 }
 
-func (c *Conn) recv(d time.Duration) (wire.Response, error) {
+// Recv reads the next response, waiting at most d.
+func (c *Conn) Recv(d time.Duration) (wire.Response, error) {
 	c.NC.SetReadDeadline(time.Now().Add(d))
 	for {
 		if size, err := wire.FrameLen(c.buf); err == nil && len(c.buf) >= size {
@@ -201,13 +203,13 @@ func (c *Conn) recv(d time.Duration) (wire.Response, error) {
 // Acquire sends an ACQUIRE (lease 30 s) and, unless wait is non-zero, waits for its answer.
 func (c *Conn) Acquire(t *testing.T, key string, waitMs uint32) uint64 {
 	t.Helper()
-	if err := c.send(wire.Request{Op: wire.OpAcquire, Key: []byte(key), Lease: 30000, WaitMs: waitMs}); err != nil {
+	if err := c.Send(wire.Request{Op: wire.OpAcquire, Key: []byte(key), Lease: 30000, WaitMs: waitMs}); err != nil {
 		t.Fatal(err)
 	}
 	if waitMs != 0 {
 		return 0
 	}
-	r, err := c.recv(10 * time.Second)
+	r, err := c.Recv(10 * time.Second)
 	if err != nil || r.Status != wire.StatusOK || r.Token == 0 {
 		t.Fatalf("acquire %s: %+v %v", key, r, err)
 	}

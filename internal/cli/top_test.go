@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ticketing/ticketing/internal/adminhttp"
+	"github.com/ticketing/ticketing/internal/deploy/deploytest"
+)
+
+// TestTopAndHealthcheck: `ticketing top` shows the contended key with its waiters, live
+// (--count 2 adds the per-interval column), the admin client shows a key's waiters in queue
+// order, and `ticketing healthcheck` answers 0 against a live admin listener and 1 against
+// nothing.
+func TestTopAndHealthcheck(t *testing.T) {
+	bin := deploytest.Binary(t)
+	n := deploytest.StartNode(t, exec.Command(bin, "server", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--data-dir", t.TempDir()))
+	holder, _, err := deploytest.Dial(n.Addr, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.NC.Close()
+	// Warm up: a fresh node's first grant may wait for the durable restart horizon (the table
+	// queues it, so it would count as contention); later ones within seconds do not.
+	holder.Acquire(t, "warm", 0)
+	holder.Acquire(t, "hot:1", 0)
+	var waiters []*deploytest.Conn
+	target := &adminTarget{base: "http://" + n.Admin, client: &adminhttp.Client{Timeout: 5 * time.Second}}
+	for i := 0; i < 2; i++ {
+		c, _, err := deploytest.Dial(n.Addr, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.NC.Close()
+		c.Acquire(t, "hot:1", 0xFFFFFFFF) // waits without limit
+		waiters = append(waiters, c)
+		waitQueued(t, target, "hot:1", i+1) // in this order
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		k, err := fetchKeyInfo(context.Background(), target, "hot:1", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.WaiterCount == 2 {
+			if !k.Held || k.Token == 0 || len(k.Waiters) != 2 || k.Waiters[0].Remote != waiters[0].NC.LocalAddr().String() ||
+				k.Waiters[1].Remote != waiters[1].NC.LocalAddr().String() {
+				t.Fatalf("key: %+v", k)
+			}
+			var b bytes.Buffer
+			printWaiters(&b, k)
+			if !regexp.MustCompile(`(?m)^1 +\S+#\d+ +` + regexp.QuoteMeta(waiters[0].NC.LocalAddr().String()) + ` .* no limit +30s$`).MatchString(b.String()) {
+				t.Fatalf("waiters table:\n%s", b.String())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiters never queued: %+v", k)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	out, err := exec.Command(bin, "top", "--once", "--admin-addr", n.Admin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("top --once: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`(?m)^KEY +QUEUED +WAITING +HELD +HAND-OFFS +MEAN WAIT +TIMEOUTS\nhot:1 +2 +2 +yes +0 +- +0\n`).MatchString(string(out)) {
+		t.Fatalf("top --once:\n%s", out)
+	}
+	if !strings.Contains(string(out), "held 2  waiting 2  connections 3") {
+		t.Fatalf("top header:\n%s", out)
+	}
+	out, err = exec.Command(bin, "top", "--count", "2", "--interval", "200ms", "--admin-addr", n.Admin).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "QUEUED/INTERVAL") || !regexp.MustCompile(`(?m)^hot:1 +0 +2 +2 +yes`).MatchString(string(out)) {
+		t.Fatalf("top --count 2: %v\n%q", err, out)
+	}
+
+	// `ticketing inspect --waiters` adds the queue, from the admin listener.
+	out, err = exec.Command(bin, "inspect", "hot:1", "--addr", n.Addr, "--waiters", "--admin-addr", n.Admin).CombinedOutput()
+	if err != nil || !regexp.MustCompile(`(?s)^key="hot:1" held=true .*waiters=2 .*\n#\s+SESSION\s+REMOTE\s+WAITED\s+WAIT LEFT\s+LEASE\n1 .*no limit.*\n2 .*no limit.*\n$`).MatchString(string(out)) {
+		t.Fatalf("inspect --waiters: %v\n%s", err, out)
+	}
+	out, err = exec.Command(bin, "inspect", "hot:1", "--addr", n.Addr, "--waiters", "--json", "--admin-addr", n.Admin).CombinedOutput()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err != nil || len(lines) != 2 || !strings.Contains(lines[1], `"waiter_count":2`) || !strings.Contains(lines[1], `"position":2`) {
+		t.Fatalf("inspect --waiters --json: %v\n%s", err, out)
+	}
+
+	hc := exec.Command(bin, "healthcheck", "--ready", "--admin-addr", n.Admin)
+	if b, err := hc.CombinedOutput(); err != nil || strings.TrimSpace(string(b)) != "ok" {
+		t.Fatalf("healthcheck: %v %s", err, b)
+	}
+	port := deploytest.FreePort(t, "127.0.0.1")
+	err = exec.Command(bin, "healthcheck", "--admin-addr", "127.0.0.1:"+strconv.Itoa(port), "--timeout", "2s").Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != ExitNo {
+		t.Fatalf("healthcheck against nothing: %v", err)
+	}
+}
+
+// waitQueued polls the admin listener until key has n waiters (10 s at most).
+func waitQueued(t *testing.T, target *adminTarget, key string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		k, err := fetchKeyInfo(context.Background(), target, key, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.WaiterCount == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d waiters, want %d", key, k.WaiterCount, n)
+		}
+	}
+}

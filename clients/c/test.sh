@@ -3,11 +3,17 @@
 #   1. installs the missing Debian packages (g++ cmake ninja-build pkg-config libgtest-dev
 #      libgmock-dev libssl-dev nlohmann-json3-dev; g++ brings gcc, libc6-dev and the sanitizer
 #      runtimes), skipped when dpkg-query shows them all installed;
-#   2. builds the library, the C++ wrapper, the tests, the conformance driver and the benchmark
-#      into clients/c/build and runs every test with ctest (unit tests against
+#   2. builds the library (static and shared), the C++ wrapper, the tests, the conformance driver
+#      and the benchmark into clients/c/build (-DTICKETING_BUILD_TESTS=ON -DTICKETING_BUILD_TOOLS=ON;
+#      the default build is the library only) and runs every test with ctest (unit tests against
 #      protocol/vectors.json and constants.json, fake-server tests, integration tests against the
-#      real server, the README example, cmake --install + consumers);
-#   3. builds the library and tests again with AddressSanitizer + UBSan into clients/c/build-asan
+#      real server, the C++ wrapper under C++17 and its std::stop_token overloads under C++20, the
+#      README example, the shared library's exported symbols);
+#   3. package.sh (source and binary packages into dist/c/, checked) and tests/fresh_project.sh:
+#      the binary package unpacked into a temporary prefix, the README's C and C++ examples built
+#      against it with pkg-config and in a fresh CMake project (find_package), run against the
+#      real server;
+#   4. builds the library and tests again with AddressSanitizer + UBSan into clients/c/build-asan
 #      and runs them all there too (any sanitizer report fails the test).
 # The real server is $TICKETING_BIN, else built once from the repository root with go build (Go
 # from go.mod's version up, not a Debian package: bookworm's golang is too old).
@@ -43,16 +49,20 @@ jobs=$(nproc 2> /dev/null || echo 2)
 export CTEST_OUTPUT_ON_FAILURE=1
 
 echo "test.sh: build (RelWithDebInfo) and test"
-cmake -S "$here" -B "$here/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+cmake -S "$here" -B "$here/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DTICKETING_BUILD_TESTS=ON -DTICKETING_BUILD_TOOLS=ON > /dev/null
 cmake --build "$here/build"
 ctest --test-dir "$here/build" -j "$jobs" --timeout 180 "$@"
 
+echo "test.sh: package.sh and the fresh project"
+bash "$here/tests/fresh_project.sh"
+
 echo "test.sh: AddressSanitizer + UBSan build and test"
 cmake -S "$here" -B "$here/build-asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTICKETING_SANITIZE=ON \
-    -DTICKETING_BUILD_TOOLS=OFF > /dev/null
-cmake --build "$here/build-asan" --target ticketing_tests readme_example
+    -DTICKETING_BUILD_TESTS=ON -DTICKETING_BUILD_TOOLS=OFF -DTICKETING_BUILD_SHARED=OFF > /dev/null
+cmake --build "$here/build-asan" --target ticketing_tests ticketing_tests_cpp20 readme_example
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir "$here/build-asan" -j "$jobs" --timeout 180 -E install_and_consume "$@"
+    ctest --test-dir "$here/build-asan" -j "$jobs" --timeout 180 "$@"
 
 echo "test.sh: all C/C++ client tests passed in $((SECONDS - start)) s"

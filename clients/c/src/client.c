@@ -675,3 +675,8 @@ tk_err tk_client_cancel(tk_client *c, uint64_t request_id, tk_error *err)
     tk__client_unlock(c);
     return rc;
 }
+
+int tk_client_on_io_thread(const tk_client *c)
+{
+    return c && c->thread_started && pthread_equal(pthread_self(), c->thread) ? 1 : 0;
+}

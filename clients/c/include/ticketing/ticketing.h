@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /** Library version, "MAJOR.MINOR.PATCH". */
-#define TK_VERSION "0.1.0"
+#define TK_VERSION "0.3.0"
 
 /** Expands to `s, strlen(s)`: a NUL-terminated key for the (key, key_len) parameters. */
 #define TK_KEY(s) (s), strlen(s)
@@ -96,13 +96,13 @@ typedef struct tk_error {
 } tk_error;
 
 /** Returns a short constant name for a code ("not acquired", "lock lost"...). */
-const char *tk_strerror(tk_err code);
+TK_API const char *tk_strerror(tk_err code);
 
 /** Returns the conformance name of a code ("not_acquired", "lock_lost"...). */
-const char *tk_err_kind(tk_err code);
+TK_API const char *tk_err_kind(tk_err code);
 
 /** Returns the name of a lost reason ("expired", "not held", "server restarted"...). */
-const char *tk_lost_reason_str(tk_lost_reason reason);
+TK_API const char *tk_lost_reason_str(tk_lost_reason reason);
 
 typedef struct tk_lock tk_lock;
 typedef struct tk_client tk_client;
@@ -201,7 +201,7 @@ typedef struct tk_inspect_info {
  * TK_ERR_UNAVAILABLE with the last round's error.
  * opts may be NULL (all defaults).
  */
-tk_err tk_client_connect(const tk_options *opts, tk_client **out, tk_error *err);
+TK_API tk_err tk_client_connect(const tk_options *opts, tk_client **out, tk_error *err);
 
 /**
  * Closes the client: calls in flight fail TK_ERR_CLOSED, keep-alive stops, the I/O thread ends,
@@ -212,17 +212,17 @@ tk_err tk_client_connect(const tk_options *opts, tk_client **out, tk_error *err)
  * keeps them until their lease ends) unless release_on_close is set: then each is released
  * first, bounded by the request timeout. Idempotent. The handle stays valid until tk_client_free.
  */
-void tk_client_close(tk_client *c);
+TK_API void tk_client_close(tk_client *c);
 
 /** Closes (if needed) and frees the client. No other thread may use it any more. Lock handles
  *  stay valid (their operations then fail TK_ERR_CLOSED) until tk_lock_free. NULL is a no-op. */
-void tk_client_free(tk_client *c);
+TK_API void tk_client_free(tk_client *c);
 
 /** Copies the client's 16-byte session id (random, new after a server restart). */
-tk_err tk_client_session_id(tk_client *c, uint8_t out[TK_SESSION_ID_SIZE]);
+TK_API tk_err tk_client_session_id(tk_client *c, uint8_t out[TK_SESSION_ID_SIZE]);
 
 /** Copies the client's last failure (any thread's) into *err. Returns its code. */
-tk_err tk_client_last_error(tk_client *c, tk_error *err);
+TK_API tk_err tk_client_last_error(tk_client *c, tk_error *err);
 
 /**
  * Acquires key for lease_ms, waiting in the server's FIFO queue up to wait_ms (0 = try once,
@@ -232,31 +232,31 @@ tk_err tk_client_last_error(tk_client *c, tk_error *err);
  * grant that raced it released) in the background, so it never leaves a lock held.
  * Acquiring a key this client already holds queues behind itself unless opts->refuse_held.
  */
-tk_err tk_acquire(tk_client *c, const void *key, size_t key_len, int64_t lease_ms, int64_t wait_ms,
+TK_API tk_err tk_acquire(tk_client *c, const void *key, size_t key_len, int64_t lease_ms, int64_t wait_ms,
                   const tk_acquire_opts *opts, tk_lock **out, tk_error *err);
 
 /**
  * Tries once (wait 0). Returns TK_OK with *out the lock, or TK_OK with *out NULL when the key is
  * taken ("not acquired" is a value here, not an error).
  */
-tk_err tk_try_acquire(tk_client *c, const void *key, size_t key_len, int64_t lease_ms,
+TK_API tk_err tk_try_acquire(tk_client *c, const void *key, size_t key_len, int64_t lease_ms,
                       const tk_acquire_opts *opts, tk_lock **out, tk_error *err);
 
 /** Releases key held with token, from any client (the owner is the token). TK_ERR_NOT_HELD when
  *  the token does not hold it (nothing changed). Prefer tk_lock_release with a handle. */
-tk_err tk_release(tk_client *c, const void *key, size_t key_len, uint64_t token, tk_error *err);
+TK_API tk_err tk_release(tk_client *c, const void *key, size_t key_len, uint64_t token, tk_error *err);
 
 /** Sets the lease of key held with token to lease_ms from now; *lease_out (may be NULL) gets the
  *  lease granted. TK_ERR_NOT_HELD when the token does not hold it. */
-tk_err tk_extend(tk_client *c, const void *key, size_t key_len, uint64_t token, int64_t lease_ms,
+TK_API tk_err tk_extend(tk_client *c, const void *key, size_t key_len, uint64_t token, int64_t lease_ms,
                  uint32_t *lease_out, tk_error *err);
 
 /** Asks the server about key (token 0, or a token to check). Changes nothing. */
-tk_err tk_inspect(tk_client *c, const void *key, size_t key_len, uint64_t token, tk_inspect_info *out,
+TK_API tk_err tk_inspect(tk_client *c, const void *key, size_t key_len, uint64_t token, tk_inspect_info *out,
                   tk_error *err);
 
 /** Sends PING and waits for its answer. */
-tk_err tk_ping(tk_client *c, tk_error *err);
+TK_API tk_err tk_ping(tk_client *c, tk_error *err);
 
 /**
  * Scoped helper: acquires key, runs body(lock, data), then releases the lock. Returns the
@@ -264,7 +264,7 @@ tk_err tk_ping(tk_client *c, tk_error *err);
  * when the lock was lost while body ran (body is not interrupted: long bodies should check
  * tk_lock_lost); else the release's result. body's return value goes to *body_result (may be NULL).
  */
-tk_err tk_with_lock(tk_client *c, const void *key, size_t key_len, int64_t lease_ms, int64_t wait_ms,
+TK_API tk_err tk_with_lock(tk_client *c, const void *key, size_t key_len, int64_t lease_ms, int64_t wait_ms,
                     const tk_acquire_opts *opts, int (*body)(tk_lock *lock, void *data), void *data,
                     int *body_result, tk_error *err);
 
@@ -273,26 +273,26 @@ tk_err tk_with_lock(tk_client *c, const void *key, size_t key_len, int64_t lease
  * ------------------------------------------------------------------------------------------- */
 
 /** The fencing token: larger than every token granted before it. Pass it to the resource. */
-uint64_t tk_lock_token(const tk_lock *lock);
+TK_API uint64_t tk_lock_token(const tk_lock *lock);
 
 /** The key (not NUL-terminated; *len gets its length when len is not NULL). */
-const uint8_t *tk_lock_key(const tk_lock *lock, size_t *len);
+TK_API const uint8_t *tk_lock_key(const tk_lock *lock, size_t *len);
 
 /** The lease last granted (acquire or extend), in ms. */
-uint32_t tk_lock_lease_ms(const tk_lock *lock);
+TK_API uint32_t tk_lock_lease_ms(const tk_lock *lock);
 
 /** TK_LOST_NONE while the lock is not lost, else why it was lost. */
-tk_lost_reason tk_lock_lost(const tk_lock *lock);
+TK_API tk_lost_reason tk_lock_lost(const tk_lock *lock);
 
 /** Milliseconds until the lost signal fires by the local deadline (0 when lost or released). */
-int64_t tk_lock_remaining_ms(const tk_lock *lock);
+TK_API int64_t tk_lock_remaining_ms(const tk_lock *lock);
 
 /** Microseconds from now to the local deadline itself (the lost signal fires up to
  *  TK_LOST_MARGIN_MS before it); negative once it has passed. */
-int64_t tk_lock_deadline_in_us(const tk_lock *lock);
+TK_API int64_t tk_lock_deadline_in_us(const tk_lock *lock);
 
 /** Non-zero once the lock was released successfully. */
-int tk_lock_released(const tk_lock *lock);
+TK_API int tk_lock_released(const tk_lock *lock);
 
 /**
  * Releases the lock (blocking; tk_client locks only). TK_OK: released, the next waiter is granted
@@ -301,24 +301,24 @@ int tk_lock_released(const tk_lock *lock);
  * the server (which may be unreachable), and the server is told in the background (a RELEASE,
  * once; none after a restart or a NOT_HELD: nothing is left to release). Releasing twice is TK_OK.
  */
-tk_err tk_lock_release(tk_lock *lock, tk_error *err);
+TK_API tk_err tk_lock_release(tk_lock *lock, tk_error *err);
 
 /** Extends the lease to lease_ms from now (blocking; tk_client locks only). TK_ERR_LOCK_LOST when
  *  the lock is lost or the server answers NOT_HELD. */
-tk_err tk_lock_extend(tk_lock *lock, int64_t lease_ms, tk_error *err);
+TK_API tk_err tk_lock_extend(tk_lock *lock, int64_t lease_ms, tk_error *err);
 
 /** Asks the server whether this lock still holds its key (INSPECT with the token); *held gets
  *  the answer. Changes nothing. */
-tk_err tk_lock_verify(tk_lock *lock, int *held, tk_error *err);
+TK_API tk_err tk_lock_verify(tk_lock *lock, int *held, tk_error *err);
 
 /** Frees the handle WITHOUT releasing the lock (its keep-alive stops; the server keeps the lock
  *  until its lease ends). NULL is a no-op. */
-void tk_lock_free(tk_lock *lock);
+TK_API void tk_lock_free(tk_lock *lock);
 
 /** Releases the lock in the background if it is still held, or tells the server of a lock lost
  *  earlier as tk_lock_release does (never blocks), then frees the handle: what the C++ Lock
  *  destructor does. NULL is a no-op. */
-void tk_lock_drop(tk_lock *lock);
+TK_API void tk_lock_drop(tk_lock *lock);
 
 /* ---------------------------------------------------------------------------------------------
  * Non-blocking API (tk_async): no threads; the caller's event loop drives it
@@ -346,7 +346,7 @@ typedef void (*tk_reply_cb)(tk_async *ac, const tk_reply *reply, void *data);
 typedef void (*tk_connect_cb)(tk_async *ac, const tk_error *result, void *data);
 
 /** Creates a context (nothing is connected yet). NULL on bad options or no memory (err says). */
-tk_async *tk_async_new(const tk_options *opts, tk_error *err);
+TK_API tk_async *tk_async_new(const tk_options *opts, tk_error *err);
 
 /**
  * Starts connecting (one round over the endpoints). cb (may be NULL) reports the outcome. A
@@ -357,21 +357,21 @@ tk_async *tk_async_new(const tk_options *opts, tk_error *err);
  * connection losses reconnect (with backoff) by themselves and resume the session.
  * Name resolution (getaddrinfo) blocks: use numeric addresses inside latency-sensitive loops.
  */
-tk_err tk_async_connect(tk_async *ac, tk_connect_cb cb, void *data);
+TK_API tk_err tk_async_connect(tk_async *ac, tk_connect_cb cb, void *data);
 
 /** The socket to poll, or -1 (none now: only the timeout matters). It changes on reconnect:
  *  ask again after every tk_async_process call. */
-int tk_async_fd(const tk_async *ac);
+TK_API int tk_async_fd(const tk_async *ac);
 
 /** Non-zero when the loop should poll the fd for reading. */
-int tk_async_want_read(const tk_async *ac);
+TK_API int tk_async_want_read(const tk_async *ac);
 
 /** Non-zero when the loop should poll the fd for writing. */
-int tk_async_want_write(const tk_async *ac);
+TK_API int tk_async_want_write(const tk_async *ac);
 
 /** Milliseconds until tk_async_process must run again at the latest (timers; at most
  *  TK_LOST_CHECK_MS while a lock is held), or -1 for none. */
-int tk_async_timeout_ms(const tk_async *ac);
+TK_API int tk_async_timeout_ms(const tk_async *ac);
 
 /* Readiness bits for tk_async_process (translate poll()'s revents, or your loop's, into these). */
 #define TK_EV_READ 1  /**< the fd is readable, or has an error or hang-up (POLLIN|POLLERR|POLLHUP) */
@@ -382,20 +382,20 @@ int tk_async_timeout_ms(const tk_async *ac);
  * (TK_EV_WRITE), runs due timers (always), reconnects. Callbacks run from here. events may be 0
  * (timers only). Returns TK_ERR_CLOSED once the context is closed, else TK_OK.
  */
-tk_err tk_async_process(tk_async *ac, int events);
+TK_API tk_err tk_async_process(tk_async *ac, int events);
 
 /** Reads and dispatches what the socket has (tk_async_process with TK_EV_READ). */
-tk_err tk_async_process_input(tk_async *ac);
+TK_API tk_err tk_async_process_input(tk_async *ac);
 
 /** Writes what is queued (tk_async_process with TK_EV_WRITE). */
-tk_err tk_async_process_output(tk_async *ac);
+TK_API tk_err tk_async_process_output(tk_async *ac);
 
 /**
  * Queues an ACQUIRE; cb gets the lock (reply->lock, owned by the callback) or the failure.
  * *request_id (may be NULL) identifies it for tk_async_cancel. Returns an error at once (and
  * never calls cb) when the arguments are invalid or the context is closed.
  */
-tk_err tk_async_acquire(tk_async *ac, const void *key, size_t key_len, int64_t lease_ms, int64_t wait_ms,
+TK_API tk_err tk_async_acquire(tk_async *ac, const void *key, size_t key_len, int64_t lease_ms, int64_t wait_ms,
                         const tk_acquire_opts *opts, tk_reply_cb cb, void *data, uint64_t *request_id);
 
 /**
@@ -405,50 +405,50 @@ tk_err tk_async_acquire(tk_async *ac, const void *key, size_t key_len, int64_t l
  * continues in the background). Returns TK_ERR_INVALID_ARGUMENT when no acquire with that id
  * is pending (already answered).
  */
-tk_err tk_async_cancel(tk_async *ac, uint64_t request_id);
+TK_API tk_err tk_async_cancel(tk_async *ac, uint64_t request_id);
 
 /** Releases a lock handle (see tk_lock_release); cb may be NULL. */
-tk_err tk_async_release(tk_async *ac, tk_lock *lock, tk_reply_cb cb, void *data);
+TK_API tk_err tk_async_release(tk_async *ac, tk_lock *lock, tk_reply_cb cb, void *data);
 
 /** Extends a lock handle (see tk_lock_extend); cb may be NULL. */
-tk_err tk_async_extend(tk_async *ac, tk_lock *lock, int64_t lease_ms, tk_reply_cb cb, void *data);
+TK_API tk_err tk_async_extend(tk_async *ac, tk_lock *lock, int64_t lease_ms, tk_reply_cb cb, void *data);
 
 /** Verifies a lock handle (see tk_lock_verify): reply->held. */
-tk_err tk_async_verify(tk_async *ac, tk_lock *lock, tk_reply_cb cb, void *data);
+TK_API tk_err tk_async_verify(tk_async *ac, tk_lock *lock, tk_reply_cb cb, void *data);
 
 /** Releases key by token (see tk_release); cb may be NULL. */
-tk_err tk_async_release_token(tk_async *ac, const void *key, size_t key_len, uint64_t token,
+TK_API tk_err tk_async_release_token(tk_async *ac, const void *key, size_t key_len, uint64_t token,
                               tk_reply_cb cb, void *data);
 
 /** Extends key by token (see tk_extend). */
-tk_err tk_async_extend_token(tk_async *ac, const void *key, size_t key_len, uint64_t token,
+TK_API tk_err tk_async_extend_token(tk_async *ac, const void *key, size_t key_len, uint64_t token,
                              int64_t lease_ms, tk_reply_cb cb, void *data);
 
 /** Inspects key (see tk_inspect): reply->inspect. */
-tk_err tk_async_inspect(tk_async *ac, const void *key, size_t key_len, uint64_t token, tk_reply_cb cb,
+TK_API tk_err tk_async_inspect(tk_async *ac, const void *key, size_t key_len, uint64_t token, tk_reply_cb cb,
                         void *data);
 
 /** Sends PING. */
-tk_err tk_async_ping(tk_async *ac, tk_reply_cb cb, void *data);
+TK_API tk_err tk_async_ping(tk_async *ac, tk_reply_cb cb, void *data);
 
 /** Closes the context: pending callbacks get TK_ERR_CLOSED (from inside this call); queued
  *  acquires are withdrawn (their CANCELs written if the socket takes them now: this call never
  *  waits), then the socket is closed; locks are not released (see release_on_close for
  *  tk_client). Idempotent. */
-void tk_async_close(tk_async *ac);
+TK_API void tk_async_close(tk_async *ac);
 
 /** Closes and frees the context. Safe inside its own callbacks (the free is deferred to the end
  *  of the current tk_async_process). NULL is a no-op. */
-void tk_async_free(tk_async *ac);
+TK_API void tk_async_free(tk_async *ac);
 
 /** The context's last failure code (TK_OK if none). */
-tk_err tk_async_err(const tk_async *ac);
+TK_API tk_err tk_async_err(const tk_async *ac);
 
 /** The context's last failure message ("" if none). Valid until the next call on ac. */
-const char *tk_async_errstr(const tk_async *ac);
+TK_API const char *tk_async_errstr(const tk_async *ac);
 
 /** Copies the context's 16-byte session id. */
-void tk_async_session_id(const tk_async *ac, uint8_t out[TK_SESSION_ID_SIZE]);
+TK_API void tk_async_session_id(const tk_async *ac, uint8_t out[TK_SESSION_ID_SIZE]);
 
 /* ---------------------------------------------------------------------------------------------
  * Non-blocking calls on a blocking client (callbacks run on its I/O thread)
@@ -457,12 +457,17 @@ void tk_async_session_id(const tk_async *ac, uint8_t out[TK_SESSION_ID_SIZE]);
 /** tk_async_acquire on a tk_client: returns at once (the request is queued, ids in call order);
  *  cb runs on the I/O thread with no library lock held (reply->lock is the callback's to free).
  *  Cancel it with tk_client_cancel. */
-tk_err tk_client_acquire_async(tk_client *c, const void *key, size_t key_len, int64_t lease_ms,
+TK_API tk_err tk_client_acquire_async(tk_client *c, const void *key, size_t key_len, int64_t lease_ms,
                                int64_t wait_ms, const tk_acquire_opts *opts, tk_reply_cb cb, void *data,
                                uint64_t *request_id, tk_error *err);
 
 /** tk_async_cancel on a tk_client. */
-tk_err tk_client_cancel(tk_client *c, uint64_t request_id, tk_error *err);
+TK_API tk_err tk_client_cancel(tk_client *c, uint64_t request_id, tk_error *err);
+
+/** 1 when the calling thread is c's I/O thread (inside one of its callbacks), where a blocking
+ *  call is refused; else 0 (NULL c: 0). For wrappers that wait themselves (the C++ stop_token
+ *  acquire) and must not wait there. */
+TK_API int tk_client_on_io_thread(const tk_client *c);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,10 @@
 // (it never blocks or throws). Call release() to release now and learn the outcome. Mutex adapts
 // one key to the standard Lockable concepts, so std::unique_lock / std::lock_guard work with it.
 //
+// C++20: where the standard library has std::jthread (TICKETING_HAS_STOP_TOKEN), acquire,
+// with_lock and PendingAcquire::get also take a std::stop_token; request_stop() withdraws the
+// waiting acquire, which throws Cancelled.
+//
 // Threads: a Client may be used by any number of threads. A Lock is used by one thread at a time
 // (its reads - token, lost - are safe from any thread). on_lost callbacks run on the client's I/O
 // thread; keep them short.
@@ -25,6 +29,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -36,6 +41,16 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+#if __has_include(<version>)
+#include <version>
+#endif
+#if defined(__cpp_lib_jthread)
+#include <stop_token>
+/// 1 when the std::stop_token overloads (C++20, <stop_token>) are available, else 0.
+#define TICKETING_HAS_STOP_TOKEN 1
+#else
+#define TICKETING_HAS_STOP_TOKEN 0
+#endif
 
 #include "ticketing/ticketing.h"
 
@@ -411,12 +426,27 @@ public:
     /// Waits for the outcome: the Lock, or the exception of the failure (Cancelled after cancel()).
     Lock get()
     {
+        refuse_on_io_thread();
         std::unique_lock<std::mutex> g(s_->m);
         s_->cv.wait(g, [&] { return s_->done; });
         if (s_->err.code != TK_OK)
             throw_error(s_->err);
         return Lock(std::exchange(s_->lock, nullptr));
     }
+
+#if TICKETING_HAS_STOP_TOKEN
+    /// get() that stop can interrupt: stop.request_stop() withdraws the acquire (as cancel()
+    /// does) and get then throws Cancelled, unless the outcome came first. C++20.
+    Lock get(std::stop_token stop)
+    {
+        refuse_on_io_thread();
+        if (stop.stop_possible()) {
+            std::stop_callback on_stop(stop, [this]() noexcept { cancel(); });
+            return get();
+        }
+        return get();
+    }
+#endif
 
     /// Waits up to d; true when the outcome is there (get() then returns at once).
     template <class Rep, class Period> bool wait_for(std::chrono::duration<Rep, Period> d)
@@ -435,6 +465,19 @@ public:
 
 private:
     friend class Client;
+    // Waiting on the I/O thread would wait forever: the outcome is delivered by that thread.
+    void refuse_on_io_thread() const
+    {
+        if (!tk_client_on_io_thread(c_))
+            return;
+        tk_error e{};
+        e.code = TK_ERR_INVALID_ARGUMENT;
+        e.status = -1;
+        std::snprintf(e.message, sizeof e.message, "%s",
+                      "a blocking call inside a callback on the client's I/O thread would wait forever; use "
+                      "another thread");
+        throw InvalidArgument(e);
+    }
     static void on_reply(tk_async *, const tk_reply *r, void *data)
     {
         auto *sp = static_cast<std::shared_ptr<State> *>(data);
@@ -516,6 +559,37 @@ public:
         detail::check(tk_acquire(c_, key.data(), key.size(), detail::to_ms(lease), co.wait, &co.c, &l, &e), e);
         return Lock(l);
     }
+
+#if TICKETING_HAS_STOP_TOKEN
+    /// acquire() that stop can interrupt (C++20): stop.request_stop() from any thread wakes the
+    /// waiting call, which withdraws its request (CANCEL; a grant that raced it is released) and
+    /// throws Cancelled; a token already stopped throws Cancelled without sending anything. A
+    /// grant that arrived before the stop is returned. std::jthread passes its token:
+    ///     std::jthread worker([&](std::stop_token st) { auto lock = client.acquire("k", 30s, st); ... });
+    ///     worker.request_stop();   // or let ~jthread do it
+    Lock acquire(std::string_view key, Milliseconds lease, std::stop_token stop,
+                 const AcquireOptions &o = AcquireOptions())
+    {
+        if (!stop.stop_possible())
+            return acquire(key, lease, o);
+        if (stop.stop_requested())
+            throw Cancelled(make_error(TK_ERR_CANCELLED, ("acquire of " + quote(key) +
+                                                          " cancelled before it was sent (stop requested)")
+                                                             .c_str()));
+        if (tk_client_on_io_thread(c_))
+            return acquire(key, lease, o); // refused by the C library with its message
+        return acquire_async(key, lease, o).get(std::move(stop));
+    }
+
+    /// with_lock() whose acquire stop can interrupt (see acquire with a std::stop_token). C++20.
+    template <class F>
+    decltype(auto) with_lock(std::string_view key, Milliseconds lease, std::stop_token stop, F &&body,
+                             const AcquireOptions &o = AcquireOptions(), bool raise_on_lost = true)
+    {
+        Lock lock = acquire(key, lease, std::move(stop), o);
+        return run_scope(lock, std::forward<F>(body), raise_on_lost);
+    }
+#endif
 
     /// Tries once: the Lock, or nullopt when the key is taken.
     std::optional<Lock> try_acquire(std::string_view key, Milliseconds lease, const AcquireOptions &o = AcquireOptions())
@@ -599,6 +673,30 @@ public:
                              const AcquireOptions &o = AcquireOptions(), bool raise_on_lost = true)
     {
         Lock lock = acquire(key, lease, o);
+        return run_scope(lock, std::forward<F>(body), raise_on_lost);
+    }
+
+    /// Closes now (see tk_client_close): queued acquires are withdrawn (their get() throws
+    /// Closed), held locks are kept until their lease ends unless release_on_close. Later calls
+    /// throw Closed.
+    void close() noexcept { tk_client_close(c_); }
+
+    /// The 16-byte session id.
+    std::array<std::uint8_t, TK_SESSION_ID_SIZE> session_id() const
+    {
+        std::array<std::uint8_t, TK_SESSION_ID_SIZE> s{};
+        if (tk_client_session_id(c_, s.data()) != TK_OK)
+            throw Closed(make_error(TK_ERR_CLOSED, "the client is closed"));
+        return s;
+    }
+
+    /// The C handle (owned by this Client).
+    tk_client *native_handle() const noexcept { return c_; }
+
+private:
+    // with_lock's body and release, on a lock already acquired.
+    template <class F> static decltype(auto) run_scope(Lock &lock, F &&body, bool raise_on_lost)
+    {
         if constexpr (std::is_invocable_v<F, Lock &>) {
             using R = std::invoke_result_t<F, Lock &>;
             if constexpr (std::is_void_v<R>) {
@@ -622,24 +720,23 @@ public:
         }
     }
 
-    /// Closes now (see tk_client_close): queued acquires are withdrawn (their get() throws
-    /// Closed), held locks are kept until their lease ends unless release_on_close. Later calls
-    /// throw Closed.
-    void close() noexcept { tk_client_close(c_); }
-
-    /// The 16-byte session id.
-    std::array<std::uint8_t, TK_SESSION_ID_SIZE> session_id() const
+    // A key for a message: as text when printable, else its length.
+    static std::string quote(std::string_view key)
     {
-        std::array<std::uint8_t, TK_SESSION_ID_SIZE> s{};
-        if (tk_client_session_id(c_, s.data()) != TK_OK)
-            throw Closed(make_error(TK_ERR_CLOSED, "the client is closed"));
-        return s;
+        char buf[160];
+        std::string k(key.substr(0, 64));
+        bool printable = true;
+        for (unsigned char ch : k)
+            printable = printable && ch >= 0x20 && ch < 0x7f && ch != '"';
+        if (!printable)
+            std::snprintf(buf, sizeof buf, "a key of %zu bytes", key.size());
+        else if (key.size() > 64)
+            std::snprintf(buf, sizeof buf, "\"%s\"...(%zu bytes)", k.c_str(), key.size());
+        else
+            std::snprintf(buf, sizeof buf, "\"%s\"", k.c_str());
+        return buf;
     }
 
-    /// The C handle (owned by this Client).
-    tk_client *native_handle() const noexcept { return c_; }
-
-private:
     // C acquire options built from AcquireOptions.
     struct Opts {
         tk_acquire_opts c{};

@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ticketing/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -196,57 +198,57 @@ typedef struct tk_welcome {
  * Encodes a request into buf. Returns the frame's size (TK_HEADER_SIZE + key_len); the frame is
  * written only when cap is at least that. Returns 0 when key_len exceeds TK_MAX_KEY_LEN.
  */
-size_t tk_encode_request(const tk_request *r, uint8_t *buf, size_t cap);
+TK_API size_t tk_encode_request(const tk_request *r, uint8_t *buf, size_t cap);
 
 /**
  * Encodes a response into buf, like tk_encode_request (for test servers and proxies).
  * Returns 0 when data_len exceeds TK_MAX_DATA_LEN.
  */
-size_t tk_encode_response(const tk_response *r, uint8_t *buf, size_t cap);
+TK_API size_t tk_encode_response(const tk_response *r, uint8_t *buf, size_t cap);
 
 /**
  * Decodes the request frame at the start of buf (len bytes available). max_key bounds the
  * frame: a length field above TK_HEADER_SIZE - 4 + max_key is TK_WIRE_TOO_LARGE as soon as the 4
  * length bytes are there. On TK_WIRE_OK, *frame_len is the frame's size and r->key points into buf.
  */
-tk_wire_result tk_decode_request(const uint8_t *buf, size_t len, size_t max_key, tk_request *r,
+TK_API tk_wire_result tk_decode_request(const uint8_t *buf, size_t len, size_t max_key, tk_request *r,
                                  size_t *frame_len);
 
 /** Decodes the response frame at the start of buf; see tk_decode_request. */
-tk_wire_result tk_decode_response(const uint8_t *buf, size_t len, size_t max_data, tk_response *r,
+TK_API tk_wire_result tk_decode_response(const uint8_t *buf, size_t len, size_t max_data, tk_response *r,
                                   size_t *frame_len);
 
 /** Encodes HELLO into out (TK_HELLO_SIZE bytes). */
-void tk_encode_hello(const tk_hello *h, uint8_t out[TK_HELLO_SIZE]);
+TK_API void tk_encode_hello(const tk_hello *h, uint8_t out[TK_HELLO_SIZE]);
 /** Decodes a HELLO of exactly len bytes. */
-tk_wire_result tk_decode_hello(const uint8_t *buf, size_t len, tk_hello *h);
+TK_API tk_wire_result tk_decode_hello(const uint8_t *buf, size_t len, tk_hello *h);
 
 /**
  * Encodes CHALLENGE into buf; returns its size (TK_CHALLENGE_SIZE + data_len), written when cap
  * allows. Returns 0 when data_len exceeds TK_MAX_CHALLENGE_DATA.
  */
-size_t tk_encode_challenge(const tk_challenge *c, uint8_t *buf, size_t cap);
+TK_API size_t tk_encode_challenge(const tk_challenge *c, uint8_t *buf, size_t cap);
 /**
  * Decodes the CHALLENGE at the start of buf. TK_WIRE_SHORT until the whole frame is there;
  * *frame_len is its size. c->data points into buf.
  */
-tk_wire_result tk_decode_challenge(const uint8_t *buf, size_t len, tk_challenge *c, size_t *frame_len);
+TK_API tk_wire_result tk_decode_challenge(const uint8_t *buf, size_t len, tk_challenge *c, size_t *frame_len);
 
 /** Encodes AUTH into out (TK_AUTH_SIZE bytes). */
-void tk_encode_auth(const tk_auth *a, uint8_t out[TK_AUTH_SIZE]);
+TK_API void tk_encode_auth(const tk_auth *a, uint8_t out[TK_AUTH_SIZE]);
 /** Decodes an AUTH of exactly len bytes. */
-tk_wire_result tk_decode_auth(const uint8_t *buf, size_t len, tk_auth *a);
+TK_API tk_wire_result tk_decode_auth(const uint8_t *buf, size_t len, tk_auth *a);
 
 /** Encodes WELCOME into out (TK_WELCOME_SIZE bytes). */
-void tk_encode_welcome(const tk_welcome *w, uint8_t out[TK_WELCOME_SIZE]);
+TK_API void tk_encode_welcome(const tk_welcome *w, uint8_t out[TK_WELCOME_SIZE]);
 /** Decodes a WELCOME of exactly len bytes. */
-tk_wire_result tk_decode_welcome(const uint8_t *buf, size_t len, tk_welcome *w);
+TK_API tk_wire_result tk_decode_welcome(const uint8_t *buf, size_t len, tk_welcome *w);
 
 /**
  * client_proof = HMAC-SHA256(token, "ticketing/1 client" || session_id || client_nonce ||
  * server_nonce). Returns 0 on success, -1 if the HMAC could not be computed.
  */
-int tk_client_proof(const void *token, size_t token_len, const uint8_t session_id[TK_SESSION_ID_SIZE],
+TK_API int tk_client_proof(const void *token, size_t token_len, const uint8_t session_id[TK_SESSION_ID_SIZE],
                     const uint8_t client_nonce[TK_NONCE_SIZE], const uint8_t server_nonce[TK_NONCE_SIZE],
                     uint8_t out[TK_PROOF_SIZE]);
 
@@ -255,21 +257,21 @@ int tk_client_proof(const void *token, size_t token_len, const uint8_t session_i
  * server_nonce || WELCOME[5..31]), where WELCOME[5..31] are the 27 bytes of the encoded w from
  * offset 5 to 31 (w->proof is ignored). Returns 0 on success, -1 on failure.
  */
-int tk_server_proof(const void *token, size_t token_len, const uint8_t session_id[TK_SESSION_ID_SIZE],
+TK_API int tk_server_proof(const void *token, size_t token_len, const uint8_t session_id[TK_SESSION_ID_SIZE],
                     const uint8_t client_nonce[TK_NONCE_SIZE], const uint8_t server_nonce[TK_NONCE_SIZE],
                     const tk_welcome *w, uint8_t out[TK_PROOF_SIZE]);
 
 /** Compares two proofs in constant time; 1 when equal. */
-int tk_proof_equal(const uint8_t a[TK_PROOF_SIZE], const uint8_t b[TK_PROOF_SIZE]);
+TK_API int tk_proof_equal(const uint8_t a[TK_PROOF_SIZE], const uint8_t b[TK_PROOF_SIZE]);
 
 /* Names as in protocol/constants.json ("ACQUIRE", "NOT_HELD", ...); NULL for unknown values. */
-const char *tk_op_name(unsigned op);                       /**< op name */
-const char *tk_status_name(unsigned status);               /**< status name */
-const char *tk_invalid_field_name(unsigned field);         /**< INVALID field code name */
-const char *tk_busy_limit_name(unsigned limit);            /**< BUSY limit code name */
-const char *tk_expired_reason_name(unsigned reason);       /**< EXPIRED reason name */
-const char *tk_goaway_reason_name(unsigned reason);        /**< GOAWAY reason name */
-const char *tk_inspect_flag_name(unsigned flag);           /**< INSPECT flag name (one bit) */
+TK_API const char *tk_op_name(unsigned op);                       /**< op name */
+TK_API const char *tk_status_name(unsigned status);               /**< status name */
+TK_API const char *tk_invalid_field_name(unsigned field);         /**< INVALID field code name */
+TK_API const char *tk_busy_limit_name(unsigned limit);            /**< BUSY limit code name */
+TK_API const char *tk_expired_reason_name(unsigned reason);       /**< EXPIRED reason name */
+TK_API const char *tk_goaway_reason_name(unsigned reason);        /**< GOAWAY reason name */
+TK_API const char *tk_inspect_flag_name(unsigned flag);           /**< INSPECT flag name (one bit) */
 
 #ifdef __cplusplus
 }

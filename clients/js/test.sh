@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Builds the JavaScript client and runs all of its tests on a fresh machine: the openssl CLI if
-# missing (test certificates are made at test time), npm ci (which builds the package), the
-# tests' and the conformance driver's build, the server binary (unless TICKETING_BIN names one),
-# then `node --test`: unit tests against protocol/*.json and of the deadline clock, fake-server
-# tests, integration tests against the real server, the README's examples and the conformance
-# driver. Exits non-zero on any failure and prints the test counts.
+# missing (test certificates are made at test time), npm ci (the tools), `npm run build:test`
+# (the package's dist/ unless up to date, then the tests and the conformance driver), the server
+# binary (unless TICKETING_BIN names one), then `node --test`: unit tests against protocol/*.json
+# and of the deadline clock, fake-server tests, integration tests against the real server, the
+# README's examples, the conformance driver, and the package (package.sh builds the .tgz and runs
+# npm's checks; a fresh `npm init -y` project installs it offline and runs the README's example
+# with import and with require). Exits non-zero on any failure and prints the test counts.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"

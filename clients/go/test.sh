@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The Go client's and the CLI's tests: builds the Go conformance driver (bin/, gitignored) and
-# runs `go test -race` on the client (with its examples, the README and the install recipe) and
-# on cmd/ticketing (the CLI, against real servers). TICKETING_BIN names the server binary to test
+# The Go client's tests: builds the Go conformance driver (bin/, gitignored) and runs `go test
+# -race` on the client (with its examples, the README and the install recipe) and on
+# cmd/ticketing's own (the log writer). The CLI's commands live in internal/cli and are tested
+# with the rest of internal/ by `make test-server`. TICKETING_BIN names the server binary to test
 # against; by default the tests build it from this checkout. Run from anywhere.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)

@@ -2,42 +2,47 @@
 //
 //	ticketing server                 run the server (configured by TICKETING_* variables or flags)
 //	ticketing [FLAGS] acquire|release|extend|inspect|lock|ping ...   talk to a server (see `ticketing help`)
+//
+// It only dispatches: the server is started here (server.go) from the settings that
+// internal/settings parses; every other command is internal/cli's.
 package main
 
 import (
 	"fmt"
 	"os"
+
+	"github.com/ticketing/ticketing/internal/cli"
 )
 
 func main() {
 	if len(os.Args) < 2 {
 		usageText(os.Stderr)
-		os.Exit(exitUsage)
+		os.Exit(cli.ExitUsage)
 	}
 	switch cmd := os.Args[1]; cmd {
-	case "server", "serve":
+	case "server", "serve": // server.go
 		os.Exit(runServer(os.Args[2:]))
-	case "cluster": // cluster.go: membership through a node's admin listener
-		os.Exit(runClusterCmd(os.Args[2:]))
-	case "deploy", "top", "healthcheck": // deploy.go, top.go: operations commands
-		os.Exit(runOpsCommand(cmd, os.Args[2:]))
+	case "cluster": // membership through a node's admin listener
+		os.Exit(cli.RunCluster(os.Args[2:]))
+	case "deploy", "top", "healthcheck": // operations commands
+		os.Exit(cli.RunOps(cmd, os.Args[2:]))
 	case "help", "-h", "-help", "--help":
 		usageText(os.Stdout)
-	case superviseCommand:
-		// The watchdog that `ticketing lock` starts (cli_supervise_unix.go); not for users.
-		os.Exit(runSupervisor())
+	case cli.SuperviseCommand:
+		// The watchdog that `ticketing lock` starts; not for users.
+		os.Exit(cli.RunSupervisor())
 	default:
-		global, cmd, rest, err := splitGlobal(os.Args[1:])
+		global, cmd, rest, err := cli.SplitGlobal(os.Args[1:])
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "ticketing: %v (run 'ticketing help')\n", err)
-			os.Exit(exitUsage)
+			os.Exit(cli.ExitUsage)
 		}
-		if cmd == "server" || cmd == "serve" || cmd == superviseCommand {
+		if cmd == "server" || cmd == "serve" || cmd == cli.SuperviseCommand {
 			fmt.Fprintln(os.Stderr, "ticketing: the flags before the command are for the client commands; give the server's flags after 'server'")
-			os.Exit(exitUsage)
+			os.Exit(cli.ExitUsage)
 		}
 		// Global flags are the command's own flags, given first: the command's later ones win.
-		os.Exit(runCLI(cmd, append(global, rest...)))
+		os.Exit(cli.Run(cmd, append(global, rest...)))
 	}
 }
 

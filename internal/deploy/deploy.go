@@ -184,7 +184,7 @@ func Generate(r Request) (*Plan, error) {
 		if cluster {
 			n.Name = fmt.Sprintf("n%d", i+1)
 		}
-		plain, inContainer := r.settings(i, h, strings.Join(peers, ","))
+		plain, inContainer := r.nodeSettings(i, h, strings.Join(peers, ","))
 		for _, s := range [][]kv{plain, inContainer} {
 			if err := checkSettings(table, s, cluster); err != nil {
 				return nil, err
@@ -205,8 +205,8 @@ func Generate(r Request) (*Plan, error) {
 	return plan, nil
 }
 
-// settings returns node i's settings for a plain start (binary, systemd) and in a container.
-func (r *Request) settings(i int, host, peers string) (plain, inContainer []kv) {
+// nodeSettings returns node i's settings for a plain start (binary, systemd) and in a container.
+func (r *Request) nodeSettings(i int, host, peers string) (plain, inContainer []kv) {
 	port := strconv.Itoa(r.Port)
 	admin := net.JoinHostPort("127.0.0.1", strconv.Itoa(r.Port+1))
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {

@@ -13,8 +13,8 @@ import (
 )
 
 // Config is the server's configuration. The zero value is not valid; start from Default().
-// cmd/ticketing maps each field to a TICKETING_* environment variable and a flag of the same name
-// (docs/operations.md lists them all).
+// internal/settings maps each field to a TICKETING_* environment variable and a flag of the same
+// name (docs/operations.md lists them all).
 type Config struct {
 	Addr    string // listen address; default 127.0.0.1:7070 (loopback only)
 	DataDir string // durable state (token high-water mark, restart horizon); default DefaultDataDir()

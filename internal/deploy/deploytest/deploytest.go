@@ -41,7 +41,7 @@ var (
 func StartNode(t *testing.T, cmd *exec.Cmd) *Node {
 	t.Helper()
 	n := &Node{cmd: cmd, exited: make(chan struct{})}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = killWithParent()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"os"
 
 	"github.com/ticketing/ticketing/internal/cli"
+	"github.com/ticketing/ticketing/internal/version"
 )
 
 func main() {
@@ -28,6 +29,8 @@ func main() {
 		os.Exit(cli.RunOps(cmd, os.Args[2:]))
 	case "help", "-h", "-help", "--help":
 		usageText(os.Stdout)
+	case "version", "--version", "-version":
+		fmt.Println("ticketing", version.Get())
 	case cli.SuperviseCommand:
 		// The watchdog that `ticketing lock` starts; not for users.
 		os.Exit(cli.RunSupervisor())
@@ -56,6 +59,7 @@ Server:
   deploy        print launch commands (flags, environment, systemd, container) for a node or a cluster
   top           the most contended keys, live, from the admin listener
   healthcheck   exit 0 when the admin listener's /healthz answers (for container health checks)
+  version       this binary's release, commit and Go version (also --version)
 
 Client (server address from --addr or TICKETING_ADDR, token from TICKETING_TOKEN or TICKETING_TOKEN_FILE):
   acquire KEY   take a lock and print its fencing token

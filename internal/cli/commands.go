@@ -109,7 +109,7 @@ func runInspect(args []string) int {
 			"its holder, so `inspect` shows token=0 for a lock another client holds.")
 	cf := addCommon(fs)
 	asJSON := fs.Bool("json", false, "print a JSON object")
-	showWaiters := addWaitersFlags(fs) // top.go: --waiters, from the admin listener
+	showWaiters := addWaitersFlags(fs, func() string { return cf.addr }) // top.go: --waiters, from the admin listener
 	pos, code, ok := parseCommand(fs, args, "KEY")
 	if !ok {
 		return code

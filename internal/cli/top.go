@@ -46,27 +46,38 @@ func RunOps(cmd string, args []string) int {
 	return ExitUsage
 }
 
-// adminTarget is how to reach an admin listener.
+// adminTarget is how to reach an admin listener: one node, or several (a cluster's, in the order
+// given) of which the first that answers is asked; asked is the one that answered last.
 type adminTarget struct {
-	base   string // http://host:port or https://host:port
-	token  string // bearer credential ("" on loopback)
+	bases  []string // http://host:port or https://host:port
+	token  string   // bearer credential ("" on loopback)
 	client *adminhttp.Client
+	asked  string
 }
 
 // adminFlags adds the flags that locate the admin listener and returns a function that builds
-// the target after parsing.
-func adminFlags(fs *flag.FlagSet) func() (*adminTarget, error) {
+// the target after parsing. clientAddr, if not nil, is the command's own client address flag
+// (--addr), which the admin address is derived from when none is given.
+func adminFlags(fs *flag.FlagSet, clientAddr func() string) func() (*adminTarget, error) {
 	timeout := fs.Duration("timeout", 5*time.Second, "bound on each request")
-	return adminFlagsTimeout(fs, timeout)
+	return adminFlagsTimeout(fs, timeout, clientAddr)
 }
 
 // adminFlagsTimeout is adminFlags for a command that has its own --timeout.
-func adminFlagsTimeout(fs *flag.FlagSet, timeout *time.Duration) func() (*adminTarget, error) {
-	addr := fs.String("admin-addr", defaultAdminAddr(), "the server's admin listener host:port (env TICKETING_ADMIN_ADDR; default: TICKETING_ADDR's port + 1)")
+func adminFlagsTimeout(fs *flag.FlagSet, timeout *time.Duration, clientAddr func() string) func() (*adminTarget, error) {
+	addr := fs.String("admin-addr", os.Getenv("TICKETING_ADMIN_ADDR"), "admin listener(s) host:port, comma-separated (env TICKETING_ADMIN_ADDR; default: each client address's port + 1, from --addr or TICKETING_ADDR)")
 	ca := fs.String("admin-ca", os.Getenv("TICKETING_ADMIN_CA"), "PEM CA bundle to verify the admin listener's certificate: use HTTPS (env TICKETING_ADMIN_CA)")
 	tokenFile := fs.String("admin-token-file", os.Getenv("TICKETING_ADMIN_TOKEN_FILE"), "file with the admin bearer credential (or env TICKETING_ADMIN_TOKEN); needed off loopback")
 	return func() (*adminTarget, error) {
-		t := &adminTarget{base: "http://" + *addr, token: os.Getenv("TICKETING_ADMIN_TOKEN"), client: &adminhttp.Client{Timeout: *timeout}}
+		client := os.Getenv("TICKETING_ADDR")
+		if clientAddr != nil {
+			client = clientAddr()
+		}
+		addrs, err := adminAddrs(*addr, client)
+		if err != nil {
+			return nil, err
+		}
+		t := &adminTarget{token: os.Getenv("TICKETING_ADMIN_TOKEN"), client: &adminhttp.Client{Timeout: *timeout}}
 		if *tokenFile != "" {
 			b, err := os.ReadFile(*tokenFile)
 			if err != nil {
@@ -74,6 +85,7 @@ func adminFlagsTimeout(fs *flag.FlagSet, timeout *time.Duration) func() (*adminT
 			}
 			t.token = strings.TrimRight(string(b), "\r\n")
 		}
+		scheme := "http://"
 		if *ca != "" {
 			pem, err := os.ReadFile(*ca)
 			if err != nil {
@@ -83,52 +95,107 @@ func adminFlagsTimeout(fs *flag.FlagSet, timeout *time.Duration) func() (*adminT
 			if !pool.AppendCertsFromPEM(pem) {
 				return nil, fmt.Errorf("%s: no certificate found", *ca)
 			}
-			t.base = "https://" + *addr
+			scheme = "https://"
 			t.client.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		}
+		for _, a := range addrs {
+			t.bases = append(t.bases, scheme+a)
 		}
 		return t, nil
 	}
 }
 
-// defaultAdminAddr is TICKETING_ADMIN_ADDR, else the client address (TICKETING_ADDR, default
-// 127.0.0.1:7070) with the next port, as the server derives it; a wildcard host becomes
-// loopback.
-func defaultAdminAddr() string {
-	if a := os.Getenv("TICKETING_ADMIN_ADDR"); a != "" && a != "off" {
-		return a
+// adminAddrs is where the admin listeners are: the addresses given (--admin-addr or
+// TICKETING_ADMIN_ADDR), else one per client address (--addr or TICKETING_ADDR, a cluster's list
+// included) with the next port, as a server derives its own, a wildcard host becoming loopback;
+// else 127.0.0.1:7071. A client address it cannot derive from is an error naming the setting to
+// give instead: a guess could be another server.
+func adminAddrs(admin, client string) ([]string, error) {
+	if admin == "off" {
+		return nil, errors.New("TICKETING_ADMIN_ADDR=off: the admin listener is off; give --admin-addr")
 	}
-	addr := os.Getenv("TICKETING_ADDR")
-	if addr == "" || strings.Contains(addr, ",") {
-		addr = "127.0.0.1:7070"
+	if admin != "" {
+		var out []string
+		for _, a := range strings.Split(admin, ",") {
+			a = strings.TrimSpace(a)
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return nil, fmt.Errorf("admin address %q: want host:port", a)
+			}
+			out = append(out, a)
+		}
+		return out, nil
 	}
-	host, port, err := net.SplitHostPort(addr)
-	p, perr := strconv.Atoi(port)
-	if err != nil || perr != nil {
-		return "127.0.0.1:7071"
+	if strings.TrimSpace(client) == "" {
+		client = "127.0.0.1:7070"
 	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "127.0.0.1"
+	var out []string
+	for _, c := range strings.Split(client, ",") {
+		c = strings.TrimSpace(c)
+		host, port, err := net.SplitHostPort(c)
+		p, perr := strconv.Atoi(port)
+		if err != nil || perr != nil || p <= 0 || p >= 65535 {
+			return nil, fmt.Errorf("cannot derive the admin listener's address from the client address %q: give --admin-addr (or TICKETING_ADMIN_ADDR)", c)
+		}
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			host = "127.0.0.1"
+		}
+		out = append(out, net.JoinHostPort(host, strconv.Itoa(p+1)))
 	}
-	return net.JoinHostPort(host, strconv.Itoa(p+1))
+	return out, nil
 }
 
-// get fetches path and decodes its JSON into v (v nil: only the status matters).
+// one is the target's one node, for commands about a single node (healthcheck): a list is
+// refused rather than one of its nodes picked.
+func (t *adminTarget) one() (string, error) {
+	if len(t.bases) != 1 {
+		return "", fmt.Errorf("this checks one node, and %d admin addresses were given (%s): give one --admin-addr", len(t.bases), strings.Join(t.hosts(), ","))
+	}
+	return t.bases[0], nil
+}
+
+func (t *adminTarget) hosts() []string {
+	var h []string
+	for _, b := range t.bases {
+		h = append(h, strings.TrimPrefix(strings.TrimPrefix(b, "https://"), "http://"))
+	}
+	return h
+}
+
+// get fetches path from the first node that answers and decodes its JSON into v (v nil: only
+// the status matters); t.asked is then that node's address.
 func (t *adminTarget) get(ctx context.Context, path string, v any) error {
 	var header map[string]string
 	if t.token != "" {
 		header = map[string]string{"Authorization": "Bearer " + t.token}
 	}
-	resp, err := t.client.Do(ctx, "GET", t.base+path, header, nil)
-	if err != nil {
-		return err
+	var errs []error
+	order := t.bases
+	if t.asked != "" && len(t.bases) > 1 { // the node that answered before, first
+		order = nil
+		for _, b := range t.bases {
+			if strings.HasSuffix(b, "://"+t.asked) {
+				order = append([]string{b}, order...)
+			} else {
+				order = append(order, b)
+			}
+		}
 	}
-	if resp.StatusCode != 200 {
-		return fmt.Errorf("%s: %s: %s", path, resp.Status, strings.TrimSpace(string(resp.Body)))
+	for _, base := range order {
+		resp, err := t.client.Do(ctx, "GET", base+path, header, nil)
+		if err != nil {
+			errs = append(errs, err)
+			continue // another node may answer
+		}
+		t.asked = strings.TrimPrefix(strings.TrimPrefix(base, "https://"), "http://")
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("%s%s: %s: %s", t.asked, path, resp.Status, strings.TrimSpace(string(resp.Body)))
+		}
+		if v == nil {
+			return nil
+		}
+		return json.Unmarshal(resp.Body, v)
 	}
-	if v == nil {
-		return nil
-	}
-	return json.Unmarshal(resp.Body, v)
+	return errors.Join(errs...)
 }
 
 // fetchKeyInfo asks the admin listener about key: holder (with token) and waiters. For
@@ -143,10 +210,10 @@ func fetchKeyInfo(ctx context.Context, t *adminTarget, key string, waiters int) 
 // is): the returned function prints KEY's waiters in queue order, from the admin listener, as a
 // table, or with asJSON as one more JSON line ({"key", "waiter_count", "waiters"}). It does
 // nothing without --waiters.
-func addWaitersFlags(fs *flag.FlagSet) func(ctx context.Context, key string, asJSON bool) error {
+func addWaitersFlags(fs *flag.FlagSet, clientAddr func() string) func(ctx context.Context, key string, asJSON bool) error {
 	on := fs.Bool("waiters", false, "also list who waits, in queue order (session, remote address, waited, wait left), from the server's admin listener")
 	timeout := 5 * time.Second
-	target := adminFlagsTimeout(fs, &timeout)
+	target := adminFlagsTimeout(fs, &timeout, clientAddr)
 	return func(ctx context.Context, key string, asJSON bool) error {
 		if !*on {
 			return nil
@@ -157,13 +224,14 @@ func addWaitersFlags(fs *flag.FlagSet) func(ctx context.Context, key string, asJ
 		}
 		k, err := fetchKeyInfo(ctx, t, key, 1000)
 		if err != nil {
-			return fmt.Errorf("waiters from the admin listener %s: %w", t.base, err)
+			return fmt.Errorf("waiters from the admin listener (%s): %w", strings.Join(t.hosts(), ","), err)
 		}
 		if asJSON {
-			b, _ := json.Marshal(map[string]any{"key": k.Key, "waiter_count": k.WaiterCount, "waiters": k.Waiters})
+			b, _ := json.Marshal(map[string]any{"key": k.Key, "waiter_count": k.WaiterCount, "waiters": k.Waiters, "admin": t.asked})
 			fmt.Fprintln(stdout, string(b))
 			return nil
 		}
+		fmt.Fprintf(stdout, "waiters: %d (from the admin listener %s)\n", k.WaiterCount, t.asked)
 		printWaiters(stdout, k)
 		return nil
 	}
@@ -231,7 +299,7 @@ func fetchTop(ctx context.Context, t *adminTarget, n int) (*topSnapshot, error) 
 func runTop(args []string) int {
 	fs := flag.NewFlagSet("top", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	target := adminFlags(fs)
+	target := adminFlags(fs, nil)
 	interval := fs.Duration("interval", 2*time.Second, "refresh interval")
 	n := fs.Int("n", 20, "keys to show (at most 64)")
 	count := fs.Int("count", 0, "stop after this many screens (0: until interrupted)")
@@ -269,7 +337,7 @@ func runTop(args []string) int {
 		if *count != 1 {
 			fmt.Fprint(stdout, "\x1b[H\x1b[2J") // home, clear
 		}
-		printTop(stdout, t.base, prev, cur)
+		printTop(stdout, t.asked, prev, cur)
 		if *count > 0 && screen >= *count {
 			return ExitOK
 		}
@@ -353,7 +421,7 @@ func printTop(w io.Writer, base string, prev, cur *topSnapshot) {
 func runHealthcheck(args []string) int {
 	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	target := adminFlags(fs)
+	target := adminFlags(fs, nil)
 	ready := fs.Bool("ready", false, "check /readyz (serving clients now) instead of /healthz (alive)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "usage: ticketing healthcheck [--ready] [--admin-addr HOST:PORT]\n\n"+
@@ -371,6 +439,10 @@ func runHealthcheck(args []string) int {
 		fmt.Fprintln(stderr, "ticketing healthcheck:", err)
 		return ExitUsage
 	}
+	if _, err := t.one(); err != nil {
+		fmt.Fprintln(stderr, "ticketing healthcheck:", err)
+		return ExitUsage
+	}
 	path := "/healthz"
 	if *ready {
 		path = "/readyz"
@@ -379,6 +451,6 @@ func runHealthcheck(args []string) int {
 		fmt.Fprintln(stderr, "ticketing healthcheck:", err)
 		return ExitNo
 	}
-	fmt.Fprintln(stdout, "ok")
+	fmt.Fprintln(stdout, "ok", t.asked)
 	return ExitOK
 }

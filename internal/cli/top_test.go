@@ -31,7 +31,7 @@ func TestTopAndHealthcheck(t *testing.T) {
 	holder.Acquire(t, "warm", 0)
 	holder.Acquire(t, "hot:1", 0)
 	var waiters []*deploytest.Conn
-	target := &adminTarget{base: "http://" + n.Admin, client: &adminhttp.Client{Timeout: 5 * time.Second}}
+	target := &adminTarget{bases: []string{"http://" + n.Admin}, client: &adminhttp.Client{Timeout: 5 * time.Second}}
 	for i := 0; i < 2; i++ {
 		c, _, err := deploytest.Dial(n.Addr, "")
 		if err != nil {
@@ -93,7 +93,7 @@ func TestTopAndHealthcheck(t *testing.T) {
 	}
 
 	hc := exec.Command(bin, "healthcheck", "--ready", "--admin-addr", n.Admin)
-	if b, err := hc.CombinedOutput(); err != nil || strings.TrimSpace(string(b)) != "ok" {
+	if b, err := hc.CombinedOutput(); err != nil || strings.TrimSpace(string(b)) != "ok "+n.Admin {
 		t.Fatalf("healthcheck: %v %s", err, b)
 	}
 	port := deploytest.FreePort(t, "127.0.0.1")
@@ -116,6 +116,73 @@ func waitQueued(t *testing.T, target *adminTarget, key string, n int) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: %d waiters, want %d", key, k.WaiterCount, n)
+		}
+	}
+}
+
+// TestOperatorCommandsAskTheRightNode (issue 30, defect 1): with the client address a list (as
+// deploy recommends) and no admin address, the operator commands derive each node's admin
+// listener (client port + 1) and say which one answered, instead of falling back to
+// 127.0.0.1:7071 (another server there answered for the cluster); a command about one node
+// refuses a list; `cluster status` honours TICKETING_ADDR.
+func TestOperatorCommandsAskTheRightNode(t *testing.T) {
+	bin := deploytest.Binary(t)
+	port := deploytest.FreePort(t, "127.0.0.1") // port+1 is free too: the derived admin listener
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	admin := "127.0.0.1:" + strconv.Itoa(port+1)
+	deploytest.StartNode(t, exec.Command(bin, "server", "--addr", addr, "--data-dir", t.TempDir()))
+	dead := deploytest.FreePort(t, "127.0.0.1") // nothing listens there, nor on the next port
+	list := "127.0.0.1:" + strconv.Itoa(dead) + "," + addr
+	env := func(cmd *exec.Cmd, kv ...string) *exec.Cmd {
+		cmd.Env = append(cmd.Environ(), "TICKETING_ADMIN_ADDR=", "TICKETING_ADDR="+list)
+		cmd.Env = append(cmd.Env, kv...)
+		return cmd
+	}
+	out, err := env(exec.Command(bin, "inspect", "k", "--waiters", "--json")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"admin":"`+admin+`"`) {
+		t.Fatalf("inspect --waiters --json with TICKETING_ADDR=%s: %v\n%s", list, err, out)
+	}
+	out, err = env(exec.Command(bin, "healthcheck")).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != ExitUsage || !strings.Contains(string(out), "checks one node") {
+		t.Fatalf("healthcheck with a list of addresses: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "healthcheck")
+	cmd.Env = append(cmd.Environ(), "TICKETING_ADMIN_ADDR=", "TICKETING_ADDR="+addr)
+	if out, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "ok "+admin {
+		t.Fatalf("healthcheck with TICKETING_ADDR=%s: %v\n%s", addr, err, out)
+	}
+	cmd = exec.Command(bin, "cluster", "status", "--json")
+	cmd.Env = append(cmd.Environ(), "TICKETING_ADMIN_ADDR=", "TICKETING_ADDR="+addr)
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), `"admin":"`+admin+`"`) || !strings.Contains(string(out), `"role":"single"`) {
+		t.Fatalf("cluster status --json with TICKETING_ADDR=%s: %v\n%s", addr, err, out)
+	}
+}
+
+func TestAdminAddrs(t *testing.T) {
+	for _, c := range []struct {
+		admin, client string
+		want          string // comma-joined, or "error"
+	}{
+		{"", "", "127.0.0.1:7071"},
+		{"", "10.0.0.5:9000", "10.0.0.5:9001"},
+		{"", "0.0.0.0:7070", "127.0.0.1:7071"},
+		{"", "a:7070, b:7070", "a:7071,b:7071"},
+		{"", "[::1]:7070", "[::1]:7071"},
+		{"x:1,y:2", "a:7070", "x:1,y:2"},
+		{"", "nohost", "error"},
+		{"", "a:65535", "error"},
+		{"bogus", "", "error"},
+		{"off", "", "error"},
+	} {
+		got, err := adminAddrs(c.admin, c.client)
+		if c.want == "error" {
+			if err == nil {
+				t.Errorf("adminAddrs(%q, %q) = %v, want an error", c.admin, c.client, got)
+			}
+			continue
+		}
+		if err != nil || strings.Join(got, ",") != c.want {
+			t.Errorf("adminAddrs(%q, %q) = %v, %v; want %s", c.admin, c.client, got, err, c.want)
 		}
 	}
 }

@@ -137,18 +137,19 @@ func isLoopback(a net.Addr) bool {
 
 // ClusterStatus is the JSON of GET /cluster/status.
 type ClusterStatus struct {
-	Node         string          `json:"node"`
-	Role         string          `json:"role"` // leader, follower, candidate, single
-	Serving      bool            `json:"serving"`
-	Leader       string          `json:"leader"`
-	LeaderAddr   string          `json:"leader_addr"` // the leader's client address
-	Term         uint64          `json:"term"`
-	CommitIndex  uint64          `json:"commit_index"`
-	AppliedIndex uint64          `json:"applied_index"`
-	LastContact  string          `json:"last_contact"`
-	StateID      string          `json:"state_id"`
-	StateHash    string          `json:"state_hash"`
-	Members      []ClusterMember `json:"members"`
+	Node          string          `json:"node"`
+	Role          string          `json:"role"` // leader, follower, candidate, single
+	Serving       bool            `json:"serving"`
+	Leader        string          `json:"leader"`
+	LeaderAddr    string          `json:"leader_addr"` // the leader's client address
+	Term          uint64          `json:"term"`
+	CommitIndex   uint64          `json:"commit_index"`
+	AppliedIndex  uint64          `json:"applied_index"`
+	LastContact   string          `json:"last_contact"`    // as Raft says it: "115.3ms", "0" (the leader), "never"
+	LastContactMs int64           `json:"last_contact_ms"` // the same in milliseconds; 0 on the leader and a single node, -1 never
+	StateID       string          `json:"state_id"`
+	StateHash     string          `json:"state_hash"`
+	Members       []ClusterMember `json:"members"`
 }
 
 // ClusterMember is one server of the Raft configuration.
@@ -181,6 +182,15 @@ func (s *Server) clusterStatus(w *adminhttp.Response, r *adminhttp.Request) {
 		fmt.Sscan(stats["commit_index"], &st.CommitIndex)
 		st.AppliedIndex = c.raft.AppliedIndex()
 		st.LastContact = stats["last_contact"]
+		switch lc := st.LastContact; lc {
+		case "0", "":
+		case "never":
+			st.LastContactMs = -1
+		default:
+			if d, err := time.ParseDuration(lc); err == nil {
+				st.LastContactMs = d.Milliseconds()
+			}
+		}
 		if f := c.raft.GetConfiguration(); f.Error() == nil {
 			for _, m := range f.Configuration().Servers {
 				st.Members = append(st.Members, ClusterMember{ID: string(m.ID), RaftAddr: string(m.Address), Voter: m.Suffrage == raft.Voter})

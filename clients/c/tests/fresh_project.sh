@@ -50,8 +50,9 @@ grep -q "int main" "$tmp/readme.cpp" || fail "no C++ example (<!-- example-cpp: 
 
 # 3. The real server, on a free port.
 mkdir "$tmp/data"
+: > "$tmp/server.log" # before the server starts: the loop below reads it at once (sed on a missing file fails)
 TICKETING_ADDR=127.0.0.1:0 TICKETING_DATA_DIR="$tmp/data" TICKETING_STARTUP_GRACE=0 \
-    "$TICKETING_BIN" server > /dev/null 2> "$tmp/server.log" &
+    "$TICKETING_BIN" server > /dev/null 2>> "$tmp/server.log" &
 pid=$!
 addr=""
 for _ in $(seq 1 150); do

@@ -76,8 +76,12 @@ main="$(awk '/^```rust,ignore$/ { on = 1; next } on && /^```$/ { exit } on' "$re
 
 # 4. The real server, on a free port.
 mkdir "$tmp/data"
+# The log exists before the server starts: the background shell opens it when it gets to it,
+# which on a busy machine is after the first look below (and sed on a missing file failed the
+# script under set -e).
+: >"$tmp/server.log"
 TICKETING_ADDR=127.0.0.1:0 TICKETING_DATA_DIR="$tmp/data" TICKETING_STARTUP_GRACE=0 \
-  "$TICKETING_BIN" server >/dev/null 2>"$tmp/server.log" &
+  "$TICKETING_BIN" server >/dev/null 2>>"$tmp/server.log" &
 pid=$!
 addr=""
 for _ in $(seq 300); do

@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -119,7 +120,7 @@ func addCommon(fs *flag.FlagSet) *common {
 	fs.BoolVar(&c.tls, "tls", false, "use TLS, verifying the server against the system's CAs")
 	fs.StringVar(&c.tlsCert, "tls-cert", os.Getenv("TICKETING_TLS_CLIENT_CERT"), "PEM client certificate for mutual TLS, with --tls-key: enables TLS (env TICKETING_TLS_CLIENT_CERT)")
 	fs.StringVar(&c.tlsKey, "tls-key", os.Getenv("TICKETING_TLS_CLIENT_KEY"), "PEM private key of --tls-cert (env TICKETING_TLS_CLIENT_KEY)")
-	fs.Var(&c.timeout, "timeout", "bound on connecting and on each request (not on time spent queued: see --wait)")
+	fs.Var(&c.timeout, "timeout", "bound on connecting and on each request (time spent queued for a lock is not a request's: acquire and lock bound it with --wait)")
 	return c
 }
 
@@ -134,6 +135,9 @@ func (c *common) check() error {
 	var eps []string
 	for _, a := range strings.Split(c.addr, ",") {
 		if a = strings.TrimSpace(a); a != "" {
+			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+				return fmt.Errorf("--addr (or TICKETING_ADDR) %q: want host:port", a)
+			}
 			eps = append(eps, a)
 		}
 	}

@@ -346,7 +346,8 @@ func TestCLIAuthTLS(t *testing.T) {
 		msg  string
 	}{
 		{"wrong token", []string{"TICKETING_TOKEN=wrong"}, []string{"ping", "--addr", srv.Addr, "--tls-ca", files.CA}, 4, "authentication failed: the server rejected the token"},
-		{"no token", nil, []string{"ping", "--addr", srv.Addr, "--tls-ca", files.CA}, 4, "requires a token"},
+		{"no token", nil, []string{"ping", "--addr", srv.Addr, "--tls-ca", files.CA}, 4, "requires a token (TICKETING_TOKEN or TICKETING_TOKEN_FILE)"},
+		{"a malformed address", nil, []string{"ping", "--addr", "[::1"}, 2, `--addr (or TICKETING_ADDR) "[::1": want host:port`},
 		{"untrusted server", []string{"TICKETING_TOKEN=cli-token"}, []string{"ping", "--addr", srv.Addr, "--tls"}, 5, "unknown authority"},
 		{"TLS to a plaintext server", nil, []string{"ping", "--addr", plain.Addr, "--tls-ca", files.CA, "--timeout", "2s"}, 5, "is the server using TLS?"},
 		{"plaintext to a TLS server", []string{"TICKETING_TOKEN=cli-token"}, []string{"ping", "--addr", srv.Addr, "--timeout", "2s"}, 3, "is the server using TLS?"},
@@ -354,6 +355,9 @@ func TestCLIAuthTLS(t *testing.T) {
 		r := cli(t, tc.env, tc.args...)
 		if r.code != tc.code || !strings.Contains(r.stderr, tc.msg) {
 			t.Errorf("%s: exit %d, stderr %q; want %d and %q", tc.name, r.code, r.stderr, tc.code, tc.msg)
+		}
+		if strings.Contains(r.stderr, "With") { // the Go client's option names are not the CLI's (issue 30, defect 11)
+			t.Errorf("%s: the message names a Go API option: %q", tc.name, r.stderr)
 		}
 		checkOneLine(t, tc.args, r)
 	}
@@ -420,4 +424,18 @@ func TestCLILockPassesTokenAndExitCode(t *testing.T) {
 		t.Fatal("the command ran without the lock")
 	}
 	holder.Release(ctxT(t))
+}
+
+// --help writes the flags as the docs do (--addr, not the flag package's -addr), and a command
+// without --wait does not point to it (issue 30, defect 11).
+func TestCLIHelpNamesFlagsAsTheDocs(t *testing.T) {
+	for _, cmd := range []string{"acquire", "release", "extend", "inspect", "ping", "lock"} {
+		r := cli(t, nil, cmd, "--help")
+		if r.code != 0 || !strings.Contains(r.stdout, "\n  --addr string\n") || strings.Contains(r.stdout, "\n  -addr") {
+			t.Errorf("%s --help: exit %d\n%s", cmd, r.code, r.stdout)
+		}
+		if cmd == "release" && strings.Contains(r.stdout, "see --wait") {
+			t.Errorf("release --help points to --wait:\n%s", r.stdout)
+		}
+	}
 }

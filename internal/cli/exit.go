@@ -39,7 +39,18 @@ func message(name string, err error) string {
 	} else if rest, ok := strings.CutPrefix(s, cmd+": "); ok {
 		s = rest
 	}
+	for goName, cliName := range goOptionNames {
+		s = strings.ReplaceAll(s, goName, cliName)
+	}
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+}
+
+// goOptionNames: the Go client names its options in its messages; the CLI names its own
+// settings instead.
+var goOptionNames = map[string]string{
+	"(WithToken)":                         "(TICKETING_TOKEN or TICKETING_TOKEN_FILE)",
+	"(configure the client with WithTLS)": "(use --tls or --tls-ca)",
+	"WithEndpoints: ":                     "--addr: ",
 }
 
 // fail prints err for command name on one line and returns its exit status.

@@ -24,11 +24,22 @@ func newFlagSet(name, synopsis, about string) *flag.FlagSet {
 
 var helpText = map[*flag.FlagSet]string{}
 
+// printHelp prints the command's help: its synopsis and its flags, written as the docs write
+// them (--name; the flag package would print -name).
 func printHelp(fs *flag.FlagSet) {
 	fmt.Fprint(stdout, helpText[fs])
-	fs.SetOutput(stdout)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			line += fmt.Sprintf(" (default %q)", f.DefValue)
+		}
+		fmt.Fprintln(stdout, line)
+	})
 }
 
 // usage prints one line `ticketing COMMAND: message` and returns exit status 2.

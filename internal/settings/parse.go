@@ -204,9 +204,6 @@ func (o *Server) loadTokens() error {
 		}
 		return nil
 	}
-	if o.token != "" {
-		return errors.New("TICKETING_TOKEN and TICKETING_TOKEN_FILE are both set: use one")
-	}
 	b, err := os.ReadFile(o.tokenFile)
 	if err != nil {
 		return fmt.Errorf("TICKETING_TOKEN_FILE: %w", err)
@@ -219,6 +216,12 @@ func (o *Server) loadTokens() error {
 	}
 	if len(toks) == 0 {
 		return fmt.Errorf("TICKETING_TOKEN_FILE %s holds no token", o.tokenFile)
+	}
+	// Both set: a shell that exports TICKETING_TOKEN for the CLI starting a node configured with
+	// the file. The same token is no conflict; different ones are refused, since either choice
+	// could be the wrong one (a server started on a stale token locks its clients out).
+	if o.token != "" && o.token != toks[0] {
+		return errors.New("TICKETING_TOKEN and TICKETING_TOKEN_FILE are both set and differ: the server takes one token source; unset TICKETING_TOKEN for it (env -u TICKETING_TOKEN ticketing server ...) or make them the same")
 	}
 	if len(toks) > 2 {
 		return fmt.Errorf("TICKETING_TOKEN_FILE %s holds %d tokens: at most two (current, then previous)", o.tokenFile, len(toks))

@@ -299,6 +299,10 @@ func TestServerSettingErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("file-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		env, args []string
 		want      string
@@ -311,7 +315,13 @@ func TestServerSettingErrors(t *testing.T) {
 		{env: []string{"TICKETING_ADDR=nonsense"}, want: "TICKETING_ADDR"},
 		{env: []string{"TICKETING_ADDR=127.0.0.1:99999"}, want: "TICKETING_ADDR"},
 		{env: []string{"TICKETING_ADMIN_ADDR=localhost"}, want: "TICKETING_ADMIN_ADDR"},
+		// A shell that exports TICKETING_TOKEN for the CLI, starting a node that uses a token
+		// file with another token: refused, saying how (issue 30, defect 11).
+		{env: []string{"TICKETING_TOKEN=cli-token", "TICKETING_TOKEN_FILE=" + tokenFile}, want: "env -u TICKETING_TOKEN"},
 	}
+	// The same token in both is no conflict: the server starts.
+	srv := testserver.Start(t, testserver.Config{Env: []string{"TICKETING_TOKEN=file-token", "TICKETING_TOKEN_FILE=" + tokenFile}})
+	srv.Stop()
 	for _, c := range cases {
 		cmd := exec.Command(bin, append([]string{"server"}, c.args...)...)
 		cmd.Env = append(append(os.Environ(), "TICKETING_DATA_DIR="+t.TempDir(), "TICKETING_ADDR=127.0.0.1:0"), c.env...)

@@ -328,7 +328,7 @@ func TestDockerfileBuildStage(t *testing.T) {
 	// The image's health check command answers against it.
 	hc := exec.Command(bin, "healthcheck")
 	hc.Env = append(os.Environ(), "TICKETING_ADMIN_ADDR="+n.Admin)
-	if b, err := hc.CombinedOutput(); err != nil || strings.TrimSpace(string(b)) != "ok" {
+	if b, err := hc.CombinedOutput(); err != nil || strings.TrimSpace(string(b)) != "ok "+n.Admin {
 		t.Fatalf("healthcheck: %v %s", err, b)
 	}
 }

@@ -298,10 +298,57 @@ func TestDockerfileBuildStage(t *testing.T) {
 	if !strings.HasSuffix(stage1, " AS build") || !strings.Contains(buildCmd, "-o /out/ticketing ./cmd/ticketing") {
 		t.Fatalf("build stage %q, command %q", stage1, buildCmd)
 	}
+	// Issue 30, defect 9: the build context leaves out what the image does not need (bin/ went in
+	// whole), and the example run does not publish an unauthenticated lock port on every interface.
+	ignore, err := os.ReadFile("../../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{".git", "bin/", "dist/", "**/node_modules/", "**/target/"} {
+		if !strings.Contains("\n"+string(ignore), "\n"+want+"\n") {
+			t.Errorf(".dockerignore lacks %s", want)
+		}
+	}
+	if strings.Contains(string(df), "-p 7070:7070") || !strings.Contains(string(df), "-p 127.0.0.1:7070:7070") {
+		t.Error("the Dockerfile's example publishes the lock port on every interface")
+	}
 	for _, want := range []string{"FROM scratch", "USER 65532:65532", `VOLUME ["/var/lib/ticketing"]`, `HEALTHCHECK`, `CMD ["/ticketing", "healthcheck"]`} {
 		if !strings.Contains(string(df), want) {
 			t.Errorf("Dockerfile lacks %s", want)
 		}
+	}
+	// The download layer: only the files the COPY lines before `go mod download` bring in. The
+	// root module replaces the wire codec and the Go client with their folders, so their go.mod
+	// files must be among them (the module cache serves the rest here, as GOPROXY=off says).
+	layer := t.TempDir()
+	for _, line := range strings.Split(string(df), "\n") {
+		if strings.HasPrefix(line, "RUN go mod download") {
+			break
+		}
+		f := strings.Fields(line)
+		if len(f) < 3 || f[0] != "COPY" || strings.HasPrefix(f[1], "--") {
+			continue
+		}
+		dst := filepath.Join(layer, f[len(f)-1])
+		for _, src := range f[1 : len(f)-1] {
+			matches, _ := filepath.Glob(filepath.Join("../..", src))
+			for _, m := range matches {
+				b, err := os.ReadFile(m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				os.MkdirAll(dst, 0o755)
+				if err := os.WriteFile(filepath.Join(dst, filepath.Base(m)), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	dl := exec.Command("go", "mod", "download")
+	dl.Dir = layer
+	dl.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=mod")
+	if b, err := dl.CombinedOutput(); err != nil {
+		t.Fatalf("the Dockerfile's download layer (go mod download with only its COPY lines' files): %v\n%s", err, b)
 	}
 	out := t.TempDir()
 	cmd := exec.Command("bash", "-c", strings.ReplaceAll(buildCmd, "/out/", out+"/"))

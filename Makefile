@@ -7,7 +7,7 @@ BIN := bin/ticketing
 # Every official client: clients/<name>/test.sh sets it up, builds it and runs its own tests.
 CLIENTS := go python js rust c java ruby csharp
 
-.PHONY: all build run setup test test-server test-fuzz test-cluster test-clients test-conformance test-bench test-adminpage test-conformance-cluster chaos \
+.PHONY: all build run setup test test-server test-fuzz test-cluster test-clients test-conformance test-bench test-adminpage test-conformance-cluster chaos package \
 	$(addprefix test-,$(CLIENTS)) vet fuzz bench bench-quick bench-clients clean
 
 all: build
@@ -39,12 +39,13 @@ vet:
 
 test: setup vet test-server test-fuzz test-cluster test-clients test-conformance test-conformance-cluster test-bench test-adminpage
 
-# The server, the lock table, the wire format (its own module, shared with the Go client) and the
-# stores, with the race detector (the CLI and the Go client are tested by clients/go/test.sh,
-# among the clients).
+# The server, the lock table, the wire format (its own module, shared with the Go client), the
+# stores, the settings, the deploy generator and the CLI's commands (internal/cli, against real
+# servers), with the race detector; the packages' versions and licenses (tests/packaging). The Go
+# client is tested by clients/go/test.sh, among the clients.
 test-server: setup build
 	$(GO) -C wire test -race -count=1 ./...
-	TICKETING_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 15m ./internal/...
+	TICKETING_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 15m ./internal/... ./tests/packaging
 
 # Real cluster processes on 127.0.0.x: crashes, clock offsets, stalled disks (budget: 8 minutes).
 # With the race detector on the tests' own goroutines (the servers are separate processes): it
@@ -65,6 +66,16 @@ test-fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZN) -timeout $(FUZZTIMEOUT) ./internal/locktable
 	$(GO) test -run '^$$' -fuzz '^FuzzServerHandshake$$' -fuzztime $(FUZZN_SERVER) -timeout $(FUZZTIMEOUT) ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzServer$$' -fuzztime $(FUZZN_SERVER) -timeout $(FUZZTIMEOUT) ./internal/adminhttp
+
+# Every client's publishable artifacts into dist/<client>/: each clients/<name>/package.sh runs
+# its registry's own checks (cargo publish --dry-run, gem build --strict, npm pack, python -m
+# build + twine check, Maven's sources and javadoc jars...) and fails on any warning. It needs
+# the client's toolchain, which its test.sh installs. The Go client and the wire codec are Go
+# modules: they are published by their tags, with no artifact.
+PACKAGED := python js rust java csharp ruby c
+package: $(addprefix package-,$(PACKAGED))
+package-%:
+	bash clients/$*/package.sh
 
 test-clients: $(addprefix test-,$(CLIENTS))
 

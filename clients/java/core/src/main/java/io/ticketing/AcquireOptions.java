@@ -45,6 +45,20 @@ public final class AcquireOptions {
         this.throwOnLost = b.throwOnLost;
     }
 
+    private AcquireOptions(AcquireOptions o, long waitMs) {
+        this.leaseMs = o.leaseMs;
+        this.waitMs = waitMs;
+        this.keepAlive = o.keepAlive;
+        this.maxHold = o.maxHold;
+        this.refuseHeld = o.refuseHeld;
+        this.throwOnLost = o.throwOnLost;
+    }
+
+    /** These options with another wait timeout, in milliseconds ({@link #WAIT_FOREVER_MS}: no limit). */
+    AcquireOptions withWaitMillis(long waitMs) {
+        return new AcquireOptions(this, Math.max(0, Math.min(waitMs, WAIT_FOREVER_MS)));
+    }
+
     /**
      * Returns a builder for an acquire with this lease.
      *
@@ -68,7 +82,7 @@ public final class AcquireOptions {
         return builder(lease).waitTimeout(waitTimeout).build();
     }
 
-    /** Returns the lease. */
+    /** {@return the lease} */
     public Duration lease() {
         return Duration.ofMillis(leaseMs);
     }
@@ -77,7 +91,7 @@ public final class AcquireOptions {
         return leaseMs;
     }
 
-    /** Returns the wait timeout ({@link #WAIT_FOREVER} when without limit). */
+    /** {@return the wait timeout ({@link #WAIT_FOREVER} when without limit)} */
     public Duration waitTimeout() {
         return waitMs == WAIT_FOREVER_MS ? WAIT_FOREVER : Duration.ofMillis(waitMs);
     }
@@ -86,22 +100,22 @@ public final class AcquireOptions {
         return waitMs;
     }
 
-    /** Tells whether keep-alive is on. */
+    /** {@return whether keep-alive is on} */
     public boolean keepAlive() {
         return keepAlive;
     }
 
-    /** Returns the keep-alive cap, or null for none. */
+    /** {@return the keep-alive cap, or null for none} */
     public Duration maxHold() {
         return maxHold;
     }
 
-    /** Tells whether acquiring a key this client holds fails at once. */
+    /** {@return whether acquiring a key this client holds fails at once} */
     public boolean refuseHeld() {
         return refuseHeld;
     }
 
-    /** Tells whether {@link Lock#close()} raises {@link LockLostException} for a lost lock. */
+    /** {@return whether {@link Lock#close()} raises {@link LockLostException} for a lost lock} */
     public boolean throwOnLost() {
         return throwOnLost;
     }
@@ -211,7 +225,7 @@ public final class AcquireOptions {
             return this;
         }
 
-        /** Returns the options. */
+        /** {@return the options} */
         public AcquireOptions build() {
             return new AcquireOptions(this);
         }

@@ -7,6 +7,7 @@ import java.util.Optional;
 public class BusyException extends TicketingException {
     private static final long serialVersionUID = 1L;
 
+    /** The limit that was reached, or null when its code is unknown. */
     private final BusyLimit limit;
 
     /**
@@ -20,7 +21,7 @@ public class BusyException extends TicketingException {
         this.limit = limit;
     }
 
-    /** Returns the limit that was reached, when its code is known. */
+    /** {@return the limit that was reached, when its code is known} */
     public Optional<BusyLimit> limit() {
         return Optional.ofNullable(limit);
     }

@@ -62,17 +62,17 @@ public final class ClientOptions {
         this.releaseOnClose = b.releaseOnClose;
     }
 
-    /** Returns options with every default. */
+    /** {@return options with every default} */
     public static ClientOptions create() {
         return builder().build();
     }
 
-    /** Returns a builder with every default. */
+    /** {@return a builder with every default} */
     public static Builder builder() {
         return new Builder();
     }
 
-    /** Returns a builder initialised with these options. */
+    /** {@return a builder initialised with these options} */
     public Builder mutate() {
         Builder b = new Builder();
         b.endpoints = new ArrayList<>(endpoints);
@@ -88,12 +88,12 @@ public final class ClientOptions {
         return b;
     }
 
-    /** Returns the endpoints ({@code host:port}), tried in order. */
+    /** {@return the endpoints ({@code host:port}), tried in order} */
     public List<String> endpoints() {
         return endpoints;
     }
 
-    /** Tells whether a shared token is set. */
+    /** {@return whether a shared token is set} */
     public boolean hasToken() {
         return token != null;
     }
@@ -102,42 +102,42 @@ public final class ClientOptions {
         return token;
     }
 
-    /** Returns the TLS settings, or null when TLS is off. */
+    /** {@return the TLS settings, or null when TLS is off} */
     public TlsOptions tls() {
         return tls;
     }
 
-    /** Returns the connect timeout. */
+    /** {@return the connect timeout} */
     public Duration connectTimeout() {
         return connectTimeout;
     }
 
-    /** Returns the request timeout. */
+    /** {@return the request timeout} */
     public Duration requestTimeout() {
         return requestTimeout;
     }
 
-    /** Returns the heartbeat interval ({@link Duration#ZERO}: no heartbeat). */
+    /** {@return the heartbeat interval ({@link Duration#ZERO}: no heartbeat)} */
     public Duration heartbeatInterval() {
         return heartbeatInterval;
     }
 
-    /** Returns the first reconnect backoff. */
+    /** {@return the first reconnect backoff} */
     public Duration reconnectBackoffMin() {
         return reconnectBackoffMin;
     }
 
-    /** Returns the largest reconnect backoff. */
+    /** {@return the largest reconnect backoff} */
     public Duration reconnectBackoffMax() {
         return reconnectBackoffMax;
     }
 
-    /** Returns the cleanup timeout. */
+    /** {@return the cleanup timeout} */
     public Duration cleanupTimeout() {
         return cleanupTimeout;
     }
 
-    /** Tells whether closing the client releases the locks it still holds. */
+    /** {@return whether closing the client releases the locks it still holds} */
     public boolean releaseOnClose() {
         return releaseOnClose;
     }
@@ -320,7 +320,7 @@ public final class ClientOptions {
             return this;
         }
 
-        /** Returns the options. */
+        /** {@return the options} */
         public ClientOptions build() {
             return new ClientOptions(this);
         }

@@ -10,6 +10,7 @@ import java.util.Optional;
 public class InvalidArgumentException extends TicketingException {
     private static final long serialVersionUID = 1L;
 
+    /** The field the server named, or null when the client refused the argument itself. */
     private final InvalidField field;
 
     /**
@@ -32,7 +33,7 @@ public class InvalidArgumentException extends TicketingException {
         this.field = field;
     }
 
-    /** Returns the field the server named, when the server rejected the request. */
+    /** {@return the field the server named, when the server rejected the request} */
     public Optional<InvalidField> field() {
         return Optional.ofNullable(field);
     }

@@ -107,12 +107,12 @@ public final class Lock implements AutoCloseable {
 
     // ---- accessors ----
 
-    /** Returns the key as text (the string given to acquire, or the bytes decoded leniently). */
+    /** {@return the key as text (the string given to acquire, or the bytes decoded leniently)} */
     public String key() {
         return keyText;
     }
 
-    /** Returns a copy of the key's bytes. */
+    /** {@return a copy of the key's bytes} */
     public byte[] keyBytes() {
         return key.clone();
     }
@@ -122,7 +122,7 @@ public final class Lock implements AutoCloseable {
     }
 
     /**
-     * Returns the fencing token: larger than every token granted before it, on any key. It is an
+     * {@return the fencing token: larger than every token granted before it, on any key} It is an
      * unsigned 64-bit value; compare tokens with {@link Long#compareUnsigned(long, long)} (in
      * practice they stay below 2^63, where plain comparison agrees).
      */
@@ -130,12 +130,12 @@ public final class Lock implements AutoCloseable {
         return token;
     }
 
-    /** Returns the lease last granted (by the acquire or the last successful extend). */
+    /** {@return the lease last granted (by the acquire or the last successful extend)} */
     public synchronized Duration lease() {
         return Duration.ofMillis(leaseMs);
     }
 
-    /** Returns the time left until the local deadline (zero or negative once it passed). */
+    /** {@return the time left until the local deadline (zero or negative once it passed)} */
     public Duration timeLeft() {
         long now = checkDeadline();
         synchronized (this) {
@@ -143,7 +143,7 @@ public final class Lock implements AutoCloseable {
         }
     }
 
-    /** Tells whether the lock is lost. */
+    /** {@return whether the lock is lost} */
     public boolean isLost() {
         checkDeadline();
         synchronized (this) {
@@ -151,12 +151,12 @@ public final class Lock implements AutoCloseable {
         }
     }
 
-    /** Tells whether the lock was released by this handle (or found gone by a release). */
+    /** {@return whether the lock was released by this handle (or found gone by a release)} */
     public synchronized boolean isReleased() {
         return released;
     }
 
-    /** Returns why the lock was lost, or empty while it is not. */
+    /** {@return why the lock was lost, or empty while it is not} */
     public Optional<LostReason> lostReason() {
         checkDeadline();
         synchronized (this) {
@@ -165,8 +165,8 @@ public final class Lock implements AutoCloseable {
     }
 
     /**
-     * Returns a stage that completes with the reason when the lock is lost; it never completes for
-     * a lock released first.
+     * {@return a stage that completes with the reason when the lock is lost; it never completes for
+     * a lock released first}
      */
     public CompletionStage<LostReason> lost() {
         return lostFuture.minimalCompletionStage();

@@ -20,24 +20,24 @@ import java.time.Duration;
 public record LockInfo(boolean held, long token, Duration leaseLeft, long waiters, Duration heldFor,
         Duration lockDelayLeft, long flags) {
 
-    /** Tells whether the token asked about is the holder's. */
+    /** {@return whether the token asked about is the holder's} */
     public boolean tokenMatches() {
         return InspectFlag.TOKEN_MATCH.isSet(flags);
     }
 
-    /** Tells whether this client's session holds the key. */
+    /** {@return whether this client's session holds the key} */
     public boolean heldByThisSession() {
         return InspectFlag.SESSION.isSet(flags);
     }
 
-    /** Tells whether the key waits for the server's storage before its next grant. */
+    /** {@return whether the key waits for the server's storage before its next grant} */
     public boolean stalled() {
         return InspectFlag.STALLED.isSet(flags);
     }
 
     /**
-     * Tells whether the server is in its start-up wait: nothing is granted before it ends, and
-     * {@link #lockDelayLeft()} is the time left of it.
+     * {@return whether the server is in its start-up wait: nothing is granted before it ends, and
+     * {@link #lockDelayLeft()} is the time left of it}
      */
     public boolean startup() {
         return InspectFlag.STARTUP.isSet(flags);

@@ -7,6 +7,7 @@ package io.ticketing;
 public class LockLostException extends TicketingException {
     private static final long serialVersionUID = 1L;
 
+    /** Why the lock was lost. */
     private final LostReason reason;
 
     /**
@@ -20,7 +21,7 @@ public class LockLostException extends TicketingException {
         this.reason = reason;
     }
 
-    /** Returns why the lock was lost. */
+    /** {@return why the lock was lost} */
     public LostReason reason() {
         return reason;
     }

@@ -13,6 +13,7 @@ import java.util.Optional;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
@@ -43,6 +44,8 @@ import java.util.concurrent.TimeoutException;
  */
 public final class TicketingClient implements AutoCloseable {
     private final Engine engine;
+    /** The holds taken through {@link DistributedLock}, by owning thread and key. */
+    final ConcurrentHashMap<DistributedLock.Owner, Lock> javaLockHolds = new ConcurrentHashMap<>();
 
     private TicketingClient(Engine engine) {
         this.engine = engine;
@@ -120,14 +123,65 @@ public final class TicketingClient implements AutoCloseable {
         return f;
     }
 
-    /** Returns this client's settings. */
+    /**
+     * Returns this library's version, as published ({@code 0.3.0}); "unknown" when the classes were
+     * not built by its Maven build.
+     *
+     * @return the version
+     */
+    public static String version() {
+        try (java.io.InputStream in = TicketingClient.class.getResourceAsStream("version.properties")) {
+            if (in == null) {
+                return "unknown";
+            }
+            java.util.Properties p = new java.util.Properties();
+            p.load(in);
+            return p.getProperty("version", "unknown");
+        } catch (java.io.IOException e) {
+            return "unknown";
+        }
+    }
+
+    /** {@return this client's settings} */
     public ClientOptions options() {
         return engine.opts;
     }
 
-    /** Returns the session id (32 hex digits): new per client, the same on every reconnect. */
+    /** {@return the session id (32 hex digits): new per client, the same on every reconnect} */
     public String sessionId() {
         return engine.sessionIdHex();
+    }
+
+    // ---- java.util.concurrent.locks.Lock ----
+
+    /**
+     * Returns the key as a {@link java.util.concurrent.locks.Lock} whose grants have this lease and
+     * keep-alive on (extended every lease/3 while held, like Redisson's watchdog): see
+     * {@link DistributedLock} (thread-owned, not reentrant, fencing token). Nothing is sent until it
+     * is locked.
+     *
+     * @param key a non-empty key of at most 65,535 UTF-8 bytes
+     * @param lease the lease of each grant, renewed while held; a crashed holder loses the lock
+     *     within it
+     * @return the lock view of {@code key}
+     * @throws InvalidArgumentException for a bad key or lease
+     */
+    public DistributedLock distributedLock(String key, Duration lease) {
+        return new DistributedLock(this, key, AcquireOptions.builder(lease).keepAlive(true).build());
+    }
+
+    /**
+     * Returns the key as a {@link java.util.concurrent.locks.Lock} whose grants use these options
+     * (lease, keep-alive, max hold, refuse-held, throw-on-lost; their wait timeout is not used): see
+     * {@link DistributedLock}.
+     *
+     * @param key a non-empty key of at most 65,535 UTF-8 bytes
+     * @param options the options of each grant
+     * @return the lock view of {@code key}
+     * @throws InvalidArgumentException for a bad key
+     */
+    public DistributedLock distributedLock(String key, AcquireOptions options) {
+        return new DistributedLock(this, key, options);
     }
 
     // ---- acquire ----
@@ -609,7 +663,7 @@ public final class TicketingClient implements AutoCloseable {
         });
     }
 
-    /** Tells whether {@link #close()} was called. */
+    /** {@return whether {@link #close()} was called} */
     public boolean isClosed() {
         return engine.isClosed();
     }

@@ -36,42 +36,42 @@ public final class TlsOptions {
         this.verifyHostname = b.verifyHostname;
     }
 
-    /** Returns TLS settings that trust the JDK's default CAs and verify the endpoint's host name. */
+    /** {@return TLS settings that trust the JDK's default CAs and verify the endpoint's host name} */
     public static TlsOptions create() {
         return builder().build();
     }
 
-    /** Returns a builder. */
+    /** {@return a builder} */
     public static Builder builder() {
         return new Builder();
     }
 
-    /** Returns the CA bundle to trust, or null for the JDK's default trust store. */
+    /** {@return the CA bundle to trust, or null for the JDK's default trust store} */
     public Path trustCertificates() {
         return trustCertificates;
     }
 
-    /** Returns the client certificate chain (mutual TLS), or null. */
+    /** {@return the client certificate chain (mutual TLS), or null} */
     public Path clientCertificate() {
         return clientCertificate;
     }
 
-    /** Returns the client private key (mutual TLS), or null. */
+    /** {@return the client private key (mutual TLS), or null} */
     public Path clientKey() {
         return clientKey;
     }
 
-    /** Returns the name sent as SNI and verified against the certificate, or null for the endpoint's host. */
+    /** {@return the name sent as SNI and verified against the certificate, or null for the endpoint's host} */
     public String serverName() {
         return serverName;
     }
 
-    /** Returns the ready SSL context, or null when the files above are used. */
+    /** {@return the ready SSL context, or null when the files above are used} */
     public SSLContext sslContext() {
         return sslContext;
     }
 
-    /** Tells whether the server certificate's name is verified. */
+    /** {@return whether the server certificate's name is verified} */
     public boolean verifyHostname() {
         return verifyHostname;
     }
@@ -149,7 +149,7 @@ public final class TlsOptions {
             return this;
         }
 
-        /** Returns the settings. */
+        /** {@return the settings} */
         public TlsOptions build() {
             return new TlsOptions(this);
         }

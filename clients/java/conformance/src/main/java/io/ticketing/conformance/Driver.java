@@ -211,7 +211,7 @@ public final class Driver {
         String op = (String) c.get("op");
         switch (op) {
             case "hello":
-                return Map.of("language", "java", "client_version", "1.0.0", "features", List.of("locks", "cancel",
+                return Map.of("language", "java", "client_version", TicketingClient.version(), "features", List.of("locks", "cancel",
                         "keepalive", "with_lock", "verify", "refuse_held", "tls", "mtls", "request_timeout",
                         "lost_events", "connect_election"));
             case "connect":

@@ -23,7 +23,7 @@ public enum BusyLimit {
         this.code = code;
     }
 
-    /** Returns the value of the detail field. */
+    /** {@return the value of the detail field} */
     public int code() {
         return code;
     }

@@ -12,6 +12,7 @@ public final class FrameException extends Exception {
         TOO_LARGE
     }
 
+    /** What is wrong with the frame. */
     private final Kind kind;
 
     /**
@@ -25,7 +26,7 @@ public final class FrameException extends Exception {
         this.kind = kind;
     }
 
-    /** Returns what is wrong with the frame. */
+    /** {@return what is wrong with the frame} */
     public Kind kind() {
         return kind;
     }

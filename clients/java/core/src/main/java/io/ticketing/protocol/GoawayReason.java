@@ -13,7 +13,7 @@ public enum GoawayReason {
         this.code = code;
     }
 
-    /** Returns the value of the detail field. */
+    /** {@return the value of the detail field} */
     public int code() {
         return code;
     }

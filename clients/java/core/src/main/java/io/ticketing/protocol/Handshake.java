@@ -28,13 +28,20 @@ public final class Handshake {
      * @param clientNonce 32 fresh random bytes
      */
     public record Hello(int version, int flags, byte[] sessionId, byte[] clientNonce) {
-        /** Creates the frame, checking the field sizes. */
+        /**
+         * Creates the frame, checking the field sizes.
+         *
+         * @param version the protocol version ({@link Protocol#VERSION})
+         * @param flags reserved, 0
+         * @param sessionId the client's 16-byte session id
+         * @param clientNonce 32 fresh random bytes
+         */
         public Hello {
             Bytes.checkLen("session_id", sessionId, Protocol.SESSION_ID);
             Bytes.checkLen("client_nonce", clientNonce, Protocol.NONCE);
         }
 
-        /** Returns the encoded frame. */
+        /** {@return the encoded frame} */
         public byte[] encode() {
             ByteBuffer b = ByteBuffer.allocate(Protocol.HELLO);
             b.putInt(Protocol.HELLO - 4).put((byte) Op.HELLO.code()).put((byte) version).putShort((short) flags);
@@ -66,7 +73,16 @@ public final class Handshake {
      * @param data NOT_LEADER: the leader's address (may be empty); errors: a message
      */
     public record Challenge(int status, int version, int flags, long detail, byte[] serverNonce, byte[] data) {
-        /** Creates the frame, checking the field sizes. */
+        /**
+         * Creates the frame, checking the field sizes.
+         *
+         * @param status {@link Status#code()}: OK, or an error after which the server closes
+         * @param version the server's protocol version
+         * @param flags bit 0: {@link Protocol#CHALLENGE_AUTH_REQUIRED}
+         * @param detail INVALID: field code; BUSY: limit code; else 0
+         * @param serverNonce 32 bytes (zero unless OK with auth required)
+         * @param data NOT_LEADER: the leader's address (may be empty); errors: a message
+         */
         public Challenge {
             Bytes.checkLen("server_nonce", serverNonce, Protocol.NONCE);
             Bytes.checkU32("detail", detail);
@@ -78,12 +94,12 @@ public final class Handshake {
             }
         }
 
-        /** Tells whether the server holds a token. */
+        /** {@return whether the server holds a token} */
         public boolean authRequired() {
             return (flags & Protocol.CHALLENGE_AUTH_REQUIRED) != 0;
         }
 
-        /** Returns the encoded frame. */
+        /** {@return the encoded frame} */
         public byte[] encode() {
             ByteBuffer b = ByteBuffer.allocate(Protocol.CHALLENGE + data.length);
             b.putInt(Protocol.CHALLENGE - 4 + data.length).put((byte) Op.CHALLENGE.code()).put((byte) status)
@@ -132,12 +148,16 @@ public final class Handshake {
      * @param clientProof the client proof, all zero when the server requires no token
      */
     public record Auth(byte[] clientProof) {
-        /** Creates the frame, checking the proof size. */
+        /**
+         * Creates the frame, checking the proof size.
+         *
+         * @param clientProof the client proof, all zero when the server requires no token
+         */
         public Auth {
             Bytes.checkLen("client_proof", clientProof, Protocol.PROOF);
         }
 
-        /** Returns the encoded frame. */
+        /** {@return the encoded frame} */
         public byte[] encode() {
             ByteBuffer b = ByteBuffer.allocate(Protocol.AUTH);
             b.putInt(Protocol.AUTH - 4).put((byte) Op.AUTH.code()).put(new byte[3]).put(clientProof);
@@ -168,7 +188,16 @@ public final class Handshake {
      * @param serverProof the server proof (zero without auth or unless OK)
      */
     public record Welcome(int status, int flags, long detail, long sessionGraceMs, byte[] stateId, byte[] serverProof) {
-        /** Creates the frame, checking the field sizes. */
+        /**
+         * Creates the frame, checking the field sizes.
+         *
+         * @param status {@link Status#code()}: OK, or an error after which the server closes
+         * @param flags bit 0: {@link Protocol#WELCOME_RESUMED}
+         * @param detail BUSY: limit code; else 0
+         * @param sessionGraceMs how long the server keeps the session after its connection drops
+         * @param stateId the lock state this server serves (zero unless OK)
+         * @param serverProof the server proof (zero without auth or unless OK)
+         */
         public Welcome {
             Bytes.checkLen("state_id", stateId, Protocol.STATE_ID);
             Bytes.checkLen("server_proof", serverProof, Protocol.PROOF);
@@ -176,12 +205,12 @@ public final class Handshake {
             Bytes.checkU32("session_grace_ms", sessionGraceMs);
         }
 
-        /** Tells whether the session named in HELLO was resumed. */
+        /** {@return whether the session named in HELLO was resumed} */
         public boolean resumed() {
             return (flags & Protocol.WELCOME_RESUMED) != 0;
         }
 
-        /** Returns the encoded frame. */
+        /** {@return the encoded frame} */
         public byte[] encode() {
             ByteBuffer b = ByteBuffer.allocate(Protocol.WELCOME);
             b.putInt(Protocol.WELCOME - 4).put((byte) Op.WELCOME.code());
@@ -190,7 +219,7 @@ public final class Handshake {
             return b.array();
         }
 
-        /** Returns {@code WELCOME[5..31]}: the 27 bytes the server proof covers. */
+        /** {@return {@code WELCOME[5..31]}: the 27 bytes the server proof covers} */
         public byte[] proofInput() {
             ByteBuffer b = ByteBuffer.allocate(27);
             b.put((byte) status).put((byte) flags).put((byte) 0).putInt((int) detail).putInt((int) sessionGraceMs)

@@ -22,7 +22,7 @@ public enum InspectFlag {
         this.bit = bit;
     }
 
-    /** Returns this flag's bit. */
+    /** {@return this flag's bit} */
     public int bit() {
         return bit;
     }

@@ -29,7 +29,7 @@ public enum InvalidField {
         this.code = code;
     }
 
-    /** Returns the value of the detail field. */
+    /** {@return the value of the detail field} */
     public int code() {
         return code;
     }

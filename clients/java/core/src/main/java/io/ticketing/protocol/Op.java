@@ -35,7 +35,7 @@ public enum Op {
         this.code = code;
     }
 
-    /** Returns the byte sent on the wire. */
+    /** {@return the byte sent on the wire} */
     public int code() {
         return code;
     }

@@ -17,7 +17,18 @@ import java.nio.ByteOrder;
  */
 public record RequestFrame(int op, int flags, long requestId, long token, long leaseMs, long waitMs, byte[] key) {
 
-    /** Creates the frame, checking that every field fits its width. */
+    /**
+     * Creates the frame, checking that every field fits its width.
+     *
+     * @param op the operation code ({@link Op#code()}, or any byte for tests of unknown ops)
+     * @param flags reserved, 0
+     * @param requestId the request id (an unsigned 64-bit value)
+     * @param token RELEASE/EXTEND: the fencing token; CANCEL: the request id to withdraw; INSPECT:
+     *     0 or a token to check; ACK: the lowest id still awaited (unsigned 64-bit)
+     * @param leaseMs ACQUIRE/EXTEND: the lease in milliseconds (unsigned 32-bit)
+     * @param waitMs ACQUIRE: how long to wait in the queue (0: try once; {@link Protocol#WAIT_FOREVER})
+     * @param key the key, empty for ops without one
+     */
     public RequestFrame {
         if (op < 0 || op > 0xFF || flags < 0 || flags > 0xFF) {
             throw new IllegalArgumentException("op and flags are single bytes");
@@ -32,12 +43,12 @@ public record RequestFrame(int op, int flags, long requestId, long token, long l
         }
     }
 
-    /** Returns the size of the encoded frame. */
+    /** {@return the size of the encoded frame} */
     public int size() {
         return Protocol.HEADER + key.length;
     }
 
-    /** Returns the encoded frame. */
+    /** {@return the encoded frame} */
     public byte[] encode() {
         ByteBuffer b = ByteBuffer.allocate(size());
         encodeTo(b);

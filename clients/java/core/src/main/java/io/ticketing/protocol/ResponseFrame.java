@@ -20,7 +20,21 @@ import java.nio.ByteOrder;
  */
 public record ResponseFrame(int op, int status, long requestId, long token, long leaseMs, long detail, byte[] data) {
 
-    /** Creates the frame, checking that every field fits its width. */
+    /**
+     * Creates the frame, checking that every field fits its width.
+     *
+     * @param op the request's op; {@link Op#EXPIRED} or {@link Op#GOAWAY} for pushes; 0 for
+     *     {@code INVALID}/{@code LENGTH}
+     * @param status the status code ({@link Status#code()}; unknown codes are kept as read)
+     * @param requestId the request's id; 0 for pushes (an unsigned 64-bit value)
+     * @param token ACQUIRE/EXTEND OK: the token; EXPIRED: the lost lock's token; INSPECT: the
+     *     holder's token when shown
+     * @param leaseMs ACQUIRE/EXTEND OK: the lease now running; INSPECT: ms left (unsigned 32-bit)
+     * @param detail ACQUIRE OK: ms queued; INSPECT: acquires queued; CANCEL: 1 if withdrawn; ACK:
+     *     outcomes stored; INVALID: field code; BUSY: limit code; EXPIRED, GOAWAY: reason
+     * @param data EXPIRED: the key; GOAWAY, NOT_LEADER: the leader's address; INSPECT: 12 bytes;
+     *     errors: a message
+     */
     public ResponseFrame {
         if (op < 0 || op > 0xFF || status < 0 || status > 0xFF) {
             throw new IllegalArgumentException("op and status are single bytes");
@@ -35,12 +49,12 @@ public record ResponseFrame(int op, int status, long requestId, long token, long
         }
     }
 
-    /** Returns the size of the encoded frame. */
+    /** {@return the size of the encoded frame} */
     public int size() {
         return Protocol.HEADER + data.length;
     }
 
-    /** Returns the encoded frame. */
+    /** {@return the encoded frame} */
     public byte[] encode() {
         ByteBuffer b = ByteBuffer.allocate(size());
         b.putInt(28 + data.length);
@@ -82,7 +96,7 @@ public record ResponseFrame(int op, int status, long requestId, long token, long
         return f;
     }
 
-    /** Returns the status, or {@code null} when this version does not know its code. */
+    /** {@return the status, or {@code null} when this version does not know its code} */
     public Status knownStatus() {
         return Status.fromCode(status);
     }

@@ -29,7 +29,7 @@ public enum Status {
         this.code = code;
     }
 
-    /** Returns the byte sent on the wire. */
+    /** {@return the byte sent on the wire} */
     public int code() {
         return code;
     }

@@ -37,7 +37,12 @@ func Parse(args []string, getenv func(string) string) (*Server, error) {
 				return nil, fmt.Errorf("%s=%q: %w", EnvName(st.Name), v, err)
 			}
 		}
-		fs.Func(st.Name, st.Help+" (env "+EnvName(st.Name)+", default "+strconv.Quote(st.Default)+")", st.set)
+		help := st.Help + " (env " + EnvName(st.Name) + ", default " + strconv.Quote(st.Default) + ")"
+		if st.isBool {
+			fs.Var(boolFunc(st.set), st.Name, help) // --join alone means true, as for any Go boolean flag
+		} else {
+			fs.Func(st.Name, help, st.set)
+		}
 	}
 	fs.Func("token", "not accepted: pass the token in TICKETING_TOKEN or TICKETING_TOKEN_FILE", func(string) error {
 		return errors.New("the token is not accepted on the command line (it would show in ps): set TICKETING_TOKEN or TICKETING_TOKEN_FILE")
@@ -251,3 +256,10 @@ func (o *Server) Reload(srv *server.Server, log *slog.Logger) {
 		}
 	}
 }
+
+// boolFunc is a boolean setting's flag: it may stand alone (--join) or take a value (--join=false).
+type boolFunc func(string) error
+
+func (f boolFunc) String() string     { return "" }
+func (f boolFunc) Set(v string) error { return f(v) }
+func (f boolFunc) IsBoolFlag() bool   { return true }

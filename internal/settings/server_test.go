@@ -381,3 +381,26 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	os.Rename(to+".tmp", to)
 }
+
+// A boolean setting stands alone on the command line, as every Go boolean flag does: --join,
+// not --join true (issue 30, defect 3); --join=false still says no.
+func TestBooleanSettingsStandAlone(t *testing.T) {
+	env := map[string]string{"TICKETING_CLUSTER_SECRET": "s", "TICKETING_DATA_DIR": t.TempDir()}
+	getenv := func(k string) string { return env[k] }
+	for _, c := range []struct {
+		args []string
+		join bool
+	}{
+		{[]string{"--node-id", "n1", "--peers", "n1=127.0.0.1:27080", "--join"}, true},
+		{[]string{"--join", "--node-id", "n1", "--peers", "n1=127.0.0.1:27080"}, true},
+		{[]string{"--join=false", "--node-id", "n1", "--peers", "n1=127.0.0.1:27080"}, false},
+	} {
+		o, err := Parse(c.args, getenv)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if o.Config.Cluster == nil || o.Config.Cluster.Join != c.join {
+			t.Errorf("%v: join %v, want %v", c.args, o.Config.Cluster != nil && o.Config.Cluster.Join, c.join)
+		}
+	}
+}

@@ -24,6 +24,7 @@ type Setting struct {
 	Help    string
 	Default string // the default as the setting writes it ("30s", "auto", "on")
 	set     func(string) error
+	isBool  bool // the flag may stand alone (--join), as Go's boolean flags do
 }
 
 func durationSetting(name, help string, p *time.Duration) Setting {
@@ -34,27 +35,28 @@ func durationSetting(name, help string, p *time.Duration) Setting {
 		}
 		*p = d
 		return err
-	}}
+	}, false}
 }
 
 func intSetting(name, help string, p *int) Setting {
-	return Setting{name, help, strconv.Itoa(*p), func(v string) (err error) { *p, err = strconv.Atoi(v); return }}
+	return Setting{name, help, strconv.Itoa(*p), func(v string) (err error) { *p, err = strconv.Atoi(v); return }, false}
 }
 
 func uintSetting(name, help string, p *uint64) Setting {
-	return Setting{name, help, strconv.FormatUint(*p, 10), func(v string) (err error) { *p, err = strconv.ParseUint(v, 10, 64); return }}
+	return Setting{name, help, strconv.FormatUint(*p, 10), func(v string) (err error) { *p, err = strconv.ParseUint(v, 10, 64); return }, false}
 }
 
 func boolSetting(name, help string, p *bool) Setting {
-	return Setting{name, help, strconv.FormatBool(*p), func(v string) (err error) { *p, err = strconv.ParseBool(v); return }}
+	return Setting{Name: name, Help: help, Default: strconv.FormatBool(*p), isBool: true,
+		set: func(v string) (err error) { *p, err = strconv.ParseBool(v); return }}
 }
 
 func floatSetting(name, help string, p *float64) Setting {
-	return Setting{name, help, strconv.FormatFloat(*p, 'g', -1, 64), func(v string) (err error) { *p, err = strconv.ParseFloat(v, 64); return }}
+	return Setting{name, help, strconv.FormatFloat(*p, 'g', -1, 64), func(v string) (err error) { *p, err = strconv.ParseFloat(v, 64); return }, false}
 }
 
 func stringSetting(name, help string, p *string) Setting {
-	return Setting{name, help, *p, func(v string) error { *p = v; return nil }}
+	return Setting{name, help, *p, func(v string) error { *p = v; return nil }, false}
 }
 
 // metricsSetting is TICKETING_METRICS: on (default) or off. Off turns off the lock-event
@@ -75,7 +77,7 @@ func metricsSetting(off *bool) Setting {
 			return fmt.Errorf("want on or off")
 		}
 		return nil
-	}}
+	}, false}
 }
 
 // EnvName is the environment variable of the setting with flag name flagName:

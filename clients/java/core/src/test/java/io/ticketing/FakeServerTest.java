@@ -661,6 +661,7 @@ class FakeServerTest {
     }
 
     @Test
+    @Timeout(60) // the class's 30 s is below this test's own 40 s poll: a slow run ended as a timeout
     void afterARoundWithNotLeaderTheNextPauseIsTheShortest() throws Exception {
         FakeServer follower = new FakeServer();
         closeables.add(follower);

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -37,6 +39,9 @@ func TestClusterOnInMemoryStores(t *testing.T) {
 			peers[pid] = string(a)
 		}
 		c.Cluster.Peers = peers
+		// Snapshots every few entries, while requests run: under -race, a snapshot taken
+		// without Server.mu (fsm.Snapshot) beside the request path's reads.
+		c.Cluster.SnapshotThreshold, c.Cluster.SnapshotInterval = 4, 20*time.Millisecond
 	}
 	tc := startCluster(t, 3, inmem)
 	li := tc.leader()
@@ -74,4 +79,33 @@ func TestClusterOnInMemoryStores(t *testing.T) {
 		t.Fatalf("acquire on the new leader: %+v (last token before %d)", r, last)
 	}
 	tc.converge()
+
+	waitFor(t, 10e9, "a snapshot taken while requests ran", func() bool {
+		return tc.nodes[li].cluster.raft.Stats()["last_snapshot_index"] != "0"
+	})
+
+	// A replica's snapshot for log compaction is taken without the server's lock (fsm.Snapshot):
+	// with the lock held elsewhere, as a request or an admin view holds it, it still completes,
+	// and it is the replica's state.
+	n := tc.nodes[li]
+	n.mu.Lock()
+	done := make(chan raft.FSMSnapshot, 1)
+	go func() {
+		snap, err := (*fsm)(n.cluster).Snapshot()
+		if err != nil {
+			t.Error(err)
+		}
+		done <- snap
+	}()
+	var snap raft.FSMSnapshot
+	select {
+	case snap = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("fsm.Snapshot waits for Server.mu")
+	}
+	want := n.table.Snapshot()
+	n.mu.Unlock()
+	if !bytes.Equal(snap.(*fsmSnapshot).b, want) {
+		t.Fatal("the snapshot differs from the table's state")
+	}
 }

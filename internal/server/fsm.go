@@ -81,10 +81,16 @@ func (s *Server) flushLog() {
 func (f *fsm) Apply(l *raft.Log) interface{} { return f.ApplyBatch([]*raft.Log{l})[0] }
 
 // Snapshot captures the table (the bytes are produced here; Persist only writes them).
+//
+// It serialises the table without Server.mu: hashicorp/raft calls Snapshot, ApplyBatch and
+// Restore from one goroutine (its runFSM loop), and on a replica nothing else changes the table
+// (every change is an applied entry; the request path and the admin views only read it under
+// Server.mu). So the table holds still while it is read here, and the readers that hold the lock
+// meanwhile are not kept waiting behind a serialisation of every key (0.56 s for 100,000 held
+// locks on a busy 2-core machine: locktable's BenchmarkSnapshot100kHeld).
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
-	f.s.mu.Lock()
-	defer f.s.mu.Unlock()
-	return &fsmSnapshot{b: f.s.table.Snapshot(), last: f.s.table.LastToken(), s: f.s}, nil
+	t := f.s.table // replaced only by Restore, on this goroutine
+	return &fsmSnapshot{b: t.Snapshot(), last: t.LastToken(), s: f.s}, nil
 }
 
 // Restore replaces the table with a snapshot's.

@@ -49,10 +49,12 @@ func RunOps(cmd string, args []string) int {
 // adminTarget is how to reach an admin listener: one node, or several (a cluster's, in the order
 // given) of which the first that answers is asked; asked is the one that answered last.
 type adminTarget struct {
-	bases  []string // http://host:port or https://host:port
-	token  string   // bearer credential ("" on loopback)
-	client *adminhttp.Client
-	asked  string
+	bases   []string // http://host:port or https://host:port
+	token   string   // bearer credential ("" on loopback)
+	client  *adminhttp.Client
+	asked   string
+	derived bool   // the addresses were derived from client addresses (port + 1), not given
+	scheme  string // "http://" or "https://"
 }
 
 // adminFlags adds the flags that locate the admin listener and returns a function that builds
@@ -101,6 +103,7 @@ func adminFlagsTimeout(fs *flag.FlagSet, timeout *time.Duration, clientAddr func
 		for _, a := range addrs {
 			t.bases = append(t.bases, scheme+a)
 		}
+		t.scheme, t.derived = scheme, strings.TrimSpace(*addr) == ""
 		return t, nil
 	}
 }
@@ -266,17 +269,15 @@ func fmtMs(ms int64) string {
 }
 
 type topSnapshot struct {
-	at    time.Time
-	stats server.Stats
-	keys  map[string]server.TopKey
-	order []server.TopKey
+	at        time.Time
+	stats     server.Stats
+	keys      map[string]server.TopKey
+	order     []server.TopKey
+	uncertain int // keys left out: their counts are mostly the sketch's error
 }
 
 func fetchTop(ctx context.Context, t *adminTarget, n int) (*topSnapshot, error) {
-	var top struct {
-		Metrics bool            `json:"metrics"`
-		Keys    []server.TopKey `json:"keys"`
-	}
+	var top server.TopList
 	s := &topSnapshot{at: time.Now(), keys: map[string]server.TopKey{}}
 	if err := t.get(ctx, "/api/stats", &s.stats); err != nil {
 		return nil, err
@@ -290,7 +291,7 @@ func fetchTop(ctx context.Context, t *adminTarget, n int) (*topSnapshot, error) 
 	for _, k := range top.Keys {
 		s.keys[k.Key] = k
 	}
-	s.order = top.Keys
+	s.order, s.uncertain = top.Keys, top.Uncertain
 	return s, nil
 }
 
@@ -353,6 +354,13 @@ func runTop(args []string) int {
 func printTop(w io.Writer, base string, prev, cur *topSnapshot) {
 	st := cur.stats
 	fmt.Fprintf(w, "ticketing top — %s (%s) — %s\n", strings.TrimPrefix(strings.TrimPrefix(base, "http://"), "https://"), st.Role, cur.at.Format("15:04:05"))
+	if st.Role != "single" && !st.Serving {
+		leader := "none known"
+		if st.Leader != "" {
+			leader = st.Leader + " (client address " + st.LeaderAddr + ")"
+		}
+		fmt.Fprintf(w, "a %s: clients are served by the leader, %s; grants, waits and keys below are the cluster's (applied from its log), ops/s and connections this node's own\n", st.Role, leader)
+	}
 	if prev != nil {
 		dt := cur.at.Sub(prev.at).Seconds()
 		ps := prev.stats
@@ -391,7 +399,9 @@ func printTop(w io.Writer, base string, prev, cur *topSnapshot) {
 		head = "KEY\tQUEUED/INTERVAL\tQUEUED\tWAITING\tHELD\tHAND-OFFS\tMEAN WAIT\tTIMEOUTS"
 	}
 	fmt.Fprintln(tw, head)
+	estimates := false
 	for _, r := range rows {
+		estimates = estimates || r.Error > 0
 		held := "no"
 		if r.Held {
 			held = "yes"
@@ -400,10 +410,7 @@ func printTop(w io.Writer, base string, prev, cur *topSnapshot) {
 		if r.Handoffs > 0 {
 			wait = time.Duration(r.MeanWaitS * float64(time.Second)).Round(time.Microsecond).String()
 		}
-		queued := strconv.FormatUint(r.Queued, 10)
-		if r.Error > 0 {
-			queued += "±" + strconv.FormatUint(r.Error, 10)
-		}
+		queued := fmtQueued(r.TopKey)
 		if prev != nil {
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\t%s\t%d\n", r.Key, r.delta, queued, r.Waiters, held, r.Handoffs, wait, r.Timeouts)
 		} else {
@@ -411,9 +418,25 @@ func printTop(w io.Writer, base string, prev, cur *topSnapshot) {
 		}
 	}
 	tw.Flush()
-	if len(rows) == 0 {
+	if len(rows) == 0 && cur.uncertain == 0 {
 		fmt.Fprintln(w, "(no contention yet: no acquire has queued)")
 	}
+	if cur.uncertain > 0 {
+		fmt.Fprintf(w, "(%d more keys queued too few times to count: their counts would be mostly estimate)\n", cur.uncertain)
+	}
+	if estimates {
+		fmt.Fprintln(w, "~N: an estimate (at least N minus the error bound; --json or /api/top have both)")
+	}
+}
+
+// fmtQueued shows a key's queued count: exact, or "~N" when the sketch's count is an estimate
+// (a key that replaced another inherits its count as an error bound): never "N ±E" as if N were
+// a count.
+func fmtQueued(k server.TopKey) string {
+	if k.Error == 0 {
+		return strconv.FormatUint(k.Queued, 10)
+	}
+	return "~" + strconv.FormatUint(k.Queued, 10)
 }
 
 // runHealthcheck is `ticketing healthcheck`: exit 0 when the admin listener's /healthz (or,

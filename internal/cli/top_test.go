@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ticketing/ticketing/internal/adminhttp"
 	"github.com/ticketing/ticketing/internal/deploy/deploytest"
+	"github.com/ticketing/ticketing/internal/server"
 )
 
 // TestTopAndHealthcheck: `ticketing top` shows the contended key with its waiters, live
@@ -183,6 +185,76 @@ func TestAdminAddrs(t *testing.T) {
 		}
 		if err != nil || strings.Join(got, ",") != c.want {
 			t.Errorf("adminAddrs(%q, %q) = %v, %v; want %s", c.admin, c.client, got, err, c.want)
+		}
+	}
+}
+
+// TestTopShowsEstimatesAsEstimates (issue 30, defect 8): once more keys have queued than the
+// contention sketch tracks (64), a key that replaced another carries that key's count as its
+// error bound. `ticketing top` (and /api/top) show such a count as an estimate, "~N", never
+// "N ±E" as if N were counted, and leave out the keys whose count is mostly error, saying how
+// many; /api/top?all=1 has them, with the guaranteed lower bound.
+func TestTopShowsEstimatesAsEstimates(t *testing.T) {
+	bin := deploytest.Binary(t)
+	n := deploytest.StartNode(t, exec.Command(bin, "server", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--data-dir", t.TempDir()))
+	target := &adminTarget{bases: []string{"http://" + n.Admin}, client: &adminhttp.Client{Timeout: 5 * time.Second}}
+	dial := func() *deploytest.Conn {
+		c, _, err := deploytest.Dial(n.Addr, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.NC.Close() })
+		return c
+	}
+	holder, waiter := dial(), dial()
+	holder.Acquire(t, "warm", 0)
+	const keys = 70 // 6 more than the sketch tracks
+	for i := 0; i < keys; i++ {
+		holder.Acquire(t, fmt.Sprintf("s:%02d", i), 0)
+	}
+	for i := 0; i < keys; i++ {
+		waiter.Acquire(t, fmt.Sprintf("s:%02d", i), 0xFFFFFFFF) // queues on every key, in order
+	}
+	hot := fmt.Sprintf("s:%02d", keys-1) // entered the sketch last, inheriting a count of 1
+	waitQueued(t, target, hot, 1)
+	for i := 0; i < 4; i++ {
+		dial().Acquire(t, hot, 0xFFFFFFFF)
+		waitQueued(t, target, hot, 2+i)
+	}
+
+	var all server.TopList
+	if err := target.get(context.Background(), "/api/top?n=64&all=1", &all); err != nil {
+		t.Fatal(err)
+	}
+	uncertain := 0
+	for _, k := range all.Keys {
+		if k.QueuedMin != k.Queued-k.Error || k.Uncertain != (k.Error > 0 && 2*k.Error >= k.Queued) {
+			t.Fatalf("/api/top?all=1 key %+v", k)
+		}
+		if k.Uncertain {
+			uncertain++
+		}
+		if k.Key == hot && (k.Error == 0 || k.Queued < 5 || k.Uncertain) {
+			t.Fatalf("%s: %+v, want an estimate with an error bound, not uncertain", hot, k)
+		}
+	}
+	if uncertain < 5 {
+		t.Fatalf("/api/top?all=1: %d uncertain keys, want at least the 5 others that entered late: %+v", uncertain, all)
+	}
+
+	out, err := exec.Command(bin, "top", "--once", "--n", "64", "--admin-addr", n.Admin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("top --once: %v\n%s", err, out)
+	}
+	s := string(out)
+	if strings.Contains(s, "±") || !regexp.MustCompile(`(?m)^`+hot+` +~\d+ +5 +yes `).MatchString(s) ||
+		!regexp.MustCompile(`(?m)^s:10 +1 +1 +yes `).MatchString(s) ||
+		!strings.Contains(s, fmt.Sprintf("(%d more keys queued too few times to count", uncertain)) || !strings.Contains(s, "~N: an estimate") {
+		t.Fatalf("top --once:\n%s", s)
+	}
+	for _, k := range all.Keys {
+		if k.Uncertain && regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(k.Key)+` `).MatchString(s) {
+			t.Fatalf("top shows %s, whose count is mostly error (%+v):\n%s", k.Key, k, s)
 		}
 	}
 }

@@ -172,13 +172,11 @@ func TestDeployClusterFromGeneratedOutput(t *testing.T) {
 	writeFiles(t, p)
 	var nodes []*deploytest.Node
 	for i, n := range p.Nodes {
-		// One data directory per node: they share this machine.
+		// As printed: they share this machine, so each has its own data directory (DataDir/nX).
 		if i == 0 {
-			n.Command = strings.Replace(n.Command, "--data-dir "+dataDirOf(n), "--data-dir "+t.TempDir(), 1)
 			nodes = append(nodes, commandNode(t, n))
 			continue
 		}
-		n.Env = strings.Replace(n.Env, "TICKETING_DATA_DIR="+dataDirOf(n), "TICKETING_DATA_DIR="+t.TempDir(), 1)
 		nodes = append(nodes, envNode(t, bin, n))
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -197,9 +195,19 @@ func TestDeployClusterFromGeneratedOutput(t *testing.T) {
 				!strings.Contains(m, "ticketing_raft_members{suffrage=\"voter\"} 3") {
 				t.Fatalf("leader's metrics:\n%s", m)
 			}
-			// The membership command reaches the same admin listener.
-			out, err := exec.Command(bin, "cluster", "--admin", n.Admin, "status").CombinedOutput()
-			if err != nil || !strings.Contains(string(out), "role=leader") || strings.Count(string(out), "member id=") != 3 {
+			// The membership command reaches the admin listeners: a row per member.
+			var admins []string
+			for _, o := range nodes {
+				admins = append(admins, o.Admin)
+			}
+			out, err := exec.Command(bin, "cluster", "status", "--admin-addr", strings.Join(admins, ",")).CombinedOutput()
+			rows := 0
+			for _, id := range []string{"n1", "n2", "n3"} {
+				if strings.Contains("\n"+string(out), "\n"+id+" ") {
+					rows++
+				}
+			}
+			if err != nil || !strings.Contains(string(out), "leader") || rows != 3 {
 				t.Fatalf("ticketing cluster status: %v\n%s", err, out)
 			}
 			return
@@ -209,16 +217,6 @@ func TestDeployClusterFromGeneratedOutput(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// dataDirOf is a node's data-dir setting.
-func dataDirOf(n Node) string {
-	for _, s := range n.Settings {
-		if s[0] == "data-dir" {
-			return s[1]
-		}
-	}
-	return ""
 }
 
 // ensureSystemdAnalyze installs systemd-analyze (Debian's systemd package) when missing.
@@ -397,6 +395,15 @@ func TestDeployRefusals(t *testing.T) {
 		{Request{Hosts: []string{"bad host"}}, "not an address"},
 		{Request{Nodes: 3, Hosts: []string{"a", "a", "b"}}, "given twice"},
 		{Request{Nodes: 3, Hosts: three, Port: 7000, RaftPort: 7001}, "raft port"},
+		{Request{Hosts: []string{"h:0"}}, "port 0"},
+		{Request{Nodes: 3, Hosts: []string{"127.0.0.1:7070", "127.0.0.1:7071", "127.0.0.1:7170"}}, "n2's client address 127.0.0.1:7071 is also n1's admin address"},
+		{Request{Nodes: 3, Hosts: []string{"h:7070", "h:7080", "i"}}, "n2's client address h:7080 is also n1's raft address"},
+		{Request{Nodes: 3, Hosts: three, RaftTLSCert: "/a"}, "together"},
+		{Request{RaftTLSCert: "/a", RaftTLSKey: "/b", RaftTLSCA: "/c"}, "single node"},
+		{Request{Hosts: three, AddNode: "d.example"}, "secret"},
+		{Request{Hosts: three, AddNode: "d.example", Secret: "s", Auth: true}, "token"},
+		{Request{Hosts: three, AddNode: "d.example", Secret: "s", AddNodeID: "n2"}, "has it"},
+		{Request{Nodes: 3, Hosts: three, Token: "same", Secret: "same", Auth: true}, "differ"},
 	} {
 		if _, err := Generate(c.r); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.r, err, c.want)

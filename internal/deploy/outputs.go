@@ -38,6 +38,11 @@ func commandLine(bin string, s []kv) string {
 	var b strings.Builder
 	b.WriteString(shellQuote(bin) + " server")
 	for _, x := range s {
+		if x.value == "true" || x.value == "false" {
+			// A boolean setting (--join) takes its value after "=": alone, the next word is not its value.
+			fmt.Fprintf(&b, " \\\n  --%s=%s", x.name, x.value)
+			continue
+		}
 		fmt.Fprintf(&b, " \\\n  --%s %s", x.name, shellQuote(x.value))
 	}
 	return b.String() + "\n"
@@ -46,10 +51,10 @@ func commandLine(bin string, s []kv) string {
 // mounts are the host files a container needs: the config directory and the TLS files' folders.
 func (r *Request) mounts() []string {
 	dirs := map[string]bool{}
-	if r.Auth || r.Nodes > 1 {
+	if r.Auth || r.Nodes > 1 || r.AddNode != "" {
 		dirs[r.ConfigDir] = true
 	}
-	for _, f := range []string{r.TLSCert, r.TLSKey, r.TLSClientCA} {
+	for _, f := range []string{r.TLSCert, r.TLSKey, r.TLSClientCA, r.RaftTLSCert, r.RaftTLSKey, r.RaftTLSCA} {
 		if f != "" {
 			dirs[path.Dir(f)] = true
 		}
@@ -62,10 +67,10 @@ func (r *Request) mounts() []string {
 	return out
 }
 
-func (r *Request) ports(host string, cluster bool) []string {
-	p := []string{fmt.Sprintf("%s:%d:%d", bracket(host), r.Port, r.Port)}
+func ports(m member, cluster bool) []string {
+	p := []string{fmt.Sprintf("%s:%d:%d", bracket(m.host), m.port, m.port)}
 	if cluster {
-		p = append(p, fmt.Sprintf("%s:%d:%d", bracket(host), r.RaftPort, r.RaftPort))
+		p = append(p, fmt.Sprintf("%s:%d:%d", bracket(m.host), m.raftPort, m.raftPort))
 	}
 	return p
 }
@@ -84,13 +89,13 @@ func (r *Request) containerName(name string, cluster bool) string {
 	return "ticketing"
 }
 
-func (r *Request) containerCommand(name, host string, cluster bool, s []kv) string {
+func (r *Request) containerCommand(m member, cluster bool, s []kv) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "docker run -d --name %s --restart unless-stopped", r.containerName(name, cluster))
-	for _, p := range r.ports(host, cluster) {
+	fmt.Fprintf(&b, "docker run -d --name %s --restart unless-stopped", r.containerName(m.name, cluster))
+	for _, p := range ports(m, cluster) {
 		fmt.Fprintf(&b, " \\\n  -p %s", p)
 	}
-	fmt.Fprintf(&b, " \\\n  -v ticketing-data:%s", containerDataDir)
+	fmt.Fprintf(&b, " \\\n  -v %s:%s", m.volume, containerDataDir)
 	for _, m := range r.mounts() {
 		fmt.Fprintf(&b, " \\\n  -v %s", m)
 	}
@@ -103,12 +108,12 @@ func (r *Request) containerCommand(name, host string, cluster bool, s []kv) stri
 
 func yamlQuote(v string) string { q, _ := json.Marshal(v); return string(q) }
 
-func (r *Request) composeFile(name, host string, cluster bool, s []kv) string {
+func (r *Request) composeFile(m member, cluster bool, s []kv) string {
 	var b strings.Builder
 	b.WriteString("services:\n  ticketing:\n")
-	fmt.Fprintf(&b, "    image: %s\n    container_name: %s\n    command: [\"server\"]\n    restart: unless-stopped\n", yamlQuote(r.Image), r.containerName(name, cluster))
+	fmt.Fprintf(&b, "    image: %s\n    container_name: %s\n    command: [\"server\"]\n    restart: unless-stopped\n", yamlQuote(r.Image), r.containerName(m.name, cluster))
 	b.WriteString("    ports:\n")
-	for _, p := range r.ports(host, cluster) {
+	for _, p := range ports(m, cluster) {
 		fmt.Fprintf(&b, "      - %s\n", yamlQuote(p))
 	}
 	b.WriteString("    environment:\n")
@@ -116,17 +121,19 @@ func (r *Request) composeFile(name, host string, cluster bool, s []kv) string {
 		fmt.Fprintf(&b, "      %s: %s\n", settings.EnvName(x.name), yamlQuote(x.value))
 	}
 	b.WriteString("    volumes:\n")
-	fmt.Fprintf(&b, "      - %s\n", yamlQuote("ticketing-data:"+containerDataDir))
-	for _, m := range r.mounts() {
-		fmt.Fprintf(&b, "      - %s\n", yamlQuote(m))
+	fmt.Fprintf(&b, "      - %s\n", yamlQuote(m.volume+":"+containerDataDir))
+	for _, d := range r.mounts() {
+		fmt.Fprintf(&b, "      - %s\n", yamlQuote(d))
 	}
-	b.WriteString("volumes:\n  ticketing-data: {}\n")
+	fmt.Fprintf(&b, "volumes:\n  %s: {}\n", m.volume)
 	return b.String()
 }
 
 // systemdUnit is a hardened unit: its own system user (so SIGHUP can reload the token and
-// certificate files in place), the data directory as its StateDirectory, no privileges.
-func (r *Request) systemdUnit(name string, cluster bool, s []kv) string {
+// certificate files in place), the data directory as its StateDirectory (under /var/lib) or
+// created by ExecStartPre (elsewhere), no privileges.
+func (r *Request) systemdUnit(m member, cluster bool, s []kv) string {
+	name := m.name
 	var b strings.Builder
 	desc := "Ticketing lock server"
 	if cluster {
@@ -138,10 +145,13 @@ func (r *Request) systemdUnit(name string, cluster bool, s []kv) string {
 	for _, x := range s {
 		fmt.Fprintf(&b, "Environment=%s\n", systemdQuote(settings.EnvName(x.name)+"="+x.value))
 	}
-	if rel, ok := strings.CutPrefix(path.Clean(r.DataDir), "/var/lib/"); ok && rel != "" {
+	if rel, ok := strings.CutPrefix(path.Clean(m.dataDir), "/var/lib/"); ok && rel != "" {
 		fmt.Fprintf(&b, "StateDirectory=%s\nStateDirectoryMode=0700\n", rel)
 	} else {
-		fmt.Fprintf(&b, "ReadWritePaths=%s\n", r.DataDir)
+		// StateDirectory= only makes directories under /var/lib: create this one before the
+		// start ("+": outside the sandbox, as root), owned by the service's user.
+		fmt.Fprintf(&b, "ExecStartPre=+/usr/bin/install -d -o ticketing -g ticketing -m 0700 %s\n", m.dataDir)
+		fmt.Fprintf(&b, "ReadWritePaths=%s\n", m.dataDir)
 	}
 	b.WriteString(`Restart=on-failure
 RestartSec=2s
@@ -187,15 +197,38 @@ func systemdQuote(v string) string {
 	return `"` + v + `"`
 }
 
-func (r *Request) notes(p *Plan) []string {
+func (r *Request) notes(p *Plan, members []member, joining bool) []string {
 	var n []string
 	if len(p.Files) > 0 {
-		n = append(n, fmt.Sprintf("Create the files above on every node first (plain or systemd: owner root, group ticketing, mode 0640; containers run as uid %s, which must be able to read them).", containerUID))
+		what := "Create the files above on every node first"
+		if joining {
+			what = "Create the files above on the new node first (the cluster's own: the same content as on its other nodes)"
+		}
+		n = append(n, fmt.Sprintf("%s (plain or systemd: owner root, group ticketing, mode 0640; containers run as uid %s, which must be able to read them).", what, containerUID))
 	}
-	n = append(n, "systemd: create the user once with: useradd --system --no-create-home --shell /usr/sbin/nologin ticketing; put the unit in /etc/systemd/system/ticketing.service; systemctl enable --now ticketing. systemctl reload sends SIGHUP (token file and TLS reload).")
-	if r.Nodes > 1 {
-		n = append(n, fmt.Sprintf("Cluster: start every node with the same TICKETING_PEERS; they elect a leader within seconds. Clients list every node's client address (e.g. TICKETING_ADDR=%s).", strings.Join(p.nodeAddrs(r.Port), ",")))
-	} else if ip := net.ParseIP(r.Hosts[0]); ip != nil && ip.IsLoopback() {
+	unit := "/etc/systemd/system/ticketing.service; systemctl enable --now ticketing"
+	if len(p.Nodes) > 0 && p.Nodes[0].Unit != "ticketing.service" {
+		unit = "/etc/systemd/system/ under the name given with each (one unit per node: they share a machine); systemctl enable --now each"
+	}
+	n = append(n, "systemd: create the user once with: useradd --system --no-create-home --shell /usr/sbin/nologin ticketing; put the unit in "+unit+". systemctl reload sends SIGHUP (token file and TLS reload).")
+	if len(members) > 1 && members[0].dataDir != r.DataDir {
+		n = append(n, fmt.Sprintf("Nodes on one machine: each has its own data directory (%s/<node id>), admin and Raft ports.", r.DataDir))
+	}
+	var addrs []string
+	for _, m := range members {
+		addrs = append(addrs, net.JoinHostPort(m.host, strconv.Itoa(m.port)))
+	}
+	switch {
+	case joining:
+		m := members[len(members)-1]
+		n = append(n, fmt.Sprintf("Start the new node (it joins: it never bootstraps and is not ready until added), then, where `ticketing cluster` reaches the cluster's admin listeners: %s. Wait for its /readyz 200, then add %s to the clients' endpoint lists (TICKETING_ADDR=%s).",
+			p.ClusterAdd, net.JoinHostPort(m.host, strconv.Itoa(m.port)), strings.Join(addrs, ",")))
+		if len(members)%2 == 0 {
+			n = append(n, fmt.Sprintf("The cluster will have %d voters: an even number survives no more failures than one fewer does. To replace a node, remove the old one first (ticketing cluster remove ID).", len(members)))
+		}
+	case len(members) > 1:
+		n = append(n, fmt.Sprintf("Cluster: start every node with the same TICKETING_PEERS; they elect a leader within seconds. Clients list every node's client address (e.g. TICKETING_ADDR=%s).", strings.Join(addrs, ",")))
+	case isLoopback(members[0].host):
 		n = append(n, "This node listens on loopback only: give another address to serve other machines (then turn auth and TLS on).")
 	}
 	if r.Auth && r.TLSCert == "" {
@@ -204,14 +237,22 @@ func (r *Request) notes(p *Plan) []string {
 	if !r.Auth {
 		n = append(n, "Auth is off: anyone who can reach the port can take and release locks.")
 	}
-	n = append(n, fmt.Sprintf("The admin listener (health, metrics, this page) stays on loopback at port %d; in a container it serves the image's health check.", r.Port+1))
+	var admins []string
+	for _, node := range p.Nodes {
+		admins = append(admins, strconv.Itoa(node.Port+1))
+	}
+	n = append(n, fmt.Sprintf("The admin listener (health, metrics, this page) stays on loopback at the client port + 1 (%s); in a container it serves the image's health check.", strings.Join(uniq(admins), ", ")))
 	return n
 }
 
-func (p *Plan) nodeAddrs(port int) []string {
+func uniq(s []string) []string {
 	var out []string
-	for _, n := range p.Nodes {
-		out = append(out, net.JoinHostPort(n.Host, strconv.Itoa(port)))
+	seen := map[string]bool{}
+	for _, v := range s {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
 	}
 	return out
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/ticketing/ticketing/internal/adminhttp"
+	"github.com/ticketing/ticketing/internal/version"
 )
 
 // The admin listener: a separate HTTP/1.1 port (internal/adminhttp) for operators, on loopback
@@ -32,6 +33,13 @@ import (
 //	POST /cluster/add        {"id": "n4", "raft_addr": "host:port"}: add a voter (on the leader)
 //	POST /cluster/remove     {"id": "n2"}: remove a member (on the leader)
 //	POST /cluster/transfer   {"id": "n2"} or {}: hand leadership to a node (or any)
+//
+// A membership change sent to a follower is refused (409) with the leader named in the message
+// and in headers: X-Ticketing-Leader (its id), X-Ticketing-Leader-Addr (its client address) and,
+// when this node can tell, X-Ticketing-Leader-Admin (its admin listener); `ticketing cluster`
+// retries there. The follower does not forward the change itself: it knows the leader's client
+// address from the log, but not where the leader's admin listener is reachable from (on loopback
+// by default, where only a process on the leader's host reaches it).
 //
 // Further handlers (metrics, inspection, the page) register on AdminMux.
 
@@ -145,10 +153,14 @@ type ClusterStatus struct {
 	Term          uint64          `json:"term"`
 	CommitIndex   uint64          `json:"commit_index"`
 	AppliedIndex  uint64          `json:"applied_index"`
-	LastContact   string          `json:"last_contact"`    // as Raft says it: "115.3ms", "0" (the leader), "never"
-	LastContactMs int64           `json:"last_contact_ms"` // the same in milliseconds; 0 on the leader and a single node, -1 never
+	LastContact   string          `json:"last_contact"`           // as Raft says it: "115.3ms", "0" (the leader), "never"
+	LastContactMs int64           `json:"last_contact_ms"`        // the same in milliseconds; 0 on the leader and a single node, -1 never
+	LeaderAdmin   string          `json:"leader_admin,omitempty"` // the leader's admin listener, when this node can tell (leaderAdminAddr)
 	StateID       string          `json:"state_id"`
 	StateHash     string          `json:"state_hash"`
+	Version       string          `json:"version"`             // this node's release
+	Ready         bool            `json:"ready"`               // what GET /readyz answers: 200
+	NotReady      string          `json:"not_ready,omitempty"` // and why not
 	Members       []ClusterMember `json:"members"`
 }
 
@@ -160,7 +172,8 @@ type ClusterMember struct {
 }
 
 func (s *Server) clusterStatus(w *adminhttp.Response, r *adminhttp.Request) {
-	st := ClusterStatus{Role: "single", Serving: true}
+	st := ClusterStatus{Role: "single", Serving: true, Version: version.Version}
+	st.Ready, st.NotReady = s.readiness()
 	s.mu.Lock()
 	id := s.sm.stateID()
 	snap := s.table.Snapshot() // serialised under the lock, hashed outside it (locktable.Table.StateHash)
@@ -177,6 +190,7 @@ func (s *Server) clusterStatus(w *adminhttp.Response, r *adminhttp.Request) {
 		if st.Leader == c.cfg.NodeID {
 			st.LeaderAddr = c.advertise()
 		}
+		st.LeaderAdmin = s.leaderAdminAddr(st.LeaderAddr)
 		stats := c.raft.Stats()
 		fmt.Sscan(stats["term"], &st.Term)
 		fmt.Sscan(stats["commit_index"], &st.CommitIndex)
@@ -220,6 +234,10 @@ func (s *Server) clusterChange(w *adminhttp.Response, r *adminhttp.Request) {
 			w.Error(400, "bad JSON: "+err.Error())
 			return
 		}
+	}
+	if c.raft.State() != raft.Leader {
+		s.notLeader(w)
+		return
 	}
 	var f raft.Future
 	switch r.Path {
@@ -266,12 +284,11 @@ func (s *Server) clusterChange(w *adminhttp.Response, r *adminhttp.Request) {
 		}
 	}
 	if err := f.Error(); err != nil {
-		code := 500
-		if errors.Is(err, raft.ErrNotLeader) {
-			code = 409
-			w.Set("X-Ticketing-Leader", c.leaderAdminHint())
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			s.notLeader(w)
+			return
 		}
-		w.Error(code, err.Error())
+		w.Error(500, err.Error())
 		return
 	}
 	switch r.Path {
@@ -348,8 +365,50 @@ func (c *cluster) checkAdd(id, addr string) (int, string) {
 	return 0, ""
 }
 
-// leaderAdminHint names the leader for an admin client sent to a follower.
-func (c *cluster) leaderAdminHint() string {
-	_, id := c.raft.LeaderWithID()
-	return string(id)
+// notLeader refuses a membership change on a node that does not lead (409), naming the leader:
+// its id, its client address and, when this node can tell, its admin listener (the message and
+// the X-Ticketing-Leader* headers, which `ticketing cluster` follows).
+func (s *Server) notLeader(w *adminhttp.Response) {
+	c := s.cluster
+	_, lid := c.raft.LeaderWithID()
+	if lid == "" || string(lid) == c.cfg.NodeID {
+		w.Error(409, "not the leader, and no leader is known now (an election is in progress, or no majority is reachable): try again in a moment")
+		return
+	}
+	addr := c.leaderHint()
+	admin := s.leaderAdminAddr(addr)
+	w.Set("X-Ticketing-Leader", string(lid))
+	w.Set("X-Ticketing-Leader-Addr", addr)
+	w.Set("X-Ticketing-Leader-Admin", admin)
+	msg := fmt.Sprintf("not the leader: the leader is %s", lid)
+	if addr != "" {
+		msg += fmt.Sprintf(" (client address %s)", addr)
+	}
+	if admin != "" {
+		msg += fmt.Sprintf("; send membership changes to its admin listener %s", admin)
+	} else {
+		msg += "; send membership changes to its admin listener (run the command on its host, or give its admin address)"
+	}
+	w.Error(409, msg)
+}
+
+// leaderAdminAddr is the admin listener of the leader whose client address is leaderAddr, when
+// this node can tell: only when this node's own admin listener follows the default rule (its
+// client address with the next port), and then by the same rule. Nodes of one cluster are
+// configured alike; a node whose admin address was set otherwise (127.0.0.1:7071 beside a
+// routable client address, the usual production form) cannot tell, and says "".
+func (s *Server) leaderAdminAddr(leaderAddr string) string {
+	if leaderAddr == "" || s.cfg.AdminAddr == "off" {
+		return ""
+	}
+	own := s.cfg.AdminListenAddr()
+	derived := (&Config{Addr: s.cfg.Addr}).AdminListenAddr()
+	host, port, err := net.SplitHostPort(s.cfg.Addr)
+	if own == "" || own != derived || port == "0" || err != nil || host == "" {
+		return ""
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return "" // a wildcard listener: the leader's advertised host need not be where its admin listens
+	}
+	return (&Config{Addr: leaderAddr}).AdminListenAddr()
 }

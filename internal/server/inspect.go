@@ -35,10 +35,14 @@ import (
 
 // Party is who holds or waits: the session and, while it is attached, its connection's address.
 type Party struct {
-	Session     string `json:"session"`    // the session id's first 4 bytes, hex
-	SessionNo   uint64 `json:"session_no"` // the session's number on this node (1, 2, ...)
-	RequestID   uint64 `json:"request_id"`
-	Remote      string `json:"remote"`                  // the connection's remote address; "" while detached
+	Session   string `json:"session"`    // the session id's first 4 bytes, hex
+	SessionNo uint64 `json:"session_no"` // the session's number on this node (1, 2, ...)
+	RequestID uint64 `json:"request_id"`
+	// Attached: the session has a connection, to this node or (on a follower, which serves no
+	// clients) to the leader. Remote is that connection's address when it is this node's ("" on
+	// a follower: the session is connected through the leader, whose admin listener has it).
+	Attached    bool   `json:"attached"`
+	Remote      string `json:"remote"`
 	GraceLeftMs int64  `json:"grace_left_ms,omitempty"` // detached: time left before the session ends
 }
 
@@ -77,10 +81,22 @@ type LockList struct {
 }
 
 // Stats is GET /api/stats.
+//
+// On a follower, the lock events (grants, hand-offs, releases, expiries, timeouts, queued, the
+// wait histogram) and the table's gauges are the cluster's: a follower applies the same log as
+// the leader. Operations and connections are this node's own: clients are served by the leader,
+// so a follower answers none (its page says so and charts the grants it applies instead).
 type Stats struct {
-	TimeMs      int64   `json:"time_ms"`
-	Metrics     bool    `json:"metrics"` // event counters on (TICKETING_METRICS)
-	Role        string  `json:"role"`    // single, leader, follower, candidate
+	TimeMs  int64  `json:"time_ms"`
+	Metrics bool   `json:"metrics"` // event counters on (TICKETING_METRICS)
+	Role    string `json:"role"`    // single, leader, follower, candidate
+	// Cluster: this node, whether it serves clients, and the leader (id, client address, admin
+	// listener when this node can tell: ClusterStatus.LeaderAdmin).
+	Node        string  `json:"node,omitempty"`
+	Serving     bool    `json:"serving"`
+	Leader      string  `json:"leader,omitempty"`
+	LeaderAddr  string  `json:"leader_addr,omitempty"`
+	LeaderAdmin string  `json:"leader_admin,omitempty"`
 	Operations  float64 `json:"operations"`
 	Grants      float64 `json:"grants"`
 	Handoffs    float64 `json:"handoffs"`
@@ -297,34 +313,51 @@ func (v *partyView) party(now int64) Party {
 		p.GraceLeftMs = max(ms(v.graceEnd-now), 0)
 		return p
 	}
+	p.Attached = true
 	if v.remote != nil {
 		p.Remote = v.remote.String()
 	}
 	return p
 }
 
+// TopList is GET /api/top.
+type TopList struct {
+	Metrics bool     `json:"metrics"`
+	Keys    []TopKey `json:"keys"`
+	// Uncertain: tracked keys left out because their count is mostly the sketch's error bound
+	// (see TopKey.Uncertain); &all=1 includes them.
+	Uncertain int `json:"uncertain"`
+}
+
 func (s *Server) apiTop(w *adminhttp.Response, r *adminhttp.Request) {
 	n := intParam(r, "n", 20, topKeysSize)
+	all := r.Query.Get("all") == "1"
 	m := s.metrics
 	s.mu.Lock()
-	top := m.top.list(n)
+	top, uncertain := m.top.list(n, all)
 	for i := range top {
 		if info, ok := s.table.Inspect([]byte(top[i].Key)); ok {
 			top[i].Held, top[i].Waiters = info.Held, info.Waiters
 		}
 	}
 	s.mu.Unlock()
-	writeJSON(w, struct {
-		Metrics bool     `json:"metrics"`
-		Keys    []TopKey `json:"keys"`
-	}{m.on, top})
+	writeJSON(w, TopList{Metrics: m.on, Keys: top, Uncertain: uncertain})
 }
 
 func (s *Server) apiStats(w *adminhttp.Response, r *adminhttp.Request) {
 	m := s.metrics
-	st := Stats{TimeMs: time.Now().UnixMilli(), Metrics: m.on, Role: "single"}
+	st := Stats{TimeMs: time.Now().UnixMilli(), Metrics: m.on, Role: "single", Serving: true}
 	if c := s.cluster; c != nil {
 		st.Role = strings.ToLower(c.raft.State().String())
+		st.Node, st.Serving = c.cfg.NodeID, c.leads()
+		_, lid := c.raft.LeaderWithID()
+		st.Leader = string(lid)
+		if st.Leader == c.cfg.NodeID {
+			st.LeaderAddr = c.advertise()
+		} else {
+			st.LeaderAddr = c.leaderHint()
+		}
+		st.LeaderAdmin = s.leaderAdminAddr(st.LeaderAddr)
 	}
 	s.mu.Lock()
 	st.Keys, st.HeldNow, st.WaitersNow = s.table.Stats()

@@ -64,6 +64,7 @@ type metrics struct {
 	refusals      [numStatusSlots]atomic.Uint64 // a series once non-zero
 	attaches      [2]atomic.Uint64              // new, resumed
 	slowConsumers atomic.Uint64
+	leaderChanges atomic.Uint64 // cluster: leader changes seen (metrics_raft.go)
 
 	// Lock events by key prefix (Server.mu).
 	prefixes prefixIndex      // every prefix with its own series (not other)
@@ -176,6 +177,7 @@ var statusSlotNames = func() (names [numStatusSlots]string) {
 func (s *Server) initMetrics() *metrics {
 	m := &metrics{s: s}
 	m.top.init(topKeysSize)
+	installRaftSink()
 	return m
 }
 
@@ -192,6 +194,9 @@ func (s *Server) EnableMetrics() {
 	s.mu.Unlock()
 	m.on = true
 	s.SetObserver(m)
+	if s.cluster != nil && s.cluster.raft != nil {
+		m.watchLeaderChanges(s.cluster)
+	}
 }
 
 // newPrefix creates the series of a prefix. Server.mu must be held.

@@ -95,6 +95,7 @@ func (m *metrics) writeState(e *expo) {
 		e.uint("ticketing_raft_members", nonvoters, "suffrage", "nonvoter")
 		e.uint("ticketing_raft_members", voters, "suffrage", "voter")
 	}
+	m.writeRaftTimings(e)
 }
 
 func b2f(b bool) float64 {

@@ -39,10 +39,17 @@ type topSlot struct {
 }
 
 // TopKey is one entry of the sketch, with what the table reports about the key now.
+//
+// Queued is exact when Error is 0. Otherwise it is an estimate: the true count lies between
+// QueuedMin (Queued - Error) and Queued, and displays show it as "~Queued", never as a count.
+// A key is Uncertain when its error bound is at least half its count (more of the count may be
+// other keys' than its own): /api/top leaves such keys out unless asked for all.
 type TopKey struct {
 	Key       string  `json:"key"`
-	Queued    uint64  `json:"queued"`      // acquires that queued on the key (an upper bound)
+	Queued    uint64  `json:"queued"`      // acquires that queued on the key (an upper bound; exact when error is 0)
 	Error     uint64  `json:"error"`       // Queued overcounts by at most this
+	QueuedMin uint64  `json:"queued_min"`  // at least this many queued: Queued - Error
+	Uncertain bool    `json:"uncertain"`   // Error >= Queued/2
 	Handoffs  uint64  `json:"handoffs"`    // hand-offs while tracked
 	MeanWaitS float64 `json:"mean_wait_s"` // mean wait of those hand-offs, seconds
 	Timeouts  uint64  `json:"timeouts"`    // wait timeouts while tracked
@@ -134,12 +141,18 @@ func (t *topKeys) timedOut(key []byte, waited int64) {
 }
 
 // list returns the n most contended keys, most contended first (allocates; not for the
-// request path).
-func (t *topKeys) list(n int) []TopKey {
+// request path), and how many uncertain keys it left out (all: none left out).
+func (t *topKeys) list(n int, all bool) ([]TopKey, int) {
 	out := make([]TopKey, 0, t.used)
+	uncertain := 0
 	for i := 0; i < t.used; i++ {
 		s := &t.slots[i]
-		k := TopKey{Key: string(s.key), Queued: s.count, Error: s.err, Handoffs: s.handoffs, Timeouts: s.timeouts}
+		k := TopKey{Key: string(s.key), Queued: s.count, Error: s.err, QueuedMin: s.count - s.err,
+			Uncertain: 2*s.err >= s.count && s.err > 0, Handoffs: s.handoffs, Timeouts: s.timeouts}
+		if k.Uncertain && !all {
+			uncertain++
+			continue
+		}
 		if s.handoffs > 0 {
 			k.MeanWaitS = seconds(s.waitNs) / float64(s.handoffs)
 		}
@@ -154,5 +167,5 @@ func (t *topKeys) list(n int) []TopKey {
 	if len(out) > n {
 		out = out[:n]
 	}
-	return out
+	return out, uncertain
 }

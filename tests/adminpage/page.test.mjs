@@ -181,3 +181,53 @@ test("the admin page shows locks, waiters, live rates, and generates launch comm
   assert.deepEqual(pageErrors, []);
   await page.close();
 });
+
+test("the generator's error path: the previous output is cleared, port 0 is refused, an empty port is the default", { timeout: 60000 }, async () => {
+  const page = await browser.newPage();
+  const pageErrors = [];
+  page.on("pageerror", (e) => pageErrors.push(String(e)));
+  await page.goto(admin + "/");
+  const err = page.locator("#gen-error");
+  const generated = () => page.waitForFunction(() => {
+    const e = document.getElementById("gen-0-command");
+    return e && document.getElementById("gen-error").hidden;
+  }, null, { timeout: 10000 });
+
+  // A valid answer first: output shown.
+  await page.fill("#gen-hosts", "127.0.0.1");
+  await page.fill("#gen-port", "7300");
+  await page.click("#gen-submit");
+  await generated();
+  assert.match(await page.locator("#gen-0-command").textContent(), /--addr 127\.0\.0\.1:7300/);
+
+  // Port 0: refused with the reason, and the earlier output is gone (not left under the error).
+  await page.fill("#gen-port", "0");
+  await page.click("#gen-submit");
+  await err.waitFor({ state: "visible", timeout: 10000 });
+  assert.match(await err.textContent(), /port 0/);
+  assert.equal(await page.locator("#gen-output pre").count(), 0, "the previous output stays under the error");
+  assert.equal(await page.locator("#gen-output").textContent(), "");
+
+  // The same after a refusal of another kind (a cluster lease shorter than a failover).
+  await page.fill("#gen-port", "7300");
+  await page.click("#gen-submit");
+  await generated();
+  await page.selectOption("#gen-nodes", "3");
+  await page.fill("#gen-hosts", "10.0.0.1,10.0.0.2,10.0.0.3");
+  await page.fill("#gen-min-lease", "100ms");
+  await page.click("#gen-submit");
+  await err.waitFor({ state: "visible", timeout: 10000 });
+  assert.match(await err.textContent(), /TICKETING_MIN_LEASE 100ms/);
+  assert.equal(await page.locator("#gen-output pre").count(), 0);
+
+  // An empty port field is the default (7070), not 0.
+  await page.selectOption("#gen-nodes", "1");
+  await page.fill("#gen-hosts", "127.0.0.1");
+  await page.fill("#gen-min-lease", "");
+  await page.fill("#gen-port", "");
+  await page.click("#gen-submit");
+  await generated();
+  assert.match(await page.locator("#gen-0-command").textContent(), /--addr 127\.0\.0\.1:7070 /);
+  assert.deepEqual(pageErrors, []);
+  await page.close();
+});

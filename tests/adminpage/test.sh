@@ -3,7 +3,7 @@
 # headless Chromium (playwright-core drives it; no browser is downloaded), the generator form.
 # Installs what is missing: Debian's chromium (apt) and playwright-core (npm, pinned by
 # package-lock.json). About 25 s once set up; installing chromium adds about a minute.
-# The screenshot goes to tests/adminpage/artifacts/admin-page.png (not committed).
+# Screenshots go to tests/adminpage/artifacts/ (not committed). follower.test.mjs: a follower's page in a 3-node cluster.
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(cd ../.. && pwd)
@@ -26,4 +26,4 @@ fi
 mkdir -p artifacts
 (cd "$root" && go build -o tests/adminpage/artifacts/fixture ./tests/adminpage/fixture)
 export TICKETING_BIN FIXTURE_BIN="$PWD/artifacts/fixture" ARTIFACTS="$PWD/artifacts"
-exec node --test --test-concurrency=1 page.test.mjs
+exec node --test --test-concurrency=1 page.test.mjs follower.test.mjs

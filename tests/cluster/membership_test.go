@@ -38,11 +38,22 @@ func (p *proc) clusterCLI(admins []*node, args ...string) (string, int) {
 	return "", 0
 }
 
+// members lists the member ids in the output of `cluster status` (its table: the rows after the
+// MEMBER header that are members) or of a change (its "member id=..." lines).
 func members(out string) []string {
 	var m []string
+	table := false
 	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) > 1 && f[0] == "member" {
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 1 && f[0] == "member":
 			m = append(m, strings.TrimPrefix(f[1], "id="))
+		case len(f) > 0 && f[0] == "MEMBER":
+			table = true
+		case table && len(f) > 2 && !strings.HasSuffix(f[0], ":") && f[2] != "not":
+			m = append(m, f[0])
+		default:
+			table = false
 		}
 	}
 	return m
@@ -73,7 +84,7 @@ func TestMembershipCLI(t *testing.T) {
 	first := append([]*node(nil), p.nodes...)
 
 	out, code := p.clusterCLI(first, "status")
-	if code != 0 || !strings.Contains(out, "leader="+l.id) || len(members(out)) != 3 {
+	if code != 0 || !strings.Contains(out, "leader "+l.id+" (") || len(members(out)) != 3 {
 		t.Fatalf("cluster status (exit %d):\n%s", code, out)
 	}
 	if out, code := p.clusterCLI(first, "add", "n9"); code != 2 {
@@ -135,8 +146,8 @@ func TestMembershipCLI(t *testing.T) {
 	}
 	took = p.waitFor("n4 leads", 10*time.Second, func() bool { return p.leader(5*time.Second) == n4 })
 	t.Logf("leadership transferred to n4 after %v", took.Round(time.Millisecond))
-	out, _ = p.clusterCLI([]*node{n4}, "status")
-	if !strings.Contains(out, "role=leader") || !strings.Contains(out, "serving=true") {
+	out, _ = p.clusterCLI([]*node{n4}, "status", "--json")
+	if !strings.Contains(out, `"leader":"`+n4.id+`"`) || !strings.Contains(out, `"role":"leader"`) || !strings.Contains(out, `"serving":true`) {
 		t.Errorf("n4 status after the transfer:\n%s", out)
 	}
 

@@ -95,9 +95,36 @@ function drawChart(canvas, lines) {
   }
 }
 
+// A follower (or a candidate) serves no clients: its page says so, names the leader (with a link
+// to the leader's admin page when the node can tell where it is), and charts what a follower has
+// of the cluster's traffic, the grants it applies from the leader's log, instead of its own
+// operations (0: clients are answered by the leader).
+let follower = false;
+
+function showRole(st) {
+  const was = follower;
+  follower = st.role !== "single" && !st.serving;
+  const b = $("role-banner");
+  b.hidden = !follower;
+  if (follower) {
+    const leader = st.leader ? "the leader " + st.leader + (st.leader_addr ? " (client address " + st.leader_addr + ")" : "") : "no leader known now";
+    b.replaceChildren(el("strong", {}, "This node" + (st.node ? " (" + st.node + ")" : "") + " is a " + st.role + "."),
+      " Clients are served by " + leader + ". ");
+    if (st.leader_admin) {
+      b.append("Its admin page: ", el("a", { id: "leader-link", href: location.protocol + "//" + st.leader_admin + "/" }, st.leader_admin), ". ");
+    }
+    b.append("Grants, waits, locks and keys here are the cluster's (applied from the replicated log); " +
+      "operations/s and connections are this node's own; held locks show \"via leader\" for sessions connected there.");
+  }
+  $("label-ops").textContent = follower ? "operations/s here (clients use the leader)" : "operations/s";
+  $("caption-ops").textContent = follower ? "Grants applied from the leader's log (grants/s, last 2 minutes)" : "Throughput (operations/s, last 2 minutes)";
+  if (was !== follower) series.ops.length = 0; // another quantity from now on
+}
+
 async function pollStats() {
   const st = await getJSON("api/stats");
-  $("node").textContent = location.host + " · " + st.role + " · last token " + st.last_token;
+  $("node").textContent = location.host + (st.node ? " · " + st.node : "") + " · " + st.role + " · last token " + st.last_token;
+  showRole(st);
   $("held-now").textContent = st.held_now;
   $("waiters-now").textContent = st.waiters_now;
   $("conns-now").textContent = st.connections;
@@ -112,7 +139,7 @@ async function pollStats() {
     const p50 = quantile(0.5, st.wait.bounds, prev.wait.counts, st.wait.counts);
     const p99 = quantile(0.99, st.wait.bounds, prev.wait.counts, st.wait.counts);
     $("wait-pct").textContent = p50 === null ? "no hand-offs" : fmtMs(Math.round(p50)) + " / " + fmtMs(Math.round(p99));
-    push(series.ops, ops); push(series.p50, p50); push(series.p99, p99);
+    push(series.ops, follower ? (st.grants - prev.grants) / dt : ops); push(series.p50, p50); push(series.p99, p99);
     drawChart($("chart-ops"), [{ data: series.ops, color: "#2c6bd6" }]);
     drawChart($("chart-wait"), [{ data: series.p50, color: "#2c6bd6" }, { data: series.p99, color: "#d98a1f" }]);
   }
@@ -133,13 +160,31 @@ function fillTable(id, rows, cols, empty) {
   for (const r of rows) body.append(r);
 }
 
+// queuedCell shows the sketch's count: exact, or "~N" (an estimate: a key that replaced another
+// in the sketch inherits its count as an error bound), never "N ±E" as if N were counted.
+function queuedCell(k) {
+  if (!k.error) return el("td", {}, k.queued);
+  return el("td", { class: "estimate", title: "estimate: between " + k.queued_min + " and " + k.queued }, "~" + k.queued);
+}
+
 async function pollTop() {
   const t = await getJSON("api/top?n=15");
   fillTable("top-table", t.keys.map((k) => el("tr", { "data-key": k.key }, keyCell(k.key),
-    el("td", {}, k.queued), el("td", {}, k.error), el("td", {}, k.handoffs),
+    queuedCell(k), el("td", {}, k.handoffs),
     el("td", {}, k.handoffs ? fmtMs(Math.round(k.mean_wait_s * 1000)) : "–"), el("td", {}, k.timeouts),
-    el("td", {}, k.held ? "yes" : "no"), el("td", {}, k.waiters))), 8,
-    t.metrics ? "no contention yet" : "metrics off");
+    el("td", {}, k.held ? "yes" : "no"), el("td", {}, k.waiters))), 7,
+    t.metrics ? (t.uncertain ? "no key with a count worth showing" : "no contention yet") : "metrics off");
+  const note = $("top-note");
+  note.hidden = !t.uncertain;
+  note.textContent = t.uncertain ? t.uncertain + " more keys queued too few times to count (their counts would be mostly estimate); ~N is an estimate." : "";
+}
+
+// remoteOf says where a session is connected: its address when this node holds the
+// connection, "via leader" on a follower (sessions connect to the leader), else detached.
+function remoteOf(p) {
+  if (p.remote) return p.remote;
+  if (p.attached) return follower ? "via leader" : "connected";
+  return "detached" + (p.grace_left_ms ? " (" + fmtMs(p.grace_left_ms) + " left)" : "");
 }
 
 async function pollLocks() {
@@ -149,7 +194,7 @@ async function pollLocks() {
     el("td", {}, k.held ? k.token : "–"), el("td", {}, k.held ? fmtMs(k.lease_left_ms) : "–"),
     el("td", {}, k.held ? fmtMs(k.held_for_ms) : "–"),
     el("td", {}, k.holder ? k.holder.session + " #" + k.holder.session_no : (k.lock_delay_left_ms ? "lock-delay" : "–")),
-    el("td", {}, k.holder ? (k.holder.remote || "detached") : ""), el("td", { class: "waiting" }, k.waiter_count))), 7, "no locks");
+    el("td", {}, k.holder ? remoteOf(k.holder) : ""), el("td", { class: "waiting" }, k.waiter_count))), 7, "no locks");
 }
 
 async function inspectKey(key) {
@@ -166,7 +211,7 @@ async function inspectKey(key) {
       row("lease left", fmtMs(k.lease_left_ms));
       row("held for", fmtMs(k.held_for_ms));
       row("holder", k.holder.session + " #" + k.holder.session_no + " request " + k.holder.request_id +
-        (k.holder.remote ? " from " + k.holder.remote : " (detached)"));
+        (k.holder.remote ? " from " + k.holder.remote : " (" + remoteOf(k.holder) + ")"));
     } else {
       row("held", k.lock_delay_left_ms ? "no (lock-delay " + fmtMs(k.lock_delay_left_ms) + ")" : "no");
     }
@@ -178,7 +223,7 @@ async function inspectKey(key) {
     const body = el("tbody", {});
     for (const w of k.waiters) {
       body.append(el("tr", {}, el("td", {}, w.position), el("td", {}, w.session + " #" + w.session_no),
-        el("td", {}, w.remote || "detached"), el("td", {}, fmtMs(w.waited_ms)),
+        el("td", {}, remoteOf(w)), el("td", {}, fmtMs(w.waited_ms)),
         el("td", {}, w.wait_left_ms === null ? "no limit" : fmtMs(w.wait_left_ms)), el("td", {}, fmtMs(w.lease_ms))));
     }
     t.append(body);
@@ -188,13 +233,20 @@ async function inspectKey(key) {
   }
 }
 
+// portField: the number typed, or undefined (left out: the server's default) when empty; 0
+// goes as 0, which the server refuses.
+function portField(id) {
+  const v = $(id).value.trim();
+  return v === "" ? undefined : Number(v);
+}
+
 function genRequest() {
   const n = Number($("gen-nodes").value);
   return {
     nodes: n,
     hosts: $("gen-hosts").value.split(",").map((s) => s.trim()).filter(Boolean),
-    port: Number($("gen-port").value) || 0,
-    raft_port: Number($("gen-raft-port").value) || 0,
+    port: portField("gen-port"),
+    raft_port: portField("gen-raft-port"),
     data_dir: $("gen-data-dir").value.trim(),
     auth: $("gen-auth").checked,
     tls_cert: $("gen-tls-cert").value.trim(),
@@ -236,6 +288,7 @@ async function generate(ev) {
     }
     for (const note of plan.notes || []) out.append(el("p", { class: "muted" }, note));
   } catch (err) {
+    out.replaceChildren(); // the previous output does not stay under the error
     errBox.textContent = String(err.message || err);
     errBox.hidden = false;
   }

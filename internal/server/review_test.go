@@ -119,7 +119,14 @@ func TestReviewGrantDroppedFromOutputBufferIsRevoked(t *testing.T) {
 	if sc == nil {
 		t.Fatal("no server connection for the slow session")
 	}
-	waitFor(t, 5*time.Second, "the server's write to the slow client blocks", func() bool { return reviewWriteBlocked(sc, 100*time.Millisecond) })
+	// Blocked for certain: the server's write is stuck (its write mutex held) and the slow
+	// client's socket holds unread answers that stop growing (its receive window is full, so
+	// nothing more leaves the server). A write only held up by a busy CPU looked blocked to the
+	// first check alone on a loaded machine; the socket then took the grant.
+	waitFor(t, 5*time.Second, "the server's write to the slow client blocks", func() bool {
+		before := reviewUnread(t, slow.nc)
+		return before > 0 && reviewWriteBlocked(sc, 200*time.Millisecond) && reviewUnread(t, slow.nc) == before
+	})
 
 	// The hand-off goes to the slow session's output buffer (behind the blocked write).
 	released := time.Now()

@@ -13,8 +13,11 @@ import java.util.ArrayDeque;
 
 /**
  * One established connection (after WELCOME): a reader thread that decodes every frame and hands
- * it to the engine, and a writer thread that batches queued frames into one write. Neither thread
- * holds a lock during I/O; the queue's monitor guards only the queue.
+ * it to the engine, and a write queue drained by one thread at a time, in batches: by the caller
+ * that queued a request ({@link #flush()}, after it let go of the engine's lock: no thread hop
+ * on the request path), or else by the writer thread (frames queued by the client's own threads,
+ * which must never block on a full socket). No thread holds a lock during I/O; the queue's
+ * monitor guards only the queue and the drainer's claim.
  */
 final class Connection {
     /** Receives what the connection reads, and its end. */
@@ -34,6 +37,7 @@ final class Connection {
     private final String name;
     private final ArrayDeque<byte[]> queue = new ArrayDeque<>(); // guarded by queue
     private boolean closed; // guarded by queue
+    private boolean writing; // guarded by queue: a thread is draining the queue (only one at a time)
     private volatile long lastReceive = System.nanoTime();
 
     Connection(Dialer.Dialed d, Listener listener, String name) {
@@ -46,10 +50,10 @@ final class Connection {
     }
 
     void start() {
-        Thread r = new Thread(this::readLoop, "ticketing-reader-" + name);
+        Thread r = new Engine.IoThread(this::readLoop, "ticketing-reader-" + name);
         r.setDaemon(true);
         r.start();
-        Thread w = new Thread(this::writeLoop, "ticketing-writer-" + name);
+        Thread w = new Engine.IoThread(this::writeLoop, "ticketing-writer-" + name);
         w.setDaemon(true);
         w.start();
     }
@@ -59,14 +63,81 @@ final class Connection {
         return lastReceive;
     }
 
-    /** Queues a frame for the wire; frames go out in the order queued. */
+    /** Queues a frame for the wire, for the writer thread; frames go out in the order queued. */
     void enqueue(byte[] frame) {
+        enqueue(frame, true);
+    }
+
+    /**
+     * Queues a frame for the wire; frames go out in the order queued. With {@code wake} false the
+     * caller must call {@link #flush()} next (once it holds no lock): the writer thread is not woken.
+     */
+    void enqueue(byte[] frame, boolean wake) {
         synchronized (queue) {
             if (closed) {
                 return;
             }
             queue.add(frame);
-            queue.notifyAll();
+            if (wake && !writing) {
+                queue.notifyAll();
+            }
+        }
+    }
+
+    /**
+     * Writes what is queued in the calling thread, unless another thread is writing (it writes
+     * these frames too, before it lets go). Never call it holding a lock, nor from the client's own
+     * threads: a full socket blocks it.
+     */
+    void flush() {
+        synchronized (queue) {
+            if (writing || closed || queue.isEmpty()) {
+                return;
+            }
+            writing = true;
+        }
+        try {
+            drain();
+        } catch (IOException e) {
+            listener.onFailure(this, new ConnectionLostException("connection to " + endpoint + " lost: " + e.getMessage(), e));
+        }
+    }
+
+    /** With the claim ({@link #writing}) taken: writes batches until the queue is empty, then lets go. */
+    private void drain() throws IOException {
+        byte[][] frames = new byte[16][];
+        boolean ok = false;
+        try {
+            while (true) {
+                int count = 0;
+                synchronized (queue) {
+                    if (queue.isEmpty() || closed) {
+                        writing = false;
+                        ok = true;
+                        return;
+                    }
+                    int n = 0;
+                    while (!queue.isEmpty() && n < MAX_BATCH) {
+                        byte[] f = queue.poll();
+                        if (count == frames.length) {
+                            frames = java.util.Arrays.copyOf(frames, count * 2);
+                        }
+                        frames[count++] = f;
+                        n += f.length;
+                    }
+                }
+                for (int i = 0; i < count; i++) {
+                    out.write(frames[i]); // into the 64 KiB buffer; large frames go straight through
+                    frames[i] = null;
+                }
+                out.flush();
+            }
+        } finally {
+            if (!ok) {
+                synchronized (queue) {
+                    writing = false;
+                }
+            }
         }
     }
 
@@ -115,37 +186,18 @@ final class Connection {
     }
 
     private void writeLoop() {
-        byte[] batch = new byte[MAX_BATCH];
         try {
             while (true) {
-                int n = 0;
-                byte[] big = null;
                 synchronized (queue) {
-                    while (queue.isEmpty() && !closed) {
+                    while ((queue.isEmpty() || writing) && !closed) {
                         queue.wait();
                     }
                     if (closed) {
                         return;
                     }
-                    while (!queue.isEmpty()) {
-                        byte[] f = queue.peek();
-                        if (f.length > MAX_BATCH - n) {
-                            if (n == 0) {
-                                big = queue.poll();
-                            }
-                            break;
-                        }
-                        queue.poll();
-                        System.arraycopy(f, 0, batch, n, f.length);
-                        n += f.length;
-                    }
+                    writing = true;
                 }
-                if (big != null) {
-                    out.write(big);
-                } else {
-                    out.write(batch, 0, n);
-                }
-                out.flush();
+                drain();
             }
         } catch (IOException e) {
             listener.onFailure(this, new ConnectionLostException("connection to " + endpoint + " lost: " + e.getMessage(), e));

@@ -22,8 +22,6 @@ import java.util.concurrent.Executor;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
-import java.util.concurrent.SynchronousQueue;
-import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.net.ssl.SSLContext;
@@ -45,7 +43,7 @@ final class Engine implements Connection.Listener {
     final ClientOptions opts;
     final SuspendClock clock;
     final ScheduledThreadPoolExecutor timer;
-    private final ThreadPoolExecutor callbacks;
+    private final CallbackExecutor callbacks;
     private final List<Endpoint> endpoints;
     private final SSLContext ssl;
     private final SecureRandom random = new SecureRandom();
@@ -91,11 +89,30 @@ final class Engine implements Connection.Listener {
         }
         this.endpoints = List.copyOf(eps);
         this.ssl = opts.tls() == null ? null : Pem.context(opts.tls());
-        this.timer = new ScheduledThreadPoolExecutor(1, daemon("ticketing-timer-" + name));
+        this.timer = new ScheduledThreadPoolExecutor(1, io("ticketing-timer-" + name));
         this.timer.setRemoveOnCancelPolicy(true);
-        this.callbacks = new ThreadPoolExecutor(0, Integer.MAX_VALUE, 30, TimeUnit.SECONDS, new SynchronousQueue<>(),
-                daemon("ticketing-callback-" + name));
+        this.callbacks = new CallbackExecutor(daemon("ticketing-callback-" + name), timer);
         this.sessionId = newSessionId();
+    }
+
+    /**
+     * The client's own threads that must never block on a socket write (reader, writer, timer,
+     * connector): requests they send go through the writer thread. Any other thread that sends a
+     * request (the application's, a callback's) writes it itself, without a thread hop.
+     */
+    static final class IoThread extends Thread {
+        IoThread(Runnable r, String name) {
+            super(r, name);
+        }
+    }
+
+    private static java.util.concurrent.ThreadFactory io(String prefix) {
+        AtomicInteger n = new AtomicInteger();
+        return r -> {
+            Thread t = new IoThread(r, prefix + "-" + n.incrementAndGet());
+            t.setDaemon(true);
+            return t;
+        };
     }
 
     private static java.util.concurrent.ThreadFactory daemon(String prefix) {
@@ -314,7 +331,7 @@ final class Engine implements Connection.Listener {
         if (connector != null || closed || conn != null) {
             return;
         }
-        Thread t = new Thread(this::reconnectLoop, "ticketing-connect-" + name);
+        Thread t = new IoThread(this::reconnectLoop, "ticketing-connect-" + name);
         t.setDaemon(true);
         connector = t;
         t.start();
@@ -507,10 +524,12 @@ final class Engine implements Connection.Listener {
 
     /** Sends (or queues until connected) a request; returns its answer. */
     CompletableFuture<ResponseFrame> submit(Req r) {
-        List<Runnable> after = new ArrayList<>();
+        List<Runnable> after = null;
+        Connection flush = null;
         synchronized (mu) {
             if (closed || (closing && !r.internal)) {
                 r.done = true;
+                after = new ArrayList<>(2);
                 after.add(() -> r.answer.completeExceptionally(new ClosedException("the client is closed")));
                 after.add(() -> r.settled.complete(null));
             } else {
@@ -518,19 +537,35 @@ final class Engine implements Connection.Listener {
                     r.timer = timer.schedule(() -> onTimeout(r), opts.requestTimeout().toNanos(), TimeUnit.NANOSECONDS);
                 }
                 if (conn != null) {
-                    sendLocked(r);
+                    // The caller writes the frame itself once out of mu, unless it is one of the
+                    // client's own threads (those never block on the socket: the writer thread does).
+                    boolean here = !(Thread.currentThread() instanceof IoThread);
+                    sendLocked(r, !here);
+                    if (here) {
+                        flush = conn;
+                    }
                 } else {
                     unsent.add(r);
                     ensureConnecting();
                 }
             }
         }
-        after.forEach(Runnable::run);
+        if (after != null) {
+            after.forEach(Runnable::run);
+        }
+        if (flush != null) {
+            flush.flush();
+        }
         return r.answer;
     }
 
     /** mu must be held and conn set. Takes the next id (unless it has one) and queues the frame. */
     private void sendLocked(Req r) {
+        sendLocked(r, true);
+    }
+
+    /** As {@link #sendLocked(Req)}; with {@code wake} false the caller flushes the connection after mu. */
+    private void sendLocked(Req r, boolean wake) {
         if (r.id == 0) {
             r.id = nextId++;
             r.firstSent = clock.now();
@@ -544,7 +579,7 @@ final class Engine implements Connection.Listener {
             }
         }
         inflight.put(r.id, r);
-        conn.enqueue(r.encode());
+        conn.enqueue(r.encode(), wake);
     }
 
     private void onTimeout(Req r) {

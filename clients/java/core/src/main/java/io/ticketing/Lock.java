@@ -56,6 +56,7 @@ public final class Lock implements AutoCloseable {
     private boolean released;
     private boolean detached;
     private CompletableFuture<Void> releasing;
+    private boolean releasingDirect; // releasing completes on the reader thread (a blocking release)
     private ScheduledFuture<?> deadlineTimer;
     private ScheduledFuture<?> keepAliveTimer;
 
@@ -200,7 +201,8 @@ public final class Lock implements AutoCloseable {
      * @throws TicketingException for a timeout, a closed client, a lost connection...
      */
     public void release() {
-        TicketingClient.await(releaseAsync(), "release of " + Bytes.forMessage(key));
+        // This thread only waits on the future: completed with no hop through the callback threads.
+        TicketingClient.await(releaseAsync(false, true), "release of " + Bytes.forMessage(key));
     }
 
     /**
@@ -214,6 +216,15 @@ public final class Lock implements AutoCloseable {
 
     /** Releases; {@code internal} lets the client's own clean-up run while it closes. */
     CompletableFuture<Void> releaseAsync(boolean internal) {
+        return releaseAsync(internal, false);
+    }
+
+    /**
+     * {@code direct}: the result is completed in the thread that handles the answer, for a caller
+     * that only waits on it (never for a future the application gets: its stages must not run on
+     * the client's I/O threads).
+     */
+    private CompletableFuture<Void> releaseAsync(boolean internal, boolean direct) {
         LostReason lostBefore;
         CompletableFuture<Void> result = new CompletableFuture<>();
         checkDeadline();
@@ -222,6 +233,20 @@ public final class Lock implements AutoCloseable {
                 return CompletableFuture.completedFuture(null);
             }
             if (releasing != null) {
+                if (releasingDirect && !direct) {
+                    // The release in progress completes on the reader: the application's stages
+                    // get their own future, completed on a callback thread.
+                    CompletableFuture<Void> shared = releasing;
+                    CompletableFuture<Void> out = new CompletableFuture<>();
+                    shared.whenComplete((v, x) -> engine.callbackExecutor().execute(() -> {
+                        if (x == null) {
+                            out.complete(null);
+                        } else {
+                            out.completeExceptionally(TicketingClient.unwrap(x));
+                        }
+                    }));
+                    return out;
+                }
                 return releasing;
             }
             lostBefore = lostReason;
@@ -233,6 +258,7 @@ public final class Lock implements AutoCloseable {
                 cancelTimersLocked();
             } else {
                 releasing = result;
+                releasingDirect = direct;
             }
         }
         if (lostBefore != null) {
@@ -268,13 +294,18 @@ public final class Lock implements AutoCloseable {
                 error = TicketingClient.statusError(f, "release of " + describe(), key);
             }
             TicketingException e = error;
-            engine.callbackExecutor().execute(() -> {
+            Runnable complete = () -> {
                 if (e == null) {
                     result.complete(null);
                 } else {
                     result.completeExceptionally(e);
                 }
-            });
+            };
+            if (direct) {
+                complete.run();
+            } else {
+                engine.callbackExecutor().execute(complete);
+            }
         });
         return result;
     }

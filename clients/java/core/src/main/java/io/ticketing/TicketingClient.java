@@ -238,7 +238,9 @@ public final class TicketingClient implements AutoCloseable {
     }
 
     private Lock acquire(byte[] key, String text, AcquireOptions options) {
-        Pending p = start(key, text, options);
+        // The future is this thread's alone (nothing else can chain on it): it is completed where
+        // the answer is handled, with no hop through the callback threads.
+        Pending p = start(key, text, options, true);
         String shown = Bytes.forMessage(key);
         try {
             return p.lock.get();
@@ -294,7 +296,7 @@ public final class TicketingClient implements AutoCloseable {
      */
     public CompletableFuture<Lock> acquireAsync(String key, AcquireOptions options) {
         try {
-            return start(keyBytes(key), key, options).lock;
+            return start(keyBytes(key), key, options, false).lock;
         } catch (TicketingException e) {
             return CompletableFuture.failedFuture(e);
         }
@@ -310,7 +312,7 @@ public final class TicketingClient implements AutoCloseable {
     public CompletableFuture<Lock> acquireAsync(byte[] key, AcquireOptions options) {
         try {
             byte[] k = keyBytes(key);
-            return start(k, Bytes.printable(k), options).lock;
+            return start(k, Bytes.printable(k), options, false).lock;
         } catch (TicketingException e) {
             return CompletableFuture.failedFuture(e);
         }
@@ -427,7 +429,12 @@ public final class TicketingClient implements AutoCloseable {
     private record Pending(Req req, CompletableFuture<Lock> lock) {
     }
 
-    private Pending start(byte[] key, String text, AcquireOptions options) {
+    /**
+     * Sends an ACQUIRE. {@code direct}: the returned future is completed in the thread that handles
+     * the answer (the reader), for a caller that only waits on it; otherwise on a callback thread,
+     * so that the application's dependent stages never run on the client's I/O threads.
+     */
+    private Pending start(byte[] key, String text, AcquireOptions options, boolean direct) {
         if (options == null) {
             throw new InvalidArgumentException("acquire options are required (AcquireOptions.builder(lease))");
         }
@@ -436,6 +443,7 @@ public final class TicketingClient implements AutoCloseable {
             throw new AlreadyHeldException("this client already holds " + shown + " (refuseHeld)");
         }
         Req r = new Req(Op.ACQUIRE, key, 0, options.leaseMs(), options.waitMs(), false);
+        java.util.concurrent.Executor deliver = direct ? Runnable::run : engine.callbackExecutor();
         CompletableFuture<Lock> user = new CompletableFuture<>();
         user.whenComplete((v, e) -> {
             if (e instanceof CancellationException) {
@@ -445,7 +453,7 @@ public final class TicketingClient implements AutoCloseable {
         engine.submit(r).whenComplete((f, ex) -> {
             if (ex != null) {
                 TicketingException t = unwrap(ex);
-                engine.callbackExecutor().execute(() -> user.completeExceptionally(t));
+                deliver.execute(() -> user.completeExceptionally(t));
                 return;
             }
             if (f.status() != Status.OK.code()) {
@@ -455,18 +463,18 @@ public final class TicketingClient implements AutoCloseable {
                                 ? new ConnectionLostException("acquire of " + shown + " was interrupted by a lost "
                                         + "connection and the server holds nothing for it; acquire again")
                                 : statusError(f, "acquire of " + shown, key);
-                engine.callbackExecutor().execute(() -> user.completeExceptionally(t));
+                deliver.execute(() -> user.completeExceptionally(t));
                 return;
             }
             Lock lock = new Lock(engine, key, text, f.token(), f.leaseMs(), f.detail(), r.firstSent, options);
             if (!engine.register(lock, r.generation)) {
                 lock.markLost(LostReason.SERVER_RESTARTED);
-                engine.callbackExecutor().execute(() -> user.completeExceptionally(new ServerRestartedException(
+                deliver.execute(() -> user.completeExceptionally(new ServerRestartedException(
                         "the server restarted while acquire of " + shown + " was answered")));
                 return;
             }
             lock.start();
-            engine.callbackExecutor().execute(() -> {
+            deliver.execute(() -> {
                 if (!user.complete(lock)) {
                     lock.releaseAsync(); // cancelled meanwhile: give the grant back
                 }

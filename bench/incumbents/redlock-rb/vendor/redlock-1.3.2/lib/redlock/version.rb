@@ -1,0 +1,3 @@
+module Redlock
+  VERSION = '1.3.2'
+end

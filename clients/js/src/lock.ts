@@ -469,6 +469,11 @@ export class Lock extends EventEmitter {
    * and its timer set again: after a resume, lost fires within LOST_CHECK_MS.
    */
   static #checkSuspend(): void {
+    if (Lock.#watched.size === 0) {
+      if (Lock.#watch) clearInterval(Lock.#watch);
+      Lock.#watch = undefined;
+      return;
+    }
     clock.exactNow();
     if (clock.suspendedMs === Lock.#suspendSeen) return;
     Lock.#suspendSeen = clock.suspendedMs;
@@ -502,11 +507,9 @@ export class Lock extends EventEmitter {
   #stopTimers(): void {
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = undefined;
+    // The watch stops at its next tick once no lock is left (#checkSuspend): stopping and starting
+    // it with every lock would cost a timer per acquire for a client that holds one lock at a time.
     Lock.#watched.delete(this);
-    if (Lock.#watched.size === 0 && Lock.#watch) {
-      clearInterval(Lock.#watch);
-      Lock.#watch = undefined;
-    }
     this.#stopKeepAlive();
   }
 

@@ -236,8 +236,12 @@ export class Session {
     }
     this.#pendingUser++;
     this.#updateRef();
-    if (spec.timeoutMs > 0) call.timer = setTimeout(() => this.#onTimeout(call), spec.timeoutMs);
     this.#submit(call);
+    // An ACQUIRE written at once got its timer from #send (its wait timeout plus this one, or none
+    // for a wait without limit): one timer per call, not two.
+    if (spec.timeoutMs > 0 && !call.settled && (spec.op !== Op.ACQUIRE || call.state === 'queued')) {
+      call.timer = setTimeout(() => this.#onTimeout(call), spec.timeoutMs);
+    }
     return call;
   }
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from .constants import ACK_EVERY, SESSION_ID_SIZE, ExpiredReason, GoawayReason, LostReason, Op, Status
 from .exceptions import ConnectionLost, ServerRestarted, TicketingError, describe_key
-from .protocol import Request, Response, Welcome, encode_request
+from .protocol import Request, Response, Welcome, encode_request_fields
 
 __all__ = ["Call", "Session", "Expired", "Follow", "Restarted", "new_session_id"]
 
@@ -196,7 +196,7 @@ class Session:
         self._write(call, now)
 
     def _write(self, call: Call, now: float) -> None:
-        self.out += encode_request(call.request())
+        self.out += encode_request_fields(call.op, call.id, call.token, call.lease_ms, call.wait_ms, call.key)
         call.t_send = now
         call.may_have_run = True
         call.epoch = self.restarts

@@ -49,11 +49,15 @@ class Scheduler:
         """Run ``fn()`` at ``when`` on the lock clock (at once if it has passed)."""
         timer = Timer(when, fn)
         with self._cond:
-            heapq.heappush(self._heap, (when, next(self._seq), timer))
+            heap = self._heap
+            heapq.heappush(heap, (when, next(self._seq), timer))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            elif heap[0][2] is timer:
+                # The thread waits for the earliest timer only: wake it when this one is earlier
+                # (a wake-up per lock would cost a thread switch per acquire).
+                self._cond.notify()
         return timer
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> Timer:

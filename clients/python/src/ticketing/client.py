@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import logging
 import random
 import ssl as _ssl
@@ -478,11 +479,14 @@ class Client(ForkAware):
                  connect: bool = False) -> Response:
         """Submit ``call`` and wait for its answer up to ``timeout`` seconds (``connect``: fail
         it with the next connect round that fails, see :meth:`connect`)."""
-        ev = threading.Event()
-        call.callbacks.append(lambda _c: ev.set())
+        # A plain lock taken once and released by the answer's callback: a cheaper wake-up than
+        # threading.Event (no Condition, no waiter list).
+        done = _thread.allocate_lock()
+        done.acquire()
+        call.callbacks.append(lambda _c: done.release())
         self._submit(call, connect=connect)
         try:
-            answered = ev.wait(timeout)
+            answered = done.acquire(True, -1 if timeout is None else timeout)
         except BaseException:  # KeyboardInterrupt: withdraw it, release a grant that raced it
             self._locked(lambda: self._session.abandon(call, _clock.now()))
             if interruptible_cleanup:
@@ -536,7 +540,11 @@ class Client(ForkAware):
                 if connect:
                     self._connect_calls.append(call)
                 self._ensure_connector_locked(wake=connect or not self._ever_connected)
-            self._flush_locked()
+            conn = self._conn if self._session.out else None
+            if conn is not None:
+                conn.write(self._session.take_out(), defer=True)
+        if conn is not None:
+            conn.flush()  # from this thread, outside the lock (Connection.flush)
 
     def _locked(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` under the lock, write what it queued, then run what finished."""

@@ -1,6 +1,11 @@
 """One connection of the blocking client: the socket (plain or TLS), the handshake, a reader
 thread that hands every received frame to the client, and a writer thread that sends what the
-client queued, in order, never holding the client's lock during I/O.
+client queued, in order, never holding the client's lock during I/O. On a plain connection a
+caller's own thread may send instead (:meth:`Connection.write` with ``defer``, then
+:meth:`Connection.flush` once the client's lock is released): without blocking
+(``MSG_DONTWAIT``), everything queued so far, one sender at a time; what the socket does not take
+goes to the writer thread. A request then costs no hand-off to another thread, and with many
+callers one send carries the requests of several.
 
 TLS runs through an ``ssl.SSLObject`` over memory BIOs, so the reader thread and the writer
 thread never call into the same ``SSLSocket`` at once (OpenSSL objects are not safe for that).
@@ -35,6 +40,9 @@ __all__ = ["Connection", "dial"]
 log = logging.getLogger("ticketing")
 
 _RECV_SIZE = 65536
+#: ``send`` that never blocks, where the platform has it (not Windows): the fast path of
+#: :meth:`Connection.write`.
+_DONTWAIT: int = getattr(socket, "MSG_DONTWAIT", 0)
 
 
 class _PlainTransport:
@@ -280,9 +288,12 @@ class Connection:
         self._transport = transport
         self._on_frames = on_frames
         self._on_closed = on_closed
-        self._cond = threading.Condition()  # guards _out and _closed
+        self._cond = threading.Condition()  # guards _out, _sending and _closed
         self._out = bytearray()
+        self._sending = False  # a thread (the writer or a flush) is sending what it took from _out
         self._closed = False
+        # Plain TCP: write() may send at once without blocking (TLS goes through the writer).
+        self._direct_sock = transport.sock if _DONTWAIT and isinstance(transport, _PlainTransport) else None
         self._frames = FrameBuffer()
         self._leftover = leftover
         name = format_endpoint(endpoint)
@@ -299,13 +310,48 @@ class Connection:
         """The connection was closed (by either side)."""
         return self._closed
 
-    def write(self, data: bytes) -> None:
-        """Queue ``data`` for the writer thread (never blocks on the socket)."""
+    def write(self, data: bytes, *, defer: bool = False) -> None:
+        """Queue ``data`` to be sent after everything written before (the caller serialises its
+        calls, in the order of the bytes); never blocks on the socket. The writer thread sends
+        it, unless ``defer`` on a plain connection: then the caller must call :meth:`flush`
+        next, once it no longer holds its own lock."""
         with self._cond:
             if self._closed:
                 return
             self._out += data
-            self._cond.notify()
+            if not (defer and self._direct_sock is not None):
+                self._cond.notify()
+
+    def flush(self) -> None:
+        """Send what is queued from this thread, without blocking: one sender at a time (while
+        another sends, it takes these bytes next). What the socket does not take now, or a
+        failed send, is left to the writer thread (which reports the failure by closing the
+        connection)."""
+        sock = self._direct_sock
+        if sock is None:
+            return
+        for _ in range(4):  # a few rounds of the bytes others queued meanwhile, then the writer
+            with self._cond:
+                if self._closed or self._sending or not self._out:
+                    return
+                data = bytes(self._out)
+                self._out.clear()
+                self._sending = True
+            try:
+                sent = sock.send(data, _DONTWAIT)
+            except OSError:  # BlockingIOError: the socket's buffer is full; else the writer reports it
+                sent = 0
+            with self._cond:
+                self._sending = False
+                if sent < len(data):
+                    self._out[:0] = data[sent:]
+                    self._cond.notify()
+                    return
+                if not self._out:
+                    return
+        with self._cond:
+            if self._out:
+                self._cond.notify()
 
     def close(self, reason: str) -> None:
         """Close now (both threads end); ``on_closed`` runs once."""
@@ -333,17 +379,20 @@ class Connection:
     def _write_loop(self) -> None:
         while True:
             with self._cond:
-                while not self._out and not self._closed:
+                while (not self._out or self._sending) and not self._closed:
                     self._cond.wait()
                 if self._closed:
                     return
                 data = bytes(self._out)
                 self._out.clear()
+                self._sending = True
             try:
                 self._transport.sendall(data)
             except (OSError, _ssl.SSLError) as e:
                 self.close(f"connection lost while sending: {e}")
                 return
+            with self._cond:
+                self._sending = False
 
     def _read_loop(self) -> None:
         reason = "the server closed the connection"

@@ -54,7 +54,9 @@ class Lock:
         self._deadline = deadline  # on the lock clock (ticketing._clock)
         self._fire_at = deadline - lost_margin(granted_ms)  # when the lost signal fires
         self._extend_id = 0  # the request id of the EXTEND whose answer set the deadline
-        self._lost = threading.Event()
+        # threading.Events are made on first use (each costs a Condition): ``lost`` when asked
+        # for, the keep-alive's stop signal with the keep-alive.
+        self._lost: threading.Event | None = None
         self._lost_reason: LostReason | None = None
         self._deferred_lost: LostReason | None = None
         self._released = False
@@ -64,7 +66,8 @@ class Lock:
         self._release_mutex = threading.Lock()
         self._callbacks: list[Callable[[Lock], object]] = []
         self._timer: Timer | None = None
-        self._stop = threading.Event()
+        self._stop: threading.Event | None = None
+        self._stop_requested = False
         self._keepalive: threading.Thread | None = None
         self._hold_until: float | None = None
 
@@ -97,7 +100,13 @@ class Lock:
     def lost(self) -> threading.Event:
         """Set when the lock is lost (never by a release)."""
         self._check_deadline()
-        return self._lost
+        with self._mutex:
+            ev = self._lost
+            if ev is None:
+                ev = self._lost = threading.Event()
+                if self._lost_reason is not None:
+                    ev.set()
+        return ev
 
     @property
     def lost_reason(self) -> LostReason | None:
@@ -241,6 +250,10 @@ class Lock:
     def _start(self, keepalive: bool, max_hold: float | None) -> None:
         with self._mutex:
             self._schedule_locked()
+            if keepalive:
+                self._stop = threading.Event()
+                if self._stop_requested:
+                    self._stop.set()
         if keepalive:
             self._hold_until = None if max_hold is None else time.monotonic() + max_hold
             self._keepalive = threading.Thread(target=self._keepalive_loop, daemon=True,
@@ -325,7 +338,10 @@ class Lock:
             timer.cancel()
         self._stop_keepalive()
         self._client._unregister(self)
-        self._lost.set()
+        with self._mutex:
+            ev = self._lost
+        if ev is not None:
+            ev.set()
         log.info("lock on %s (token %d) lost: %s", describe_key(self._key_bytes), self._token, reason)
         for cb in callbacks:
             self._run_callback(cb)
@@ -337,7 +353,11 @@ class Lock:
             log.exception("on_lost callback failed")
 
     def _stop_keepalive(self) -> None:
-        self._stop.set()
+        with self._mutex:
+            self._stop_requested = True
+            stop = self._stop
+        if stop is not None:
+            stop.set()
 
     def _keepalive_loop(self) -> None:
         retry = False
@@ -351,6 +371,7 @@ class Lock:
                     log.info("keep-alive of %s stopped after max_hold", describe_key(self._key_bytes))
                     return
                 interval = min(interval, left)
+            assert self._stop is not None
             if self._stop.wait(max(interval, 0.001)):
                 return
             if self._hold_until is not None and time.monotonic() >= self._hold_until:

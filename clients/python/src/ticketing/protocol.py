@@ -82,19 +82,17 @@ _SERVER_LABEL = b"ticketing/1 server"
 _ZERO_PROOF = bytes(PROOF_SIZE)
 
 
+_OPS: dict[int, int] = {int(m): m for m in Op}
+_STATUSES: dict[int, int] = {int(m): m for m in Status}
+
+
 def _op(value: int) -> int:
     """``Op(value)`` when known, else the plain int (an unknown op is echoed as received)."""
-    try:
-        return Op(value)
-    except ValueError:
-        return value
+    return _OPS.get(value, value)
 
 
 def _status(value: int) -> int:
-    try:
-        return Status(value)
-    except ValueError:
-        return value
+    return _STATUSES.get(value, value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +131,17 @@ class Response:
 
 def encode_request(r: Request) -> bytes:
     """The bytes of request ``r``."""
-    n = len(r.key)
+    return encode_request_fields(r.op, r.id, r.token, r.lease_ms, r.wait_ms, r.key, r.flags)
+
+
+def encode_request_fields(op: int, id: int, token: int, lease_ms: int, wait_ms: int, key: bytes,
+                          flags: int = 0) -> bytes:
+    """The bytes of a request with these fields (:func:`encode_request` without building a
+    :class:`Request`: the clients' hot path)."""
+    n = len(key)
     if n > MAX_KEY_LEN:
         raise ValueError(f"key longer than {MAX_KEY_LEN} bytes")
-    return _HEADER.pack(HEADER_SIZE - 4 + n, r.op, r.flags, n, r.id, r.token, r.lease_ms, r.wait_ms) + r.key
+    return _HEADER.pack(HEADER_SIZE - 4 + n, op, flags, n, id, token, lease_ms, wait_ms) + key
 
 
 def encode_response(r: Response) -> bytes:
@@ -197,24 +202,52 @@ class FrameBuffer:
         self._max = max_data
 
     def feed(self, data: bytes) -> list[Response]:
-        """Add ``data``; return every response now complete (raises :class:`ProtocolError`)."""
+        """Add ``data``; return every response now complete (raises :class:`ProtocolError`).
+
+        The checks and the frames are those of :func:`frame_size` and :func:`decode_response`,
+        inlined: this runs for every frame received."""
         buf = self._buf
-        buf += data
+        # Usually nothing is buffered: decode straight from ``data`` and keep only a partial
+        # frame at its end.
+        src: bytes | bytearray
+        if buf:
+            buf += data
+            src = buf
+        else:
+            src = data
         out: list[Response] = []
         pos = 0
-        while True:
-            view = memoryview(buf)[pos:]
-            try:
-                size = frame_size(view, self._max)
-                if size is None or len(view) < size:
+        end = len(src)
+        limit = HEADER_SIZE - 4 + min(self._max, MAX_KEY_LEN)
+        unpack_len = _LEN.unpack_from
+        unpack = _HEADER.unpack_from
+        ops, statuses = _OPS, _STATUSES
+        try:
+            while end - pos >= 4:
+                length: int = unpack_len(src, pos)[0]
+                if length < HEADER_SIZE - 4:
+                    raise ProtocolError(f"frame length {length} below the {HEADER_SIZE}-byte header", "length")
+                if length > limit:
+                    raise ProtocolError(f"frame length {length} above the limit", "too_large")
+                size = 4 + length
+                if end - pos < size:
                     break
-                resp, _ = decode_response(view, self._max)
-            finally:
-                view.release()
-            out.append(resp)
-            pos += size
-        if pos:
-            del buf[:pos]
+                f = unpack(src, pos)
+                if f[3] != size - HEADER_SIZE:
+                    raise ProtocolError("variable-part length disagrees with the frame length", "length")
+                payload = bytes(src[pos + HEADER_SIZE:pos + size]) if f[3] else b""
+                out.append(Response(ops.get(f[1], f[1]), statuses.get(f[2], f[2]), f[4], f[5], f[6], f[7],
+                                    payload))
+                pos += size
+        except BaseException:
+            if src is not buf:
+                buf += data  # as if it had been buffered first
+            raise
+        if src is buf:
+            if pos:
+                del buf[:pos]
+        elif pos < end:
+            buf += src[pos:]
         return out
 
     def __len__(self) -> int:

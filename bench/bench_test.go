@@ -258,7 +258,9 @@ func TestPipeFollowsSessionRules(t *testing.T) {
 		t.Fatal(p)
 	default:
 	}
-	if res.ops < 4000 || s.acks.Load() < 5 || res.errs != 0 || res.acqHist.TotalCount() == 0 {
+	// The rules need a few ACKs, not a rate: 1,000 ops (about 3,500 on a 2-vCPU machine with a
+	// load average of 19, where 4,000 failed) already carry several.
+	if res.ops < 1000 || s.acks.Load() < 5 || res.errs != 0 || res.acqHist.TotalCount() == 0 {
 		t.Fatalf("%d ops, %d errors, %d ACKs, %d acquires timed: the run did not exercise the rules",
 			res.ops, res.errs, s.acks.Load(), res.acqHist.TotalCount())
 	}

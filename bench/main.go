@@ -20,8 +20,9 @@
 //	          successful acquire, several trials (Ticketing and etcd)
 //	faults    the same with the official Go and Python clients, by fault kind: SIGKILL and
 //	          SIGSTOP of the leader (bench/faults.go)
-//	clients   pipelined acquire+release pairs/s of each client library on one connection
-//	          (the harness's raw Go driver, clients/go, clients/rust, clients/c), same server
+//	clients   acquire+release pairs/s of each client library (one client object, N concurrent
+//	          callers) and of each ecosystem's incumbent lock library on Redis, against the
+//	          harness's raw driver: the programs of clients.registry (bench/clients.go)
 //	metrics   (a) with the server's metrics off and on, when the server has a metrics setting
 //
 // With -baseline, the report also compares every Ticketing figure with that earlier run.
@@ -72,13 +73,13 @@ type options struct {
 	failoverTrials int
 	etcdAttempt    time.Duration
 
-	clients        []string
-	clientInFlight int
-	clientDuration time.Duration
-	serverCPUs     string
-	goClientBin    string
-	rustBench      string
-	cBench         string
+	clients            []string
+	callers            []int
+	clientRegistry     string
+	clientBuildTimeout time.Duration
+	clientBuildDir     string
+	clientDuration     time.Duration
+	serverCPUs         string
 
 	metricsEnv    string
 	metricsOffEnv string
@@ -119,13 +120,13 @@ func main() {
 	flag.StringVar(&o.raftStore, "raft-store", "", "TICKETING_RAFT_STORE of the Ticketing cluster (wal or bolt; empty: the server's default)")
 	flag.IntVar(&o.failoverTrials, "failover-trials", 7, "leader kills per system in the failover workload")
 	flag.DurationVar(&o.etcdAttempt, "etcd-attempt-timeout", 250*time.Millisecond, "failover: bound on each etcd Lock/Unlock call of the looping client")
-	var clients string
-	flag.StringVar(&clients, "clients", "go-raw,go,rust,c", "client libraries for the clients workload")
-	flag.IntVar(&o.clientInFlight, "client-in-flight", 64, "clients workload: acquire+release pairs in flight on the one connection")
-	flag.DurationVar(&o.clientDuration, "client-duration", 0, "clients workload: time per run (default: -duration)")
-	flag.StringVar(&o.goClientBin, "go-client-bench", "", "clients workload: prebuilt bench/goclient program (default: build it)")
-	flag.StringVar(&o.rustBench, "rust-bench", "", "clients workload: prebuilt clients/rust bench example (default: cargo build --release --example bench)")
-	flag.StringVar(&o.cBench, "c-bench", "", "clients workload: prebuilt clients/c ticketing-bench (default: build it with cmake)")
+	var clients, callers string
+	flag.StringVar(&clients, "clients", "all", "clients workload: rows of -client-registry to run, comma-separated (all: every row)")
+	flag.StringVar(&callers, "callers", "1,16", "clients workload: concurrent callers on the one client object, comma-separated (go-raw: pairs in flight on its one connection)")
+	flag.StringVar(&o.clientRegistry, "client-registry", "clients.registry", "clients workload: the registry of benchmark programs")
+	flag.StringVar(&o.clientBuildDir, "client-build-dir", filepath.Join("results", "tmp", "progs"), "clients workload: where each folder's bench-build.sh builds (OUTDIR: this dir/FOLDER), kept between runs so that later builds are quick")
+	flag.DurationVar(&o.clientBuildTimeout, "client-build-timeout", 10*time.Minute, "clients workload: bound on each folder's bench-build.sh")
+	flag.DurationVar(&o.clientDuration, "client-duration", 0, "clients workload: counted time per run, after each program's 1 s of warm-up (default: -duration)")
 	flag.StringVar(&o.serverCPUs, "server-cpus", "", "start every server under test on these CPUs only (taskset -c LIST, e.g. 0); run the harness itself under taskset on the others, so that the load generator and the server each have their own cores (default: both share every CPU)")
 	flag.StringVar(&o.metricsEnv, "metrics-env", "auto", "metrics workload: server environment that turns metrics on, comma-separated K=V; auto: find a metrics setting in `ticketing server -h`; empty: skip")
 	flag.StringVar(&o.metricsOffEnv, "metrics-off-env", "", "metrics workload: environment for metrics off (with an explicit -metrics-env; default: none)")
@@ -133,6 +134,7 @@ func main() {
 	flag.StringVar(&o.baseline, "baseline", "baseline/previous.json", "an earlier run's latest.json to compare Ticketing's figures with (empty: none)")
 	flag.Parse()
 	o.clients = splitList(clients)
+	o.callers = intList("-callers", callers)
 	if o.clientDuration <= 0 {
 		o.clientDuration = o.duration
 	}
@@ -153,8 +155,8 @@ func main() {
 	if o.repeat < 1 || o.depth < 1 || o.keys < 1 || o.workers < 1 {
 		fatalf("-repeat, -depth, -keys and -workers must be at least 1")
 	}
-	if o.clusterNodes < 1 || o.clusterConns < 1 || o.failoverTrials < 1 || o.clientInFlight < 1 || o.metricsConns < 1 {
-		fatalf("-cluster-nodes, -cluster-conns, -failover-trials, -client-in-flight and -metrics-conns must be at least 1")
+	if o.clusterNodes < 1 || o.clusterConns < 1 || o.failoverTrials < 1 || o.metricsConns < 1 {
+		fatalf("-cluster-nodes, -cluster-conns, -failover-trials and -metrics-conns must be at least 1")
 	}
 	for _, c := range append(append(o.conns, o.fairConns...), o.clusterConns, o.metricsConns) {
 		if c*o.depth > o.keys {
@@ -227,11 +229,13 @@ func run(o *options) error {
 		}
 	}
 	need := map[string][]string{"redis": {"redis-server", "redis-benchmark"}, "etcd": {"etcd"}}
-	for _, c := range o.clients {
-		switch c {
-		case "go-raw", "go", "rust", "c":
-		default:
-			return fmt.Errorf("unknown client %q (want go-raw, go, rust, c)", c)
+	if o.workloads["clients"] {
+		reg, err := loadRegistry(o.clientRegistry)
+		if err != nil {
+			return err
+		}
+		if _, err := selectClients(reg, o.clients); err != nil {
+			return err
 		}
 	}
 	for _, s := range o.systems {
@@ -290,7 +294,9 @@ func run(o *options) error {
 	defer b.stopAll()
 
 	if o.workloads["clients"] && has(o.systems, "ticketing") {
-		b.buildClients() // before any measurement: builds take the CPU
+		if err := b.buildClients(); err != nil { // before any measurement: builds take the CPU
+			return err
+		}
 	}
 	if o.workloads["a"] || o.workloads["fair"] || o.workloads["b"] || o.workloads["c"] || o.workloads["d"] || o.workloads["e"] {
 		for _, s := range o.systems {

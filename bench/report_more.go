@@ -32,37 +32,7 @@ func (b *bench) markdownMore() string {
 		}
 	}
 	if o.workloads["clients"] {
-		w("### Clients: pipelined acquire+release pairs on one connection, %d in flight, %v per run, same server build, fresh server per run%s\n\n",
-			o.clientInFlight, o.clientDuration, b.loadNote("clients"))
-		goRec, rawRec := b.findClient("go"), b.findClient("go-raw")
-		w("| client | pairs/s | ops/s | runs (pairs/s) | vs Go client | vs raw driver | client CPU | server CPU | client CPU per pair | vs raw, per round: pairs/s | vs raw, per round: CPU per pair | errors | how |\n|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
-		for _, name := range o.clients {
-			r := b.findClient(name)
-			if r == nil {
-				continue
-			}
-			if r.Skipped != "" {
-				w("| %s | — | — | | | | | | | | | | skipped: %s |\n", name, r.Skipped)
-				continue
-			}
-			vsGo, vsRaw := "", ""
-			if goRec != nil && goRec.PairsPerSec > 0 {
-				vsGo = ratio(r.PairsPerSec, goRec.PairsPerSec)
-			}
-			if rawRec != nil && rawRec.PairsPerSec > 0 {
-				vsRaw = ratio(r.PairsPerSec, rawRec.PairsPerSec)
-			}
-			perRound, perRoundCPU := "", ""
-			if r.VsRawPairs > 0 {
-				perRound, perRoundCPU = fmt.Sprintf("%.2fx", r.VsRawPairs), fmt.Sprintf("%.2fx", r.VsRawCPUPerPair)
-			}
-			w("| %s | %.0f | %.0f | %s | %s | %s | %.2f | %.2f | %.3f µs | %s | %s | %d | %s |\n", name, r.PairsPerSec, r.OpsPerSec, kopsList(r.Runs), vsGo, vsRaw, r.ClientCPU, r.ServerCPU, r.CPUPerPairUS, perRound, perRoundCPU, r.Errors, r.Note)
-		}
-		share := fmt.Sprintf("the client and the server share the machine's %d CPUs, so a client that needs more CPU per pair leaves less to the server", b.meta.CPUs)
-		if o.serverCPUs != "" {
-			share = fmt.Sprintf("the server ran on CPUs %s only, the client on the CPUs the harness was started on", o.serverCPUs)
-		}
-		w("\nCPU in cores over the run; %s. \"Per round\": the median over the rounds of the client's figure divided by the raw driver's in the same round (the clients run one after another in each round), which cancels the machine's drift between rounds.\n\n", share)
+		w("%s", b.clientsMarkdown())
 	}
 	if o.workloads["cluster"] {
 		w("### Cluster: %d-member Ticketing beside %d-member etcd%s\n\n", o.clusterNodes, o.clusterNodes, b.loadNote("cluster"))
@@ -131,15 +101,6 @@ func (b *bench) markdownMore() string {
 	return s.String()
 }
 
-func (b *bench) findClient(name string) *Record {
-	for _, r := range b.records {
-		if r.Workload == "client_pipelined" && r.Client == name {
-			return r
-		}
-	}
-	return nil
-}
-
 // targetsMore are the target rows of the cluster, failover, clients and metrics workloads.
 func (b *bench) targetsMore() string {
 	o := b.o
@@ -175,13 +136,7 @@ func (b *bench) targetsMore() string {
 		}
 	}
 	if o.workloads["clients"] {
-		if g := b.findClient("go"); g != nil && g.PairsPerSec > 0 {
-			for _, name := range o.clients {
-				if r := b.findClient(name); r != nil && name != "go" && r.PairsPerSec > 0 {
-					w("| clients: %s vs the Go client, pairs/s (no target: \"not the bottleneck\") | %s | |\n", name, ratio(r.PairsPerSec, g.PairsPerSec))
-				}
-			}
-		}
+		w("%s", b.clientTargets())
 	}
 	if o.workloads["metrics"] {
 		var off, on *Record

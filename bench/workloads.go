@@ -29,7 +29,7 @@ type bench struct {
 	mu       sync.Mutex
 	servers  map[string]*server
 	clusters []cluster
-	progs    map[string]*clientProg
+	progs    []*clientProg // the clients workload's programs, in the registry's order
 	seq      int
 }
 

@@ -500,7 +500,9 @@ class IntegrationTest < Minitest::Test
     err = assert_raises(Ticketing::LockLostError) { lock.release }
     assert_operator now - started, :<, 0.5
     assert_equal :expired, err.reason
-    refute r.inspect_key("k").held?
+    # The server's lease counts from its receipt of the acquire, the client's lost signal from
+    # the send: on a loaded machine the server may hold the lock a little longer.
+    assert(eventually(2) { !r.inspect_key("k").held? }, "the lease ends on the server too")
   end
 
   def test_startup_wait_shows

@@ -12,7 +12,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import { chromium } from "playwright-core";
+import { launchBrowser, stop } from "./helpers.mjs";
 
 const BIN = process.env.TICKETING_BIN;
 const FIXTURE = process.env.FIXTURE_BIN;
@@ -41,15 +41,6 @@ async function threePorts(taken) {
     if ((await portFree(p)) && (await portFree(p + 1)) && (await portFree(p + 2))) return p;
   }
   throw new Error("no three free ports in a row");
-}
-
-function stop(child) {
-  return new Promise((resolve) => {
-    if (!child || child.exitCode !== null || child.signalCode !== null) return resolve();
-    const timer = setTimeout(() => child.kill("SIGKILL"), 10000);
-    child.once("exit", () => { clearTimeout(timer); resolve(); });
-    process.kill(child.pid, "SIGTERM");
-  });
 }
 
 async function getJSON(url) {
@@ -93,14 +84,7 @@ before(async () => {
     const timer = setTimeout(() => reject(new Error("fixture not ready within 30 s")), 30000);
     createInterface({ input: fixture.stdout }).on("line", (l) => { if (l === "ready") { clearTimeout(timer); resolve(); } });
   });
-  profile = mkdtempSync(join(tmpdir(), "chromium-profile-"));
-  browser = await chromium.launchPersistentContext(profile, {
-    executablePath: "/usr/bin/chromium",
-    headless: true,
-    viewport: { width: 1280, height: 1800 },
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  ({ browser, profile } = await launchBrowser(1800));
 });
 
 after(async () => {

@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import { chromium } from "playwright-core";
+import { launchBrowser, stop } from "./helpers.mjs";
 
 const BIN = process.env.TICKETING_BIN;
 const FIXTURE = process.env.FIXTURE_BIN;
@@ -32,15 +32,6 @@ function waitForLine(stream, re, ms, what) {
   });
 }
 
-function stop(child) {
-  return new Promise((resolve) => {
-    if (!child || child.exitCode !== null || child.signalCode !== null) return resolve();
-    const timer = setTimeout(() => child.kill("SIGKILL"), 10000);
-    child.once("exit", () => { clearTimeout(timer); resolve(); });
-    process.kill(child.pid, "SIGTERM");
-  });
-}
-
 before(async () => {
   dataDir = mkdtempSync(join(tmpdir(), "ticketing-adminpage-"));
   server = spawn(BIN, ["server", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--data-dir", dataDir],
@@ -55,15 +46,7 @@ before(async () => {
   admin = "http://" + adminLine[1];
   fixture = spawn(FIXTURE, [addr], { stdio: ["ignore", "pipe", "inherit"] });
   await waitForLine(fixture.stdout, /^ready$/, 30000, "fixture ready");
-  // A fresh profile directory (--user-data-dir, which playwright passes itself).
-  profile = mkdtempSync(join(tmpdir(), "chromium-profile-"));
-  browser = await chromium.launchPersistentContext(profile, {
-    executablePath: "/usr/bin/chromium",
-    headless: true,
-    viewport: { width: 1280, height: 2200 },
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  ({ browser, profile } = await launchBrowser(2200));
 });
 
 after(async () => {

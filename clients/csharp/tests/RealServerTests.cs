@@ -79,6 +79,24 @@ namespace Ticketing.Tests
             }
         }
 
+        /// <summary>
+        /// A grant whose caller continuation runs after the client was closed fails with
+        /// ClosedException, not ServerRestartedException: the exit-check program once exited 1
+        /// under two CPU hogs when an answer came, Dispose ran, and then the acquire's continuation
+        /// found the engine closed and reported a restart that never happened.
+        /// </summary>
+        [Test]
+        public void GrantAdoptedAfterCloseFailsAsClosed()
+        {
+            TicketingClient c = Client();
+            byte[] key = System.Text.Encoding.UTF8.GetBytes("adopt-after-close");
+            var r = new Request(Op.Acquire, key, 0, 5000, 0, false);
+            var f = new ResponseFrame(Op.Acquire, Status.Ok, 1, 7, 5000, 0, null);
+            c.Dispose();
+            var e = Assert.Throws<ClosedException>(() => c.Adopt(key, "adopt-after-close", r, f, new AcquireOptions(TimeSpan.FromSeconds(5))));
+            StringAssert.Contains("closed while acquire of adopt-after-close was answered", e.Message);
+        }
+
         [Test]
         public async Task AcquireInspectRelease()
         {

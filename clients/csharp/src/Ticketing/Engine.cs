@@ -422,20 +422,38 @@ namespace Ticketing
 
         // ---- locks ----
 
+        /// <summary>Why <see cref="Register"/> refused a granted lock.</summary>
+        internal enum Refusal
+        {
+            /// <summary>Registered: not refused.</summary>
+            None,
+
+            /// <summary>The client was closed (or is closing) while the grant was being handled.</summary>
+            Closed,
+
+            /// <summary>The grant belongs to a lock state that is gone (the server restarted meanwhile).</summary>
+            Restarted,
+        }
+
         /// <summary>
-        /// Registers a granted lock; false when it belongs to a lock state that is gone (the server
-        /// restarted while the grant was being handled).
+        /// Registers a granted lock, or says why not: the client closed, or the server restarted,
+        /// while the grant was being handled (the caller's continuation runs after the answer, so
+        /// either may come first).
         /// </summary>
-        internal bool Register(TicketingLock l, long requestGeneration)
+        internal Refusal Register(TicketingLock l, long requestGeneration)
         {
             lock (_mu)
             {
-                if (_closed || requestGeneration != _generation)
+                if (_closed || _closing)
                 {
-                    return false;
+                    return Refusal.Closed;
+                }
+                if (requestGeneration != _generation)
+                {
+                    return Refusal.Restarted;
                 }
                 _held[l.Token] = l;
-                return true;
+                return Refusal.None;
             }
         }
 

@@ -371,13 +371,41 @@ namespace Ticketing
                 }
                 throw StatusError(f, "acquire of " + text);
             }
+            return Adopt(key, text, r, f, o);
+        }
+
+        /// <summary>
+        /// Turns an acquire's grant into a held lock, unless the client closed or the server
+        /// restarted between the answer and this continuation.
+        /// </summary>
+        internal TicketingLock Adopt(byte[] key, string text, Request r, ResponseFrame f, AcquireOptions o)
+        {
             // Whichever transmission the answer is for, detail counts from the request's first
             // arrival, which came after its first send (PROTOCOL.md, "The lost signal").
             var l = new TicketingLock(_engine, key, f.Token, f.LeaseMs, f.Detail, r.FirstSent, o);
-            if (!_engine.Register(l, r.Generation))
+            switch (_engine.Register(l, r.Generation))
             {
-                l.MarkLost(LostReason.ServerRestarted);
-                throw new ServerRestartedException("the server restarted while acquire of " + text + " was answered");
+                case Engine.Refusal.Closed:
+                    // Close took its list of held locks before this grant was adopted: the lock
+                    // runs out its lease on the server, or is released here when the client was
+                    // to release on close and its connection is still open (best effort).
+                    if (_engine.Opts.ReleaseOnClose)
+                    {
+                        try
+                        {
+                            l.ReleaseInternalAsync(true).ContinueWith(t => { var ignored = t.Exception; }, TaskContinuationOptions.ExecuteSynchronously);
+                        }
+                        catch (TicketingException)
+                        {
+                            // closed already: the lease runs out
+                        }
+                    }
+                    throw new ClosedException("the client was closed while acquire of " + text + " was answered; the lock "
+                        + (_engine.Opts.ReleaseOnClose ? "is released if the connection is still open, else it " : "")
+                        + "runs out its lease on the server");
+                case Engine.Refusal.Restarted:
+                    l.MarkLost(LostReason.ServerRestarted);
+                    throw new ServerRestartedException("the server restarted while acquire of " + text + " was answered");
             }
             l.Start();
             return l;

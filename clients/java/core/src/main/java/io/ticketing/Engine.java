@@ -921,14 +921,28 @@ final class Engine implements Connection.Listener {
 
     // ---- locks ----
 
+    /** Why {@link #register} refused a granted lock. */
+    enum Refusal {
+        /** Registered: not refused. */
+        NONE,
+        /** The client was closed (or is closing) while the grant was being handled. */
+        CLOSED,
+        /** The grant belongs to a lock state that is gone (the server restarted meanwhile). */
+        RESTARTED,
+    }
+
     /**
-     * Registers a granted lock; returns false when it belongs to a lock state that is gone (the
-     * server restarted while the grant was being handled).
+     * Registers a granted lock, or says why not: the client closed, or the server restarted,
+     * while the grant was being handled (the caller's completion runs after the answer, so either
+     * may come first).
      */
-    boolean register(Lock l, long requestGeneration) {
+    Refusal register(Lock l, long requestGeneration) {
         synchronized (mu) {
-            if (closed || requestGeneration != generation) {
-                return false;
+            if (closed || closing) {
+                return Refusal.CLOSED;
+            }
+            if (requestGeneration != generation) {
+                return Refusal.RESTARTED;
             }
             held.put(l.token(), l);
             if (lostCheck == null) {
@@ -936,7 +950,7 @@ final class Engine implements Connection.Listener {
                 lostCheck = timer.scheduleWithFixedDelay(this::checkDeadlines, Protocol.LOST_CHECK_MS,
                         Protocol.LOST_CHECK_MS, TimeUnit.MILLISECONDS);
             }
-            return true;
+            return Refusal.NONE;
         }
     }
 

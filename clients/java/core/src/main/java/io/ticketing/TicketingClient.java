@@ -466,14 +466,13 @@ public final class TicketingClient implements AutoCloseable {
                 deliver.execute(() -> user.completeExceptionally(t));
                 return;
             }
-            Lock lock = new Lock(engine, key, text, f.token(), f.leaseMs(), f.detail(), r.firstSent, options);
-            if (!engine.register(lock, r.generation)) {
-                lock.markLost(LostReason.SERVER_RESTARTED);
-                deliver.execute(() -> user.completeExceptionally(new ServerRestartedException(
-                        "the server restarted while acquire of " + shown + " was answered")));
+            Lock lock;
+            try {
+                lock = adopt(key, text, shown, r, f, options);
+            } catch (TicketingException t) {
+                deliver.execute(() -> user.completeExceptionally(t));
                 return;
             }
-            lock.start();
             deliver.execute(() -> {
                 if (!user.complete(lock)) {
                     lock.releaseAsync(); // cancelled meanwhile: give the grant back
@@ -481,6 +480,33 @@ public final class TicketingClient implements AutoCloseable {
             });
         });
         return new Pending(r, user);
+    }
+
+    /**
+     * Turns an acquire's grant into a held lock, unless the client closed or the server restarted
+     * between the answer and this completion (it runs after the answer, so either may come first).
+     */
+    Lock adopt(byte[] key, String text, String shown, Req r, ResponseFrame f, AcquireOptions options) {
+        Lock lock = new Lock(engine, key, text, f.token(), f.leaseMs(), f.detail(), r.firstSent, options);
+        switch (engine.register(lock, r.generation)) {
+            case CLOSED -> {
+                // close() took its list of held locks before this grant was adopted: the lock runs
+                // out its lease on the server, or is released here when the client was to release
+                // on close and its connection is still open (best effort).
+                if (engine.opts.releaseOnClose()) {
+                    lock.releaseAsync(true);
+                }
+                throw new ClosedException("the client was closed while acquire of " + shown + " was answered; the lock "
+                        + (engine.opts.releaseOnClose() ? "is released if the connection is still open, else it " : "")
+                        + "runs out its lease on the server");
+            }
+            case RESTARTED -> {
+                lock.markLost(LostReason.SERVER_RESTARTED);
+                throw new ServerRestartedException("the server restarted while acquire of " + shown + " was answered");
+            }
+            case NONE -> lock.start();
+        }
+        return lock;
     }
 
     /**

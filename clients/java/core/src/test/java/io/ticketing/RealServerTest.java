@@ -88,6 +88,25 @@ class RealServerTest {
         lock.release(); // again: nothing
     }
 
+    /**
+     * A grant whose completion runs after the client was closed fails with ClosedException, not
+     * ServerRestartedException (the C# client's exit check once got a "restart" that never
+     * happened when close came between the answer and the grant's adoption; this client had the
+     * same window).
+     */
+    @Test
+    void grantAdoptedAfterCloseFailsAsClosed() {
+        TicketingClient c = client();
+        byte[] key = "adopt-after-close".getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        Req r = new Req(io.ticketing.protocol.Op.ACQUIRE, key, 0, 5000, 0, false);
+        var f = new io.ticketing.protocol.ResponseFrame(io.ticketing.protocol.Op.ACQUIRE.code(),
+                io.ticketing.protocol.Status.OK.code(), 1, 7, 5000, 0, new byte[0]);
+        c.close();
+        ClosedException e = assertThrows(ClosedException.class, () -> c.adopt(key, "adopt-after-close",
+                "\"adopt-after-close\"", r, f, AcquireOptions.of(Duration.ofSeconds(5), Duration.ZERO)));
+        assertTrue(e.getMessage().contains("closed while acquire of"), e.getMessage());
+    }
+
     @Test
     void tryAcquireAndWaitTimeout() throws Exception {
         TicketingClient r = client();

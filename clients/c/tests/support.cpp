@@ -486,6 +486,12 @@ FakeServer::FakeServer()
 
 FakeServer::~FakeServer() { close(fd_); }
 
+bool FakeServer::pending(std::chrono::milliseconds timeout)
+{
+    pollfd p{fd_, POLLIN, 0};
+    return poll(&p, 1, static_cast<int>(timeout.count())) > 0;
+}
+
 std::unique_ptr<FakeConn> FakeServer::accept(std::chrono::milliseconds timeout)
 {
     pollfd p{fd_, POLLIN, 0};

@@ -131,6 +131,7 @@ public:
     ~FakeServer();
     std::string addr() const { return "127.0.0.1:" + std::to_string(port_); }
     std::unique_ptr<FakeConn> accept(std::chrono::milliseconds timeout = 5000ms);
+    bool pending(std::chrono::milliseconds timeout); ///< a connection is waiting to be accepted
 
 private:
     int fd_ = -1;

@@ -90,7 +90,26 @@ struct Connected {
             return cl;
         });
         conn = fs.accept();
-        hello = conn->handshake(state, false, grace);
+        try {
+            hello = conn->handshake(state, false, grace);
+        } catch (const std::runtime_error &) {
+            // the client gave this connection up: see below
+        }
+        // On a loaded machine the client may give a connection up (its handshake must finish
+        // within 2 s of the TCP connection) and dial again: answer each new connection until
+        // its connect returns; the last one answered is the client's.
+        auto until = std::chrono::steady_clock::now() + 30s;
+        while (fut.wait_for(0ms) != std::future_status::ready && std::chrono::steady_clock::now() < until) {
+            if (!fs.pending(20ms))
+                continue;
+            auto next = fs.accept();
+            try {
+                hello = next->handshake(state, false, grace);
+                conn = std::move(next);
+            } catch (const std::runtime_error &) {
+                // given up too
+            }
+        }
         c = fut.get();
         if (!c)
             throw std::runtime_error("connect failed");

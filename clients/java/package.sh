@@ -66,11 +66,13 @@ for a in ticketing-client ticketing-kotlin; do
   esac
   [[ "$module" == "$want" ]] || errors+=("$a: module '$module', want '$want' (Automatic-Module-Name)")
   for jf in "$jarfile" "$dir/$a-$version-sources.jar"; do
-    if [[ -f "$jf" ]] && ! jar --list --file "$jf" | grep -qx 'META-INF/LICENSE'; then
+    # (Listings captured first: under pipefail, grep -q leaving early fails the pipeline when
+    # the writer meets the closed pipe.)
+    if [[ -f "$jf" ]] && ! grep -qx 'META-INF/LICENSE' <<< "$(jar --list --file "$jf")"; then
       errors+=("$jf has no META-INF/LICENSE")
     fi
   done
-  if [[ -f "$dir/$a-$version-javadoc.jar" ]] && ! jar --list --file "$dir/$a-$version-javadoc.jar" | grep -q 'index.html'; then
+  if [[ -f "$dir/$a-$version-javadoc.jar" ]] && ! grep -q 'index.html' <<< "$(jar --list --file "$dir/$a-$version-javadoc.jar")"; then
     errors+=("$a's javadoc jar has no index.html")
   fi
 done
@@ -92,10 +94,10 @@ for a in ticketing-client ticketing-kotlin; do
     errors+=("$a's POM lacks a name or description")
   fi
 done
-if find "$repo" -path '*conformance*' | grep -q .; then
+if [[ -n "$(find "$repo" -path '*conformance*')" ]]; then
   errors+=("the conformance driver was deployed")
 fi
-if ls "$repo"/io/ticketing 2>/dev/null | grep -vqxE 'ticketing-(parent|client|kotlin)'; then
+if ls "$repo"/io/ticketing 2>/dev/null | grep -vxE 'ticketing-(parent|client|kotlin)' > /dev/null; then
   errors+=("unexpected artifacts: $(ls "$repo"/io/ticketing | tr '\n' ' ')")
 fi
 

@@ -41,7 +41,7 @@ check() {
     echo "package.sh: cargo $1 failed" >&2
     exit "$status"
   fi
-  if grep '^warning' "$log" | grep -qv '^warning: aborting upload due to dry run$'; then
+  if grep '^warning' "$log" | grep -v '^warning: aborting upload due to dry run$' > /dev/null; then
     echo "package.sh: cargo $1 printed warnings (above)" >&2
     exit 1
   fi

@@ -77,7 +77,10 @@ export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 # shellcheck disable=SC2046
 "${CXX:-c++}" -std=c++17 -Wall -Werror -o "$tmp/readme_cpp" "$tmp/readme.cpp" $(pkg-config --cflags --libs ticketing)
 export LD_LIBRARY_PATH="$prefix/lib"
-ldd "$tmp/readme_c" | grep -q "libticketing.so.* => $prefix/lib/" || fail "readme_c does not use the prefix's shared library"
+# (Output captured first: under pipefail, grep -q leaving early would fail the pipeline when its
+# writer meets the closed pipe.)
+libs="$(ldd "$tmp/readme_c")"
+grep -q "libticketing.so.* => $prefix/lib/" <<< "$libs" || fail "readme_c does not use the prefix's shared library"
 run "pkg-config C" "$tmp/readme_c"
 run "pkg-config C++" "$tmp/readme_cpp"
 unset LD_LIBRARY_PATH
@@ -106,7 +109,8 @@ if command -v ninja > /dev/null; then gen=(-G Ninja); fi
 run "CMake C (ticketing::ticketing)" "$tmp/app/build/readme_c"
 run "CMake C (ticketing::ticketing_static)" "$tmp/app/build/readme_c_static"
 run "CMake C++ (ticketing::cpp)" "$tmp/app/build/readme_cpp"
-if readelf -d "$tmp/app/build/readme_c_static" | grep -q "libticketing"; then
+dyn="$(readelf -d "$tmp/app/build/readme_c_static")"
+if grep -q "libticketing" <<< "$dyn"; then
     fail "readme_c_static links the shared library"
 fi
 echo "fresh project: ok (5 programs built from the README against the installed package, run against the server)"

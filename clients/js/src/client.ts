@@ -22,7 +22,7 @@ import {
 } from './errors.js';
 import { Lock, type CallOptions, type LockOwner } from './lock.js';
 import { ExpiredReason, FrameError, InspectFlag, Op, Status, decodeInspectData, type Response } from './protocol.js';
-import { Session, type Answer, type Call, type CallSpec } from './session.js';
+import { Session, whatText, type Answer, type Call, type CallSpec, type What } from './session.js';
 import {
   boolOption,
   describeKey,
@@ -430,42 +430,61 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
    * Acquiring a key this client already holds queues behind itself (the owner is the token, so
    * two tasks sharing a client exclude each other); pass `refuseHeld: true` to refuse instead.
    */
-  async acquire(key: Key, options: AcquireOptions = {}): Promise<Lock> {
-    const o = optionsArg<AcquireOptions>('acquire options', options, ACQUIRE_OPTIONS);
+  acquire(key: Key, options: AcquireOptions = {}): Promise<Lock> {
+    return this.#acquire(key, options, false) as Promise<Lock>;
+  }
+
+  /**
+   * Acquires `key` only if it is free now (a wait of 0). Resolves with the {@link Lock}, or
+   * `null` when the key is taken; rejects as {@link Client.acquire} does otherwise.
+   */
+  tryAcquire(key: Key, options: TryAcquireOptions = {}): Promise<Lock | null> {
+    return this.#acquire(key, options, true);
+  }
+
+  /** acquire, or with `once` tryAcquire (a wait of 0; null where acquire rejects with {@link NotAcquiredError}). */
+  async #acquire(key: Key, options: AcquireOptions, once: boolean): Promise<Lock | null> {
+    const o = optionsArg<AcquireOptions>(once ? 'tryAcquire options' : 'acquire options', options, ACQUIRE_OPTIONS);
+    if (once && o.waitTimeoutMs !== undefined) throw new InvalidArgumentError('tryAcquire takes no waitTimeoutMs (it never waits); use acquire');
     const keyBytes = keyToBytes(key);
     const lease = leaseArg('leaseMs', o.leaseMs ?? DEFAULT_LEASE_MS);
-    const wait = waitArg('waitTimeoutMs', o.waitTimeoutMs);
+    const wait = once ? 0 : waitArg('waitTimeoutMs', o.waitTimeoutMs);
     const signal = signalOption(o.signal);
     const timeoutMs = o.timeoutMs === undefined ? this.#requestTimeoutMs : msOption('timeoutMs', o.timeoutMs, 1);
     const keepAlive = boolOption('keepAlive', o.keepAlive, false);
     const maxHoldMs = o.maxHoldMs === undefined ? 0 : msOption('maxHoldMs', o.maxHoldMs, 1);
     const refuseHeld = boolOption('refuseHeld', o.refuseHeld, false);
     const throwOnLost = boolOption('throwOnLost', o.throwOnLost, true);
-    const what = `acquire ${describeKey(key)}`;
-    this.#checkOpen(what);
+    // The request's name in messages, made only when one is needed (from the key as it is now).
+    const shown = typeof key === 'string' ? key : keyBytes;
+    const what = (): string => `acquire ${describeKey(shown)}`;
+    if (this.#closing) this.#checkOpen(what());
     if (refuseHeld) {
       for (const held of this.#locks.values()) {
-        if (held.keyBytes.equals(keyBytes)) throw new AlreadyHeldError(`${what}: this client already holds it (token ${held.token}) and refuseHeld is set`);
+        if (held.keyBytes.equals(keyBytes)) throw new AlreadyHeldError(`${what()}: this client already holds it (token ${held.token}) and refuseHeld is set`);
       }
     }
-    if (signal?.aborted) throw new CancelledError(`${what}: cancelled before it was sent`, { cause: signal.reason });
-    const call = this.#session.request({ op: Op.ACQUIRE, key: keyBytes, leaseMs: lease, waitMs: wait, what, timeoutMs });
-    const onAbort = (): void => this.#session.abandon(call, new CancelledError(`${what}: cancelled`, { cause: signal!.reason }), true);
-    signal?.addEventListener('abort', onAbort, { once: true });
+    if (signal?.aborted) throw new CancelledError(`${what()}: cancelled before it was sent`, { cause: signal.reason });
+    const call = this.#session.request({ op: Op.ACQUIRE, key: keyBytes, token: 0n, leaseMs: lease, waitMs: wait, what, timeoutMs });
+    let onAbort: (() => void) | undefined;
+    if (signal) {
+      onAbort = (): void => this.#session.abandon(call, new CancelledError(`${call.what}: cancelled`, { cause: signal.reason }), true);
+      signal.addEventListener('abort', onAbort, { once: true });
+    }
     this.#waiting.add(call);
     let a: Answer;
     try {
       a = await call.promise;
     } finally {
-      signal?.removeEventListener('abort', onAbort);
+      if (onAbort) signal!.removeEventListener('abort', onAbort);
       this.#waiting.delete(call);
     }
     const { res } = a;
     if (res.status === Status.OK) {
       if (signal?.aborted) {
         // The grant arrived, but the caller had already given up: give it back.
-        await new Promise<void>((resolve) => this.#session.releaseToken(keyBytes, res.token, what, resolve));
-        throw new CancelledError(`${what}: cancelled (the grant that raced the cancel was released)`, { cause: signal.reason });
+        await new Promise<void>((resolve) => this.#session.releaseToken(keyBytes, res.token, call.what, resolve));
+        throw new CancelledError(`${call.what}: cancelled (the grant that raced the cancel was released)`, { cause: signal.reason });
       }
       const lock = new Lock(this, {
         key: typeof key === 'string' ? key : Buffer.from(keyBytes),
@@ -485,34 +504,23 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
       return lock;
     }
     if (res.status === Status.TIMED_OUT) {
+      if (once) return null;
       // The server says why when it has a reason beyond the wait (its start-up wait).
       const why = dataText(res.data);
       const msg = why
-        ? `${what}: not acquired${wait === 0 ? '' : ` within the wait timeout (${wait} ms)`}: ${why}`
+        ? `${call.what}: not acquired${wait === 0 ? '' : ` within the wait timeout (${wait} ms)`}: ${why}`
         : wait === 0
-          ? `${what}: not acquired: the key is taken`
-          : `${what}: not acquired within the wait timeout (${wait} ms)`;
+          ? `${call.what}: not acquired: the key is taken`
+          : `${call.what}: not acquired within the wait timeout (${wait} ms)`;
       throw new NotAcquiredError(msg, { detail: res.detail });
     }
     if (res.status === Status.NOT_HELD && a.retried) {
-      throw new NotAcquiredError(`${what}: not acquired: the lock was granted while the connection was down and has ended since`, { status: Status.NOT_HELD });
+      if (once) return null;
+      throw new NotAcquiredError(`${call.what}: not acquired: the lock was granted while the connection was down and has ended since`, { status: Status.NOT_HELD });
     }
-    throw errorForStatus(res.status, res.detail, res.data, what);
-  }
-
-  /**
-   * Acquires `key` only if it is free now (a wait of 0). Resolves with the {@link Lock}, or
-   * `null` when the key is taken; rejects as {@link Client.acquire} does otherwise.
-   */
-  async tryAcquire(key: Key, options: TryAcquireOptions = {}): Promise<Lock | null> {
-    const o = optionsArg<AcquireOptions>('tryAcquire options', options, ACQUIRE_OPTIONS);
-    if (o.waitTimeoutMs !== undefined) throw new InvalidArgumentError('tryAcquire takes no waitTimeoutMs (it never waits); use acquire');
-    try {
-      return await this.acquire(key, { ...o, waitTimeoutMs: 0 });
-    } catch (err) {
-      if (err instanceof NotAcquiredError) return null;
-      throw err;
-    }
+    const err = errorForStatus(res.status, res.detail, res.data, call.what);
+    if (once && err instanceof NotAcquiredError) return null;
+    throw err;
   }
 
   /**
@@ -610,7 +618,7 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
     this.#closing = (async () => {
       for (const lock of this.#locks.values()) lock.clientClosing();
       for (const call of [...this.#waiting]) {
-        this.#session.abandon(call, new ClientClosedError(`${call.spec.what}: the client was closed; the queued acquire was withdrawn`), false);
+        this.#session.abandon(call, new ClientClosedError(`${call.what}: the client was closed; the queued acquire was withdrawn`), false);
       }
       if (this.#releaseOnClose) {
         for (const lock of [...this.#locks.values()]) lock.release().catch(() => {});
@@ -637,10 +645,13 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
   // ---- LockOwner ----
 
   /** @internal */
-  lockRequest(lock: Lock, op: number, leaseMs: number, what: string, options: CallOptions | undefined): Promise<Answer> {
-    if (this.#closed || (this.#closing && op !== Op.RELEASE)) return Promise.reject(new ClientClosedError(`${what}: the client is closed`));
-    const token = lock.token;
-    return this.#call({ op, key: lock.keyBytes, token, leaseMs, what }, options);
+  lockRequest(lock: Lock, op: number, leaseMs: number, what: What, options: CallOptions | undefined): Promise<Answer> {
+    if (this.#closed || (this.#closing && op !== Op.RELEASE)) return Promise.reject(new ClientClosedError(`${whatText(what)}: the client is closed`));
+    if (options === undefined) {
+      // The common case: no signal, the client's timeout; nothing to check, nothing to wait on here.
+      return this.#session.request({ op, key: lock.keyBytes, token: lock.token, leaseMs, waitMs: 0, what, timeoutMs: this.#requestTimeoutMs }).promise;
+    }
+    return this.#call({ op, key: lock.keyBytes, token: lock.token, leaseMs, what }, options);
   }
 
   /** @internal */
@@ -665,10 +676,10 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
     const o = optionsArg<CallOptions>('call options', options, CALL_OPTIONS);
     const signal = signalOption(o.signal);
     const timeoutMs = o.timeoutMs === undefined ? this.#requestTimeoutMs : msOption('timeoutMs', o.timeoutMs, 1);
-    if (signal?.aborted) throw new CancelledError(`${spec.what}: cancelled before it was sent`, { cause: signal.reason });
+    if (signal?.aborted) throw new CancelledError(`${whatText(spec.what)}: cancelled before it was sent`, { cause: signal.reason });
     const call = this.#session.request({ ...spec, timeoutMs });
     if (!signal) return call.promise;
-    const onAbort = (): void => this.#session.drop(call, new CancelledError(`${spec.what}: cancelled`, { cause: signal.reason }));
+    const onAbort = (): void => this.#session.drop(call, new CancelledError(`${call.what}: cancelled`, { cause: signal.reason }));
     signal.addEventListener('abort', onAbort, { once: true });
     try {
       return await call.promise;

@@ -33,7 +33,7 @@ import {
   challengeFrameSize,
   clientProof,
   decodeChallenge,
-  decodeResponse,
+  HEADER_SIZE,
   decodeWelcome,
   encodeAuth,
   encodeHello,
@@ -44,6 +44,39 @@ import {
   statusName,
   type Response,
 } from './protocol.js';
+
+/** A u64 of an answer (ids and tokens below 2^53, the usual, as one bigint from a number). */
+function getU64(b: Buffer, off: number): bigint {
+  const hi = b.readUInt32BE(off);
+  const lo = b.readUInt32BE(off + 4);
+  if (hi < 0x200000) return hi === 0 && lo === 0 ? 0n : BigInt(hi * 0x100000000 + lo);
+  return b.readBigUInt64BE(off);
+}
+
+/**
+ * A whole response frame (the reader checked its length field against the limits), as
+ * {@link decodeResponse} decodes it, with its data copied out of the read buffer.
+ */
+function readResponse(frame: Buffer): Response {
+  const n = frame.length - HEADER_SIZE;
+  if (frame.readUInt16BE(6) !== n) throw new FrameError('length', 'key/data length disagrees with the frame length');
+  return {
+    op: frame[4]!,
+    status: frame[5]!,
+    id: getU64(frame, 8),
+    token: getU64(frame, 16),
+    leaseMs: frame.readUInt32BE(24),
+    detail: frame.readUInt32BE(28),
+    // The data is a view into the read buffer: copy it for whoever keeps it.
+    data: n > 0 ? Buffer.from(frame.subarray(HEADER_SIZE)) : NO_DATA,
+  };
+}
+
+/** The read buffer of a plain TCP connection (one per connection). */
+const READ_BUFFER = 64 * 1024;
+
+/** The data of an answer that carries none (a zero-length buffer can be shared). */
+const NO_DATA = Buffer.alloc(0);
 
 /** A server address. */
 export interface Endpoint {
@@ -159,7 +192,9 @@ export class Connection {
   #state: State = 'tcp';
   #tcpUp = false;
   #secure = false;
-  #corked = false;
+  /** Frames written in this tick, and whether their write is queued (process.nextTick). */
+  readonly #pending: Buffer[] = [];
+  #flushQueued = false;
   #closeReason: TicketingError | undefined;
   #handshakeTimer: NodeJS.Timeout | undefined;
   /** Whether the socket and the handshake timer keep the process alive. */
@@ -180,7 +215,7 @@ export class Connection {
     this.#socket = socket;
     this.#reader = new FrameReader((f) => this.#frame(f));
     this.#closed = new Promise((resolve) => socket.once('close', () => resolve()));
-    socket.on('data', (chunk: Buffer) => this.#data(chunk));
+    if (opts.tls) socket.on('data', (chunk: Buffer) => this.#data(chunk));
     socket.on('error', (err: NodeJS.ErrnoException) => this.destroy(this.#classify(err)));
     socket.on('close', () => this.destroy(this.#closedError()));
   }
@@ -206,10 +241,24 @@ export class Connection {
    */
   static open(opts: ConnectionOptions): Promise<Connection> {
     const { host, port } = opts.endpoint;
+    // Plain TCP reads into one buffer per connection, handed to the frame reader as it fills
+    // (no stream machinery, no new buffer per read); TLS goes through the stream's 'data'.
+    let reader: Connection | undefined;
     const socket = opts.tls
       ? tls.connect({ host, port, ...(net.isIP(host) ? {} : { servername: host }), ...opts.tls })
-      : net.connect({ host, port });
+      : net.connect({
+          host,
+          port,
+          onread: {
+            buffer: Buffer.allocUnsafe(READ_BUFFER),
+            callback: (n: number, buf: Uint8Array): boolean => {
+              if (reader) reader.#read(n, buf as Buffer);
+              return true;
+            },
+          },
+        });
     const conn = new Connection(opts, socket);
+    reader = conn;
     conn.#ref = opts.ref;
     if (!opts.ref) socket.unref();
     opts.onOpening?.(conn);
@@ -286,7 +335,7 @@ export class Connection {
 
   /** Whether the socket (and the handshake timer) keep the process alive. */
   setRef(on: boolean): void {
-    if (this.#state === 'closed') return;
+    if (this.#state === 'closed' || on === this.#ref) return;
     this.#ref = on;
     if (on) {
       this.#socket.ref();
@@ -295,6 +344,13 @@ export class Connection {
       this.#socket.unref();
       this.#handshakeTimer?.unref();
     }
+  }
+
+  /** `n` bytes were read into `buf`, which the next read reuses: the reader copies what it keeps past this call. */
+  #read(n: number, buf: Buffer): void {
+    const chunk = buf.subarray(0, n);
+    // A frame begun in an earlier read is kept in parts: this one joins it, so it must be a copy.
+    this.#data(this.#reader.buffered > 0 ? Buffer.from(chunk) : chunk);
   }
 
   #data(chunk: Buffer): void {
@@ -322,9 +378,7 @@ export class Connection {
         case 'welcome':
           return this.#onWelcome(frame);
         case 'ready': {
-          const r = decodeResponse(frame);
-          // The data is a view into the read buffer: copy it for whoever keeps it.
-          r.data = r.data.length ? Buffer.from(r.data) : Buffer.alloc(0);
+          const r = readResponse(frame);
           if (this.#onFrame) this.#onFrame(r);
           else this.#early.push(r);
           return;
@@ -471,16 +525,22 @@ export class Connection {
   /** Queues a frame for the wire. Frames written in one tick go out in one write, in order. */
   write(frame: Buffer): void {
     if (this.#state !== 'ready') return;
-    if (!this.#corked) {
-      this.#corked = true;
-      this.#socket.cork();
-      process.nextTick(() => {
-        this.#corked = false;
-        this.#socket.uncork();
-      });
+    this.#pending.push(frame);
+    if (!this.#flushQueued) {
+      this.#flushQueued = true;
+      process.nextTick(this.#flush);
     }
-    this.#socket.write(frame);
   }
+
+  /** Writes the frames queued in this tick: one buffer, one write (a closed connection drops them). */
+  readonly #flush = (): void => {
+    this.#flushQueued = false;
+    const p = this.#pending;
+    if (p.length === 0) return;
+    const data = p.length === 1 ? p[0]! : Buffer.concat(p);
+    p.length = 0;
+    if (this.#state === 'ready') this.#socket.write(data);
+  };
 
   /**
    * Ends the connection gracefully (after the frames already written), destroying it if the
@@ -488,7 +548,9 @@ export class Connection {
    */
   end(ms = 1000): Promise<void> {
     if (this.#state !== 'closed') {
+      this.#flush(); // the frames of this tick first
       this.#onFrame = () => {};
+      this.#ref = true;
       this.#socket.ref();
       this.#socket.end();
       const timer = setTimeout(() => this.destroy(), ms);

@@ -9,7 +9,7 @@ import { performance } from 'node:perf_hooks';
 import { clock } from './clock.js';
 import { LockLostError, NotHeldError, ProtocolError, errorForStatus, type LostReason } from './errors.js';
 import { ClientRules, InspectFlag, Op, Status, decodeInspectData } from './protocol.js';
-import type { Answer } from './session.js';
+import type { Answer, What } from './session.js';
 import { describeKey, leaseArg, type Key } from './validate.js';
 
 // Node 20 may lack Symbol.asyncDispose; Node itself uses this registered symbol.
@@ -33,7 +33,7 @@ export interface CallOptions {
 /** @internal What a {@link Lock} needs from its client. */
 export interface LockOwner {
   /** Sends a request about this lock; rejects only when no answer came (timeout, closed, connection lost). */
-  lockRequest(lock: Lock, op: number, leaseMs: number, what: string, options: CallOptions | undefined): Promise<Answer>;
+  lockRequest(lock: Lock, op: number, leaseMs: number, what: What, options: CallOptions | undefined): Promise<Answer>;
   /** The lock is released or lost: it no longer needs EXPIRED notices. */
   forget(lock: Lock): void;
   /** Tells the server, in the background and best effort, to release a lock known lost (nobody waits for the answer). */
@@ -120,7 +120,11 @@ export class Lock extends EventEmitter {
    * still holds the lock; the client option `unrefWhileHeld: true` opts out, and a closed
    * client's locks no longer keep the process alive.
    */
-  readonly lost: Promise<LockLostError>;
+  get lost(): Promise<LockLostError> {
+    // Made on first use: most locks are released without anyone awaiting their loss.
+    this.#lost ??= this.#lostError ? Promise.resolve(this.#lostError) : new Promise((resolve) => (this.#resolveLost = resolve));
+    return this.#lost;
+  }
 
   /** @internal */
   readonly keyBytes: Buffer;
@@ -131,14 +135,18 @@ export class Lock extends EventEmitter {
   #lostAt = 0;
   /** The request id of the EXTEND whose answer set the deadline (0: the grant's). */
   #extendId = 0n;
-  #timer: NodeJS.Timeout | undefined;
+  /** The lock's place in {@link Lock.#heap} (-1: not there: released, lost, or not yet armed). */
+  #heapIndex = -1;
+  /** The lock counts in {@link Lock.#refs}. */
+  #refCounted = false;
+  #lost: Promise<LockLostError> | undefined;
   #keepAlive: boolean;
   #keepAliveTimer: NodeJS.Timeout | undefined;
   readonly #keepAliveUntil: number;
   readonly #throwOnLost: boolean;
   #released = false;
   #lostError: LockLostError | undefined;
-  #resolveLost!: (e: LockLostError) => void;
+  #resolveLost: ((e: LockLostError) => void) | undefined;
   #abort: AbortController | undefined;
   #releasing: Promise<void> | undefined;
   /** The lost timer keeps the process alive (the lock is held and the client is open). */
@@ -159,7 +167,6 @@ export class Lock extends EventEmitter {
     this.#keepAliveUntil = g.maxHoldMs > 0 ? performance.now() + g.maxHoldMs : Infinity;
     this.#throwOnLost = g.throwOnLost;
     this.#keepProcessAlive = g.keepProcessAlive;
-    this.lost = new Promise((resolve) => (this.#resolveLost = resolve));
     this.#setDeadline(localDeadline(g.tFirst, g.detailMs, g.grantedMs), g.grantedMs);
     if (this.#keepAlive) this.#scheduleKeepAlive();
   }
@@ -186,13 +193,13 @@ export class Lock extends EventEmitter {
 
   /** True once the lock is lost (and was not released first). */
   get isLost(): boolean {
-    this.#check(false);
+    this.#check();
     return this.#lostError !== undefined;
   }
 
   /** Why the lock was lost, or `undefined` while it is not. */
   get lostReason(): LostReason | undefined {
-    this.#check(false);
+    this.#check();
     return this.#lostError?.reason;
   }
 
@@ -203,13 +210,13 @@ export class Lock extends EventEmitter {
 
   /** True while the lock is held as far as this client knows: neither released nor lost. */
   get isHeld(): boolean {
-    this.#check(false);
+    this.#check();
     return !this.#released && !this.#lostError;
   }
 
   /** An AbortSignal that aborts, with the {@link LockLostError} as reason, when the lock is lost. Pass it to the work the lock protects. */
   get signal(): AbortSignal {
-    this.#check(false);
+    this.#check();
     if (!this.#abort) {
       this.#abort = new AbortController();
       if (this.#lostError) this.#abort.abort(this.#lostError);
@@ -222,7 +229,7 @@ export class Lock extends EventEmitter {
    * function that unsubscribes.
    */
   onLost(cb: (err: LockLostError) => void): () => void {
-    this.#check(false);
+    this.#check();
     if (this.#lostError) {
       const e = this.#lostError;
       let on = true;
@@ -265,16 +272,16 @@ export class Lock extends EventEmitter {
   release(options?: CallOptions): Promise<void> {
     if (this.#released) return Promise.resolve();
     if (this.#releasing) return this.#releasing;
-    this.#check(false);
+    this.#check();
     this.#stopKeepAlive();
-    const what = `release ${describe(this)}`;
+    const what = (): string => `release ${describe(this)}`;
     if (this.#lostError) {
       const reason = this.#lostError.reason;
       if (!this.#releaseSent && reason !== 'server restarted' && reason !== 'not held') {
         this.#releaseSent = true;
-        this.#owner.releaseInBackground(this, what);
+        this.#owner.releaseInBackground(this, what());
       }
-      return Promise.reject(this.#lostFor(what));
+      return Promise.reject(this.#lostFor(what()));
     }
     const p = (async () => {
       let a: Answer;
@@ -282,7 +289,7 @@ export class Lock extends EventEmitter {
         a = await this.#owner.lockRequest(this, Op.RELEASE, 0, what, options);
       } catch (err) {
         this.#releasing = undefined;
-        if (this.#lostError) throw this.#lostFor(what, err);
+        if (this.#lostError) throw this.#lostFor(what(), err);
         if (this.#keepAlive) this.#scheduleKeepAlive();
         throw err;
       }
@@ -294,10 +301,10 @@ export class Lock extends EventEmitter {
       }
       if (res.status === Status.OK || res.status === Status.NOT_HELD) {
         this.markLost('not held');
-        throw this.#lostFor(what, res.status === Status.NOT_HELD ? errorForStatus(res.status, res.detail, res.data, what) : undefined);
+        throw this.#lostFor(what(), res.status === Status.NOT_HELD ? errorForStatus(res.status, res.detail, res.data, what()) : undefined);
       }
       if (this.#keepAlive && this.isHeld) this.#scheduleKeepAlive();
-      throw errorForStatus(res.status, res.detail, res.data, what);
+      throw errorForStatus(res.status, res.detail, res.data, what());
     })();
     this.#releasing = p;
     return p;
@@ -312,7 +319,7 @@ export class Lock extends EventEmitter {
   async extend(leaseMs: number = this.#leaseMs, options?: CallOptions): Promise<number> {
     const what = `extend ${describe(this)}`;
     const lease = leaseArg('leaseMs', leaseMs);
-    this.#check(false);
+    this.#check();
     if (this.#lostError) throw this.#lostFor(what);
     if (this.#released) throw new NotHeldError(`${what}: the lock was released`);
     let a: Answer;
@@ -400,7 +407,10 @@ export class Lock extends EventEmitter {
     this.#keepAlive = false;
     this.#stopKeepAlive();
     this.#keepProcessAlive = false;
-    this.#timer?.unref();
+    if (this.#refCounted) {
+      this.#refCounted = false;
+      Lock.#unref();
+    }
   }
 
   /** @internal Marks the lock lost (once) and fires the lost signal. Does nothing once released or lost. */
@@ -410,7 +420,7 @@ export class Lock extends EventEmitter {
     this.#owner.forget(this);
     const e = new LockLostError(`lock ${describe(this)} lost: ${LOST_TEXT[reason]}`, reason);
     this.#lostError = e;
-    this.#resolveLost(e);
+    this.#resolveLost?.(e);
     this.#abort?.abort(e);
     try {
       this.emit('lost', e);
@@ -431,45 +441,135 @@ export class Lock extends EventEmitter {
   #setDeadline(deadline: number, leaseMs: number): void {
     this.#deadline = deadline;
     this.#lostAt = deadline - lostMargin(leaseMs);
-    this.#arm(clock.now());
-    Lock.#watched.add(this);
+    if (this.#heapIndex < 0) {
+      this.#heapIndex = Lock.#heap.length;
+      Lock.#heap.push(this);
+      if (this.#keepProcessAlive && !this.#refCounted) {
+        this.#refCounted = true;
+        if (Lock.#refs++ === 0) Lock.#lostTimer?.ref();
+      }
+    }
+    Lock.#siftUp(Lock.#siftDown(this.#heapIndex));
+    // One runtime timer serves every lock: set for the earliest lost time (a later one needs no change).
+    if (Lock.#lostTimer === undefined || this.#lostAt < Lock.#lostTimerAt) Lock.#schedule(clock.now());
     Lock.#watch ??= setInterval(() => Lock.#checkSuspend(), ClientRules.LOST_CHECK_MS).unref();
   }
 
-  /** Sets the lost timer for the lost time, from `now` on the deadline clock. */
-  #arm(now: number): void {
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#timer = setTimeout(() => this.#check(true), Math.max(0, Math.floor(this.#lostAt - now)));
-    // While held, the lost timer keeps the process alive (unless the application opted out):
-    // a process awaiting `lost` must not exit while the server still holds the lock.
-    if (!this.#keepProcessAlive) this.#timer.unref();
+  /** Fires the lost signal if its time has come on the deadline clock (runtime timers stop while the host is suspended). */
+  #check(): void {
+    if (this.#released || this.#lostError) return;
+    if (clock.exactNow() >= this.#lostAt) this.markLost('expired');
   }
 
   /**
-   * Fires the lost signal if its time has come on the deadline clock: the timer may be late, for
-   * runtime timers stop while the host is suspended. Else, with `rearm`, sets the timer again.
+   * Held locks by lost time (a binary min-heap): one runtime timer, set for the first of them,
+   * stands for a timer per lock. While there are any, #watch looks at the deadline clock every
+   * LOST_CHECK_MS.
    */
-  #check(rearm: boolean): void {
-    if (this.#released || this.#lostError) return;
-    const now = clock.exactNow();
-    if (now >= this.#lostAt) this.markLost('expired');
-    else if (rearm) this.#arm(now);
-  }
-
-  /** Locks whose lost timer runs; while there are any, #watch looks at the deadline clock every LOST_CHECK_MS. */
-  static readonly #watched = new Set<Lock>();
+  static readonly #heap: Lock[] = [];
+  static #lostTimer: NodeJS.Timeout | undefined;
+  /** When #lostTimer fires, on the deadline clock. */
+  static #lostTimerAt = 0;
+  /**
+   * Locks in the heap that keep the process alive (held, of an open client without
+   * `unrefWhileHeld`): while there are any, the lost timer is ref'd, as each lock's timer was.
+   */
+  static #refs = 0;
   static #watch: NodeJS.Timeout | undefined;
   /** The clock's suspend time when #checkSuspend last looked. */
   static #suspendSeen = 0;
 
+  static #unref(): void {
+    if (--Lock.#refs === 0) Lock.#lostTimer?.unref();
+  }
+
+  /** Sets the lost timer for the first lost time, from `now` on the deadline clock (none when no lock is held). */
+  static #schedule(now: number): void {
+    if (Lock.#lostTimer) clearTimeout(Lock.#lostTimer);
+    Lock.#lostTimer = undefined;
+    const first = Lock.#heap[0];
+    if (!first) return;
+    Lock.#lostTimerAt = first.#lostAt;
+    // (At most the runtime's limit, 2^31-1 ms, which a lease of up to 2^32-1 ms may pass: it fires, finds nothing due, and is set again.)
+    Lock.#lostTimer = setTimeout(() => Lock.#onLostTimer(), Math.min(0x7fffffff, Math.max(0, Math.floor(first.#lostAt - now))));
+    // While held, the lost timer keeps the process alive (unless the application opted out):
+    // a process awaiting `lost` must not exit while the server still holds the lock.
+    if (Lock.#refs === 0) Lock.#lostTimer.unref();
+  }
+
+  /** The lost timer fired: every lock whose lost time has come on the deadline clock is lost; the timer is set for the next. */
+  static #onLostTimer(): void {
+    // (#schedule clears the timer: called from #checkSuspend, it may still be set.)
+    const now = clock.exactNow();
+    for (let first = Lock.#heap[0]; first && now >= first.#lostAt; first = Lock.#heap[0]) {
+      if (first.#released || first.#lostError) Lock.#remove(first);
+      else first.markLost('expired');
+    }
+    Lock.#schedule(now);
+  }
+
+  /** Takes `l` out of the heap (released or lost). */
+  static #remove(l: Lock): void {
+    const i = l.#heapIndex;
+    if (i < 0) return;
+    l.#heapIndex = -1;
+    if (l.#refCounted) {
+      l.#refCounted = false;
+      Lock.#unref();
+    }
+    const heap = Lock.#heap;
+    const last = heap.pop()!;
+    if (last !== l) {
+      heap[i] = last;
+      last.#heapIndex = i;
+      Lock.#siftUp(Lock.#siftDown(i));
+    }
+    // The timer stays set: when it fires it finds nothing due and sets itself for the next lock.
+  }
+
+  static #siftUp(i: number): void {
+    const heap = Lock.#heap;
+    const l = heap[i]!;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      const q = heap[p]!;
+      if (q.#lostAt <= l.#lostAt) break;
+      heap[i] = q;
+      q.#heapIndex = i;
+      i = p;
+    }
+    heap[i] = l;
+    l.#heapIndex = i;
+  }
+
+  /** Returns where the lock at `i` ended up. */
+  static #siftDown(i: number): number {
+    const heap = Lock.#heap;
+    const n = heap.length;
+    const l = heap[i]!;
+    for (;;) {
+      let c = 2 * i + 1;
+      if (c >= n) break;
+      if (c + 1 < n && heap[c + 1]!.#lostAt < heap[c]!.#lostAt) c++;
+      const q = heap[c]!;
+      if (q.#lostAt >= l.#lostAt) break;
+      heap[i] = q;
+      q.#heapIndex = i;
+      i = c;
+    }
+    heap[i] = l;
+    l.#heapIndex = i;
+    return i;
+  }
+
   /**
-   * The lost timers run on the monotonic clock, which stops while the host is suspended, and
-   * they are exact while the deadline clock advances with it. When it has seen suspend time (or
-   * a wall clock stepped ahead) since the last look, every lock's deadline is checked against it
-   * and its timer set again: after a resume, lost fires within LOST_CHECK_MS.
+   * The lost timer runs on the monotonic clock, which stops while the host is suspended, and it
+   * is exact while the deadline clock advances with it. When it has seen suspend time (or a wall
+   * clock stepped ahead) since the last look, every lock's deadline is checked against it and
+   * the timer set again: after a resume, lost fires within LOST_CHECK_MS.
    */
   static #checkSuspend(): void {
-    if (Lock.#watched.size === 0) {
+    if (Lock.#heap.length === 0) {
       if (Lock.#watch) clearInterval(Lock.#watch);
       Lock.#watch = undefined;
       return;
@@ -477,7 +577,7 @@ export class Lock extends EventEmitter {
     clock.exactNow();
     if (clock.suspendedMs === Lock.#suspendSeen) return;
     Lock.#suspendSeen = clock.suspendedMs;
-    for (const l of [...Lock.#watched]) l.#check(true);
+    Lock.#onLostTimer();
   }
 
   #scheduleKeepAlive(): void {
@@ -505,11 +605,9 @@ export class Lock extends EventEmitter {
   }
 
   #stopTimers(): void {
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#timer = undefined;
     // The watch stops at its next tick once no lock is left (#checkSuspend): stopping and starting
     // it with every lock would cost a timer per acquire for a client that holds one lock at a time.
-    Lock.#watched.delete(this);
+    Lock.#remove(this);
     this.#stopKeepAlive();
   }
 

@@ -43,7 +43,7 @@ import {
   UnavailableError,
   UnsupportedVersionError,
 } from './errors.js';
-import { ClientRules, GoawayReason, Op, Sizes, Status, encodeRequest, type Response } from './protocol.js';
+import { ClientRules, GoawayReason, HEADER_SIZE, Op, Sizes, Status, encodeRequest, type Response } from './protocol.js';
 
 /** Send ACK after this many answers (half of ACK_EVERY, so that a slow ACK never breaks the rule). */
 const ACK_AFTER = ClientRules.ACK_EVERY / 2;
@@ -100,8 +100,11 @@ export interface CallSpec {
   token?: bigint;
   leaseMs?: number;
   waitMs?: number;
-  /** Names the request in messages: `acquire "order-1"`. */
-  what: string;
+  /**
+   * Names the request in messages: `acquire "order-1"`; or a function that makes that name, called
+   * only when a message needs it (the success path builds no message).
+   */
+  what: What;
   /** The request timeout; for an ACQUIRE, counted until it is written and again after its wait timeout. 0: none. */
   timeoutMs: number;
 }
@@ -118,6 +121,14 @@ export interface Answer {
 }
 
 type Done = (res: Response | undefined, err?: TicketingError) => void;
+
+/** A request's name in messages, or a function that makes it when one is needed. */
+export type What = string | (() => string);
+
+/** The text of a {@link What}. */
+export function whatText(w: What): string {
+  return typeof w === 'string' ? w : w();
+}
 
 /** An explicit connect() call; `giveUpAt` (performance.now() ms) bounds one made before the first connection during an election. */
 interface ConnectWaiter {
@@ -138,7 +149,12 @@ export class Call {
   redirects = 0;
   /** An ACQUIRE given up by its caller: its grant, if any, is released. */
   abandoned = false;
-  timer: NodeJS.Timeout | undefined;
+  /** The request timer: when it fires (performance.now() ms; 0: not armed), in a list of the session's {@link Deadlines}. */
+  due = 0;
+  /** The deadline list the call is in, and its neighbours there. */
+  dlist: DeadlineList | undefined = undefined;
+  dprev: Call | undefined = undefined;
+  dnext: Call | undefined = undefined;
   settled = false;
   readonly promise: Promise<Answer>;
   resolve!: (a: Answer) => void;
@@ -158,6 +174,155 @@ export class Call {
     });
     if (internal) this.promise.catch(() => {});
   }
+
+  #what: string | undefined;
+  /** The request's name in messages (made once, when first needed). */
+  get what(): string {
+    return (this.#what ??= whatText(this.spec.what));
+  }
+}
+
+/** The calls whose timer has one duration, in the order they fire. */
+class DeadlineList {
+  head: Call | undefined = undefined;
+  tail: Call | undefined = undefined;
+  constructor(readonly ms: number) {}
+}
+
+/**
+ * The request timers of one session: one runtime timer, set for the earliest deadline, instead
+ * of one per request. Calls with the same timeout fire in the order they were armed, so each
+ * duration has its own list (append and removal are O(1)), and the earliest deadline is the
+ * earliest head. The runtime timer keeps the process alive while a caller's request is armed
+ * (as a per-request timer did); internal requests' timers do not.
+ */
+class Deadlines {
+  readonly #lists = new Map<number, DeadlineList>();
+  #timer: NodeJS.Timeout | undefined;
+  /** When #timer fires (performance.now() ms). */
+  #timerAt = 0;
+  /** Armed calls that keep the process alive (callers' requests). */
+  #refs = 0;
+  #refd = false;
+
+  constructor(private readonly fire: (call: Call) => void) {}
+
+  arm(call: Call, ms: number): void {
+    if (call.dlist) this.disarm(call);
+    const due = performance.now() + ms;
+    call.due = due;
+    let list = this.#lists.get(ms);
+    if (!list) {
+      list = new DeadlineList(ms);
+      this.#lists.set(ms, list);
+    }
+    call.dlist = list;
+    call.dprev = list.tail;
+    call.dnext = undefined;
+    if (list.tail) list.tail.dnext = call;
+    else list.head = call;
+    list.tail = call;
+    if (!call.internal && this.#refs++ === 0) this.#ref(true);
+    if (this.#timer === undefined || due < this.#timerAt) this.#schedule(due);
+  }
+
+  disarm(call: Call): void {
+    const list = call.dlist;
+    if (!list) return;
+    if (call.dprev) call.dprev.dnext = call.dnext;
+    else list.head = call.dnext;
+    if (call.dnext) call.dnext.dprev = call.dprev;
+    else list.tail = call.dprev;
+    call.dlist = call.dprev = call.dnext = undefined;
+    call.due = 0;
+    if (!call.internal && --this.#refs === 0) this.#ref(false);
+    // The runtime timer stays set: when it fires it finds nothing due and sets itself for the
+    // next deadline, if any (cheaper than re-setting it with every request).
+  }
+
+  /** Stops the runtime timer (the session is closed). */
+  stop(): void {
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = undefined;
+  }
+
+  #ref(on: boolean): void {
+    this.#refd = on;
+    if (this.#timer) {
+      if (on) this.#timer.ref();
+      else this.#timer.unref();
+    }
+  }
+
+  #schedule(due: number): void {
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timerAt = due;
+    // (At most the runtime's limit, 2^31-1 ms: a wait of up to 2^32-2 ms plus the timeout may be longer; the sweep then sets it again.)
+    this.#timer = setTimeout(() => this.#sweep(), Math.min(MAX_TIMER_MS, Math.max(1, Math.ceil(due - performance.now()))));
+    if (!this.#refd) this.#timer.unref();
+  }
+
+  #sweep(): void {
+    this.#timer = undefined;
+    // A runtime timer may fire up to 1 ms before the exact deadline (it counts whole ms).
+    const now = performance.now() + 1;
+    for (;;) {
+      let first: Call | undefined;
+      for (const list of this.#lists.values()) {
+        const h = list.head;
+        if (h && (!first || h.due < first.due)) first = h;
+      }
+      if (!first) break;
+      if (first.due > now) {
+        this.#schedule(first.due);
+        break;
+      }
+      this.disarm(first);
+      this.fire(first);
+    }
+    // Durations no longer used: forget their lists (the common one stays).
+    if (this.#lists.size > 16) for (const [ms, list] of this.#lists) if (!list.head) this.#lists.delete(ms);
+  }
+}
+
+/** The longest delay a runtime timer takes (a longer one fires after 1 ms). */
+const MAX_TIMER_MS = 0x7fffffff;
+
+/** 2^53: ids and tokens below it are written as two 32-bit halves of a number (no bigint arithmetic). */
+const SAFE = 0x20000000000000n;
+
+/** Writes a u64 at `off`. */
+function putU64(b: Buffer, off: number, v: bigint): void {
+  if (v === 0n) {
+    b.writeUInt32BE(0, off);
+    b.writeUInt32BE(0, off + 4);
+  } else if (v < SAFE) {
+    const n = Number(v);
+    b.writeUInt32BE(Math.floor(n / 0x100000000), off);
+    b.writeUInt32BE(n >>> 0, off + 4);
+  } else b.writeBigUInt64BE(v, off);
+}
+
+/**
+ * A request frame, as {@link encodeRequest} makes it, from fields the client has already checked
+ * (ids, tokens, leases, waits and keys within their widths): no object, no range checks.
+ */
+function encodeFrame(op: number, id: bigint, token: bigint, leaseMs: number, waitMs: number, key: Buffer | undefined): Buffer {
+  if (id >= SAFE || token >= SAFE || (key !== undefined && key.length > Sizes.MAX_KEY_LEN)) {
+    return encodeRequest({ op, id, token, leaseMs, waitMs, key }); // (never, in practice) the checked way
+  }
+  const n = key === undefined ? 0 : key.length;
+  const b = Buffer.allocUnsafe(HEADER_SIZE + n);
+  b.writeUInt32BE(HEADER_SIZE - 4 + n, 0);
+  b[4] = op;
+  b[5] = 0;
+  b.writeUInt16BE(n, 6);
+  putU64(b, 8, id);
+  putU64(b, 16, token);
+  b.writeUInt32BE(leaseMs, 24);
+  b.writeUInt32BE(waitMs, 28);
+  if (n > 0) b.set(key!, HEADER_SIZE);
+  return b;
 }
 
 function jitter(ms: number): number {
@@ -203,6 +368,10 @@ export class Session {
   #cleanups = 0;
   #idleWaiters: (() => void)[] = [];
   #closed = false;
+  /** The request timers. */
+  readonly #deadlines = new Deadlines((call) => this.#onTimeout(call));
+  /** Whether the connection was last told to keep the process alive. */
+  #refOn: boolean | undefined;
 
   constructor(
     private readonly opts: SessionOptions,
@@ -231,7 +400,7 @@ export class Session {
     const call = new Call(spec, undefined);
     if (this.#closed) {
       call.settled = true;
-      call.reject(new ClientClosedError(`${spec.what}: the client is closed`));
+      call.reject(new ClientClosedError(`${whatText(spec.what)}: the client is closed`));
       return call;
     }
     this.#pendingUser++;
@@ -240,7 +409,7 @@ export class Session {
     // An ACQUIRE written at once got its timer from #send (its wait timeout plus this one, or none
     // for a wait without limit): one timer per call, not two.
     if (spec.timeoutMs > 0 && !call.settled && (spec.op !== Op.ACQUIRE || call.state === 'queued')) {
-      call.timer = setTimeout(() => this.#onTimeout(call), spec.timeoutMs);
+      this.#deadlines.arm(call, spec.timeoutMs);
     }
     return call;
   }
@@ -272,27 +441,26 @@ export class Session {
     call.retried = retry;
     this.#sent.set(call.id, call);
     const s = call.spec;
-    conn.write(encodeRequest({ op: s.op, id: call.id, token: s.token ?? 0n, leaseMs: s.leaseMs ?? 0, waitMs: s.waitMs ?? 0, key: s.key }));
+    conn.write(encodeFrame(s.op, call.id, s.token ?? 0n, s.leaseMs ?? 0, s.waitMs ?? 0, s.key));
     if (first && s.timeoutMs > 0) {
       if (call.internal) {
-        call.timer = setTimeout(() => this.#onTimeout(call), s.timeoutMs).unref();
+        this.#deadlines.arm(call, s.timeoutMs);
       } else if (s.op === Op.ACQUIRE && !call.abandoned) {
         // The time an ACQUIRE spends queued is bounded by its wait timeout and the heartbeat.
-        if (call.timer) clearTimeout(call.timer);
-        call.timer = s.waitMs === Sizes.WAIT_FOREVER ? undefined : setTimeout(() => this.#onTimeout(call), s.waitMs! + s.timeoutMs);
+        if (s.waitMs === Sizes.WAIT_FOREVER) this.#deadlines.disarm(call);
+        else this.#deadlines.arm(call, s.waitMs! + s.timeoutMs);
       }
     }
   }
 
   #onTimeout(call: Call): void {
-    call.timer = undefined;
     const ms = call.spec.timeoutMs;
     if (call.state === 'queued') {
       this.#unqueue(call);
       // The last connect error names the endpoint: the message does not list it twice.
       const msg = this.#lastError
-        ? `${call.spec.what}: no connection within ${ms} ms (last error: ${this.#lastError.message})`
-        : `${call.spec.what}: no connection to ${this.opts.endpoints.map(formatEndpoint).join(', ')} within ${ms} ms`;
+        ? `${call.what}: no connection within ${ms} ms (last error: ${this.#lastError.message})`
+        : `${call.what}: no connection to ${this.opts.endpoints.map(formatEndpoint).join(', ')} within ${ms} ms`;
       this.#fail(call, new TimeoutError(msg, { cause: this.#lastError }));
     } else if (call.state === 'sent') {
       const acquire = call.spec.op === Op.ACQUIRE;
@@ -300,8 +468,8 @@ export class Session {
       const down = this.#conn ? '' : `; the connection was lost and not re-established${this.#lastError ? ` (last error: ${this.#lastError.message})` : ''}`;
       const err = new TimeoutError(
         (acquire
-          ? `${call.spec.what}: no answer within ${ms} ms after the wait timeout (${call.spec.waitMs} ms); the request is withdrawn`
-          : `${call.spec.what}: no answer from ${this.#conn?.name ?? 'the server'} within ${ms} ms`) + down,
+          ? `${call.what}: no answer within ${ms} ms after the wait timeout (${call.spec.waitMs} ms); the request is withdrawn`
+          : `${call.what}: no answer from ${this.#conn?.name ?? 'the server'} within ${ms} ms`) + down,
         this.#conn ? {} : { cause: this.#lastError },
       );
       if (acquire && !call.internal) this.abandon(call, err, false);
@@ -319,27 +487,32 @@ export class Session {
 
   /** Settles a call with an error: its caller's promise rejects, or its callback runs. */
   #fail(call: Call, err: TicketingError): void {
-    if (call.timer) clearTimeout(call.timer);
-    call.timer = undefined;
+    this.#deadlines.disarm(call);
     if (call.state !== 'done') call.state = 'done';
     if (call.internal) {
       if (call.spec.op === Op.RELEASE) this.#cleanupDone();
       call.internal(undefined, err);
       return;
     }
-    this.#settle(call, () => call.reject(err));
+    this.#reject(call, err);
   }
 
-  #settle(call: Call, how: () => void): void {
+  /** Settles a caller's call: it resolves with `answer`, or rejects with `err` (once). */
+  #settle(call: Call, answer: Answer | undefined, err?: unknown): void {
     if (call.settled) return;
     call.settled = true;
-    if (call.timer) clearTimeout(call.timer);
+    this.#deadlines.disarm(call);
     if (call.cleanupTimer) clearTimeout(call.cleanupTimer);
-    call.timer = call.cleanupTimer = undefined;
-    how();
+    call.cleanupTimer = undefined;
+    if (answer) call.resolve(answer);
+    else call.reject(err);
     this.#pendingUser--;
     this.#updateRef();
     this.#checkIdle();
+  }
+
+  #reject(call: Call, err: unknown): void {
+    this.#settle(call, undefined, err);
   }
 
   /** Gives up a call that is not an ACQUIRE: it rejects with `err`; its answer, if it comes, is ignored. */
@@ -349,7 +522,7 @@ export class Session {
     if (call.state === 'queued') this.#unqueue(call);
     else if (call.state === 'sent' && this.#sent.get(call.id) === call) this.#sent.delete(call.id);
     call.state = 'done';
-    this.#settle(call, () => call.reject(err));
+    this.#reject(call, err);
   }
 
   /**
@@ -363,21 +536,20 @@ export class Session {
     if (call.state === 'queued') {
       this.#unqueue(call);
       call.state = 'done';
-      this.#settle(call, () => call.reject(err));
+      this.#reject(call, err);
       return;
     }
     if (call.state !== 'sent') return;
     call.abandoned = true;
     this.#cleanups++;
-    if (call.timer) clearTimeout(call.timer);
-    call.timer = undefined;
+    this.#deadlines.disarm(call);
     if (waitCleanup) {
       call.cleanupError = err;
-      call.cleanupTimer = setTimeout(() => this.#settle(call, () => call.reject(err)), this.opts.cleanupTimeoutMs);
+      call.cleanupTimer = setTimeout(() => this.#reject(call, err), this.opts.cleanupTimeoutMs);
     } else {
-      this.#settle(call, () => call.reject(err));
+      this.#reject(call, err);
     }
-    this.#internal({ op: Op.CANCEL, token: call.id, what: `cancel ${call.spec.what}`, timeoutMs: this.opts.requestTimeoutMs }, () => {
+    this.#internal({ op: Op.CANCEL, token: call.id, what: `cancel ${call.what}`, timeoutMs: this.opts.requestTimeoutMs }, () => {
       // The ACQUIRE's answer (CANCELLED, or OK to release) comes first; if it is still missing,
       // give it the cleanup timeout and then forget it (a grant then runs out its lease).
       if (this.#sent.get(call.id) === call) {
@@ -391,17 +563,17 @@ export class Session {
     if (this.#sent.get(call.id) === call) this.#sent.delete(call.id);
     call.state = 'done';
     this.#cleanupDone();
-    if (call.cleanupError) this.#settle(call, () => call.reject(call.cleanupError));
+    if (call.cleanupError) this.#reject(call, call.cleanupError);
   }
 
   /** The answer to an abandoned ACQUIRE: release a grant, then let the caller go. */
   #abandonedAnswer(call: Call, r: Response): void {
     const finish = (): void => {
       this.#cleanupDone();
-      if (call.cleanupError) this.#settle(call, () => call.reject(call.cleanupError));
+      if (call.cleanupError) this.#reject(call, call.cleanupError);
     };
     if (r.status !== Status.OK) return finish();
-    this.releaseToken(call.spec.key!, r.token, call.spec.what, finish);
+    this.releaseToken(call.spec.key!, r.token, call.what, finish);
   }
 
   /** Releases a token nobody will use (a grant that raced a cancel); `done` runs when that is settled. */
@@ -452,14 +624,13 @@ export class Session {
     }
     this.#sent.delete(r.id);
     call.state = 'done';
-    if (call.timer) clearTimeout(call.timer);
-    call.timer = undefined;
+    this.#deadlines.disarm(call);
     this.#answersSinceAck++;
     if (call.abandoned) this.#abandonedAnswer(call, r);
     else if (call.internal) {
       if (call.spec.op === Op.RELEASE) this.#cleanupDone();
       call.internal(r);
-    } else this.#settle(call, () => call.resolve({ res: r, id: r.id, tFirst: call.tFirst, retried: call.retried }));
+    } else this.#settle(call, { res: r, id: r.id, tFirst: call.tFirst, retried: call.retried });
     this.#maybeAck();
   }
 
@@ -704,7 +875,8 @@ export class Session {
     this.#graceMs = w.sessionGraceMs;
     this.#clearGrace();
     this.#conn = conn;
-    conn.setRef(this.#wantRef());
+    this.#refOn = this.#wantRef();
+    conn.setRef(this.#refOn);
     conn.attach(
       (r) => this.#onFrame(conn, r),
       (err) => this.#onClose(conn, err),
@@ -726,7 +898,7 @@ export class Session {
           this.#sent.delete(call.id);
           this.#fail(
             call,
-            new ConnectionLostError(`${call.spec.what}: the connection was lost and ${conn.name} could not resume the session; the request may or may not have run`),
+            new ConnectionLostError(`${call.what}: the connection was lost and ${conn.name} could not resume the session; the request may or may not have run`),
           );
         }
       }
@@ -762,7 +934,7 @@ export class Session {
     this.hooks.onRestarted(endpoint);
     for (const c of sent) {
       if (c.abandoned) this.#dropAbandoned(c);
-      else this.#fail(c, new ServerRestartedError(`${c.spec.what}: ${msg}; the request is not re-sent`));
+      else this.#fail(c, new ServerRestartedError(`${c.what}: ${msg}; the request is not re-sent`));
     }
     for (const c of internals) this.#fail(c, new ServerRestartedError(msg));
   }
@@ -805,7 +977,7 @@ export class Session {
     for (const call of [...this.#sent.values()]) {
       if (call.internal || call.abandoned) continue;
       // The cause names the endpoint (and the message says it once).
-      const err = new ConnectionLostError(`${call.spec.what}: the session was not resumed ${grace} after the connection was lost (${cause.message})`, { cause });
+      const err = new ConnectionLostError(`${call.what}: the session was not resumed ${grace} after the connection was lost (${cause.message})`, { cause });
       if (call.spec.op === Op.ACQUIRE) this.abandon(call, err, false);
       else {
         this.#sent.delete(call.id);
@@ -871,6 +1043,9 @@ export class Session {
 
   #updateRef(): void {
     const on = this.#wantRef();
+    // Most calls do not change it (one caller after another): tell the connection only a change.
+    if (on === this.#refOn && this.#dialConn === undefined && this.#backoffTimer === undefined) return;
+    this.#refOn = on;
     this.#conn?.setRef(on);
     this.#dialConn?.setRef(on);
     if (this.#backoffTimer) {
@@ -928,12 +1103,13 @@ export class Session {
     for (const c of all) {
       if (c.abandoned) {
         c.state = 'done';
-        if (c.cleanupError) this.#settle(c, () => c.reject(c.cleanupError));
+        if (c.cleanupError) this.#reject(c, c.cleanupError);
         continue;
       }
-      this.#fail(c, new ClientClosedError(`${c.spec.what}: ${err.message}`));
+      this.#fail(c, new ClientClosedError(`${c.what}: ${err.message}`));
     }
     this.#cleanups = 0;
+    this.#deadlines.stop();
     this.#checkIdle();
   }
 }

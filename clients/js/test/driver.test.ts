@@ -58,11 +58,13 @@ describe('conformance driver', () => {
     await srv?.stop();
   });
 
-  test('starts within 2 s and says hello', async () => {
+  test('starts and says hello', async () => {
     const t = performance.now();
     d = startDriver();
     const hello = await d.send('hello');
-    assert.ok(performance.now() - t < 2000, `hello after ${performance.now() - t} ms`);
+    // About 0.3 s on a quiet machine; 9 s was seen beside two CPU hogs and a build. The bound
+    // catches a driver that does slow work at start (compiling, a network wait), not load.
+    assert.ok(performance.now() - t < 20000, `hello after ${performance.now() - t} ms`);
     assert.equal(hello.ok, true);
     assert.equal(hello.language, 'js');
     assert.match(hello.client_version, /^\d+\.\d+\.\d+/);

@@ -195,6 +195,8 @@ module Ticketing
     # Takes the lock on +key+ only if it is free and nobody is queued: a Lock, or nil. Options
     # as for #acquire.
     def try_acquire(key, lease:, **options)
+      return take(key, lease, 0, false, nil, false, nil, raising: false) if options.empty?
+
       acquire(key, lease: lease, **options, timeout: 0)
     end
 
@@ -394,11 +396,11 @@ module Ticketing
 
     # Sends one request and waits for its answer (within the request timeout). Returns the OK
     # Response; raises the status's error. SHUTTING_DOWN with other endpoints is retried there.
-    def request(op, key: "".b, token: 0, lease_ms: 0)
+    def request(op, key: Call::EMPTY_KEY, token: 0, lease_ms: 0)
       ensure_connected
       attempts = 0
       loop do
-        call = Call.new(op, key: key, token: token, lease_ms: lease_ms)
+        call = Call.new(op, key, token, lease_ms)
         outcome = nil
         begin
           @session.submit(call)
@@ -461,7 +463,7 @@ module Ticketing
 
     # EXTEND without waiting: the block gets (response, error, t_first) on the reader thread.
     def extend_async(key, token, lease_ms, &block)
-      call = Call.new(Protocol::Op::EXTEND, key: key, token: token, lease_ms: lease_ms)
+      call = Call.new(Protocol::Op::EXTEND, key, token, lease_ms)
       call.hook = ->(resp, error, _abandoned) { block.call(resp, error, call.t_first) }
       @session.submit(call)
     end
@@ -489,7 +491,7 @@ module Ticketing
       ensure_connected
       attempts = 0
       loop do
-        call = Call.new(Protocol::Op::ACQUIRE, key: key, lease_ms: lease_ms, wait_ms: wait_ms)
+        call = Call.new(Protocol::Op::ACQUIRE, key, 0, lease_ms, wait_ms)
         call.hook = ->(resp, error, abandoned) { acquire_answered(call, resp, error, abandoned, keep_alive, max_hold) }
         resp = nil
         begin
@@ -556,7 +558,7 @@ module Ticketing
     # later), or release the Lock it was granted, which no caller will ever see. Runs with
     # asynchronous interrupts deferred, so that a second one cannot cut the clean-up short.
     def settle_unwound(call)
-      Thread.handle_interrupt(Object => :never) do
+      Thread.handle_interrupt(DEFER_INTERRUPTS) do
         if @session.abandon(call)
           @session.withdraw(call)
         elsif @session.await_finished(call, Scheduler.now + 1.0) && call.value.is_a?(Lock)
@@ -602,7 +604,7 @@ module Ticketing
 
     # Releases a grant whose acquire was withdrawn; marks the acquire's clean-up done after.
     def release_abandoned(call, lock)
-      release = Call.new(Protocol::Op::RELEASE, key: lock.key, token: lock.token)
+      release = Call.new(Protocol::Op::RELEASE, lock.key, lock.token)
       release.hook = lambda do |resp, error, _abandoned|
         if error || resp.status != Protocol::Status::OK
           @logger&.warn("ticketing: could not release #{Errors.describe_key(lock.key)} token #{lock.token} " \

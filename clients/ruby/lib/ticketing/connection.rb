@@ -6,6 +6,12 @@ require "securerandom"
 require "ipaddr"
 
 module Ticketing
+  # Thread.handle_interrupt masks (frozen: no Hash per call): asynchronous interrupts deferred,
+  # or taken at once.
+  DEFER_INTERRUPTS = { Object => :never }.freeze
+  TAKE_INTERRUPTS = { Object => :immediate }.freeze
+  private_constant :DEFER_INTERRUPTS, :TAKE_INTERRUPTS
+
   # @api private
   # A server address: host and port. Parsed from "host:port" or "[v6]:port".
   Endpoint = Struct.new(:host, :port) do
@@ -28,9 +34,19 @@ module Ticketing
   end
 
   # @api private
-  # One handshaken connection: a reader thread that decodes answers and hands them to the
-  # session, and a writer thread that writes whatever frames were queued since its last write in
-  # one call. The session's mutex is never held during I/O here; #enqueue only appends to a buffer.
+  # One handshaken connection. Reading: one thread at a time holds the connection's read role
+  # (Session decides who, under its mutex): a caller waiting for its answer reads the socket
+  # itself (#read_some) and hands every frame to the session, its own answer, other callers'
+  # answers and pushes alike; while no caller reads, the connection's background reader thread
+  # does (pushes, heartbeat answers and a lost connection are noticed when no call waits). A
+  # reader waits in IO.select on the socket and on a wake-up pipe (#poke), so that it can be
+  # asked to give the role up or to look at its call's cancellation.
+  #
+  # Writing: frames are appended to a buffer in request-id order (#enqueue, under the session's
+  # mutex); a caller that queued a frame writes the buffer itself without blocking (#flush),
+  # and whatever the socket does not take at once (or a frame queued by a background task) is
+  # written by the writer thread. One writer at a time, so the wire keeps the buffer's order.
+  # The session's mutex is never held during blocking I/O here.
   class Connection
     # The Endpoint, its index in the client's list (nil for a leader hint outside it), the WELCOME.
     attr_reader :endpoint, :index, :welcome
@@ -39,6 +55,12 @@ module Ticketing
     # Monotonic time the heartbeat PING was sent, nil when none is outstanding, and that PING's
     # Call (session's mutex).
     attr_accessor :ping_sent_at, :ping_call
+    # The read role (session's mutex): nil (free), :bg (the background reader) or the Call
+    # whose caller is reading; +activity+ counts the times a caller took it; +yield_asked+: a
+    # caller asked the background reader to give it up (poked it).
+    attr_accessor :reader, :activity, :yield_asked
+    # The background reader's condition variable (on the session's mutex).
+    attr_reader :bg_cond
 
     # Raised by ::open when the server answers CHALLENGE NOT_LEADER; #hint is the leader's
     # address ("" when unknown).
@@ -54,6 +76,8 @@ module Ticketing
     # The most TLS and the handshake may take once TCP is connected, in seconds (docs/clients.md,
     # the connect timeout): a frozen node accepts TCP but answers nothing.
     HANDSHAKE_WAIT = 2.0
+    # Bytes asked of the socket per read.
+    READ_SIZE = 65_536
 
     # Connects to +endpoint+ (TCP, then TLS when +tls_context+ is set) and runs the handshake
     # for +session_id+, all before +deadline+ (monotonic seconds; +timeout+, the connect timeout
@@ -131,37 +155,145 @@ module Ticketing
     def initialize(sock, tcp, endpoint, index, welcome)
       @sock = sock
       @tcp = tcp
+      @tls = !sock.equal?(tcp)
       @endpoint = endpoint
       @index = index
       @welcome = welcome
       @wmutex = Mutex.new
       @wcond = ConditionVariable.new
       @wbuf = String.new(capacity: 4096, encoding: Encoding::BINARY)
+      @wspare = nil
+      @writing = false # a thread is writing (the writer thread or a caller's #flush)
       @closed = false
       @last_recv = Scheduler.now
       @ping_sent_at = nil
       @ping_call = nil
+      @reader = nil
+      @activity = 0
+      @yield_asked = false
+      @bg_cond = ConditionVariable.new
+      @rbuf = String.new(encoding: Encoding::BINARY) # bytes of a frame not whole yet
+      @chunk = String.new(capacity: READ_SIZE, encoding: Encoding::BINARY)
+      @wake_r, @wake_w = IO.pipe
     end
 
-    # Starts the reader and writer threads; frames go to +session+.handle_frame, a failure to
-    # +session+.connection_failed.
+    # Starts the background reader and the writer threads; frames go to
+    # +session+.handle_frame, a failure to +session+.connection_failed.
     def start(session)
       @session = session
-      @reader = Thread.new { read_loop }
+      @reader_thread = Thread.new { bg_loop }
       @writer = Thread.new { write_loop }
-      @reader.name = "ticketing-reader" if @reader.respond_to?(:name=)
+      @reader_thread.name = "ticketing-reader" if @reader_thread.respond_to?(:name=)
       @writer.name = "ticketing-writer" if @writer.respond_to?(:name=)
       self
     end
 
-    # Queues an encoded frame for the writer. Never blocks on the network.
-    def enqueue(bytes)
+    # Queues an encoded frame. Never blocks on the network. With +defer+, the caller calls
+    # #flush next (outside the session's mutex); otherwise the writer thread writes it.
+    def enqueue(bytes, defer = false)
       @wmutex.synchronize do
         return if @closed
 
         @wbuf << bytes
-        @wcond.signal
+        @wcond.signal unless defer || @writing
       end
+    end
+
+    # Writes the queued frames from the calling thread without blocking, unless another thread
+    # is writing (it writes them next). What the socket does not take at once, or a write error,
+    # is left to the writer thread (which reports a failure). Over TLS the writer thread writes.
+    def flush
+      data = @wmutex.synchronize do
+        return if @closed || @writing || @wbuf.empty?
+
+        if @tls
+          @wcond.signal
+          return
+        end
+        @writing = true
+        take_wbuf
+      end
+      loop do
+        rest = nil
+        begin
+          n = @sock.write_nonblock(data, exception: false)
+          if n == :wait_writable
+            rest = data
+          elsif n < data.bytesize
+            rest = data.byteslice(n, data.bytesize - n)
+          end
+        rescue StandardError
+          rest = data # the writer thread writes it again and reports the failure
+        end
+        data = @wmutex.synchronize do
+          if rest
+            @writing = false
+            @wbuf = rest << @wbuf
+            @wcond.signal
+            return
+          end
+          data.clear
+          @wspare = data
+          if @closed || @wbuf.empty?
+            @writing = false
+            return
+          end
+          take_wbuf # queued meanwhile by callers that found this thread writing
+        end
+      end
+    end
+
+    # The write buffer's bytes; an empty buffer takes its place. @wmutex must be held.
+    def take_wbuf
+      out = @wbuf
+      @wbuf = @wspare || String.new(capacity: 4096, encoding: Encoding::BINARY)
+      @wspare = nil
+      out
+    end
+
+    # Wakes the thread that holds the read role from its wait (it looks at its state again).
+    def poke
+      @wake_w.write_nonblock("!", exception: false)
+    rescue StandardError
+      nil
+    end
+
+    # Reads what the socket has, waiting at most +timeout+ seconds (nil: no limit) for bytes or
+    # a #poke, and hands every whole frame to the session. Only the holder of the read role
+    # calls it. Returns false once the connection has failed (reported to the session), true
+    # otherwise. Asynchronous interrupts are taken only while waiting (no frame is ever half
+    # handled); a caller that reads runs it with them deferred.
+    def read_some(timeout)
+      chunk = read_chunk
+      case chunk
+      when false then false
+      when :wait_readable then wait_io(timeout, [@tcp, @wake_r], nil)
+      when :wait_writable then wait_io(timeout, [@wake_r], [@tcp])
+      when nil then lost(EOFError.new)
+      else handle_bytes(chunk)
+      end
+    end
+
+    # Handles what the socket holds now, without waiting (the holder of the read role only).
+    def read_pending
+      loop do
+        chunk = read_chunk
+        case chunk
+        when false then return false
+        when :wait_readable, :wait_writable then return true
+        when nil then return lost(EOFError.new)
+        end
+        return false unless handle_bytes(chunk)
+      end
+    end
+
+    # One non-blocking read into the connection's buffer: the bytes, :wait_readable or
+    # :wait_writable (TLS), nil at the end of the stream, or false once the read failed (the
+    # failure reported to the session).
+    def read_chunk
+      @sock.read_nonblock(READ_SIZE, @chunk, exception: false)
+    rescue IOError, SystemCallError, OpenSSL::SSL::SSLError => e
+      lost(e)
     end
 
     # Closes the connection: unblocks both threads and closes the socket. Idempotent.
@@ -177,15 +309,20 @@ module Ticketing
       rescue StandardError
         nil
       end
+      poke
       Connection.close_quietly(@sock)
       Connection.close_quietly(@tcp)
+      Connection.close_quietly(@wake_w)
+      Connection.close_quietly(@wake_r) unless @reader_thread
     end
 
     # In a forked child: forget the connection without touching the shared socket's state (no
-    # shutdown, no TLS close_notify); only this process's descriptor is closed.
+    # shutdown, no TLS close_notify); only this process's descriptors are closed.
     def abandon
       @closed = true
       Connection.close_quietly(@tcp)
+      Connection.close_quietly(@wake_r)
+      Connection.close_quietly(@wake_w)
     end
 
     def closed?
@@ -198,39 +335,93 @@ module Ticketing
 
     private
 
-    def read_loop
-      buf = String.new(capacity: 65_536, encoding: Encoding::BINARY)
-      loop do
-        chunk = @sock.readpartial(65_536)
-        @last_recv = Scheduler.now
-        buf << chunk
-        offset = 0
-        while (decoded = Protocol.decode_response(buf, offset))
-          resp, size = decoded
-          offset += size
-          @session.handle_frame(self, resp)
+    # Waits (interruptibly) until +reads+ are readable or +writes+ writable, or +timeout+ passes.
+    # Drains the wake-up pipe. Returns true, or false when the connection failed.
+    def wait_io(timeout, reads, writes)
+      ready = Thread.handle_interrupt(TAKE_INTERRUPTS) { IO.select(reads, writes, nil, timeout) }
+      if ready && ready[0].include?(@wake_r)
+        loop do
+          r = @wake_r.read_nonblock(64, exception: false)
+          break if r.nil? || r == :wait_readable
         end
-        buf = buf.byteslice(offset, buf.bytesize - offset) if offset.positive?
       end
-    rescue EOFError
-      @session.connection_failed(self, ConnectionLostError.new("#{@endpoint}: the server closed the connection"))
+      true
+    rescue IOError, SystemCallError => e
+      raise unless @closed # an interrupt (Thread#raise) of the caller, not the connection's
+
+      lost(e)
+    end
+
+    # Decodes the frames of +chunk+ (after the bytes kept from the last read) and hands each to
+    # the session. Returns true, or false when the connection failed.
+    def handle_bytes(chunk)
+      @last_recv = Scheduler.now
+      if @rbuf.empty?
+        buf = chunk
+      else
+        buf = @rbuf
+        buf << chunk
+      end
+      offset = 0
+      while (decoded = Protocol.decode_response(buf, offset))
+        resp, size = decoded
+        offset += size
+        @session.handle_frame(self, resp)
+      end
+      rest = buf.bytesize - offset
+      if rest.positive?
+        @rbuf = buf.byteslice(offset, rest).b
+      elsif !@rbuf.empty?
+        @rbuf.clear
+      end
+      true
     rescue Protocol::FrameError => e
       @session.connection_failed(self, ProtocolError.new("#{@endpoint}: malformed frame from the server: #{e.message}"))
+      false
+    rescue StandardError => e
+      lost(e)
+    end
+
+    # Reports the connection's failure (+error+, from a read) to the session. Returns false.
+    def lost(error)
+      error = case error
+              when EOFError then ConnectionLostError.new("#{@endpoint}: the server closed the connection")
+              else ConnectionLostError.new("#{@endpoint}: #{error.class}: #{error.message}")
+              end
+      @session.connection_failed(self, error)
+      false
+    end
+
+    # The background reader: holds the read role whenever no caller has held it for a while
+    # (Session#bg_take_role) and gives it up when a caller asks (Session#bg_keep_role?).
+    def bg_loop
+      first = true
+      while @session.bg_take_role(self, first)
+        first = false
+        loop do
+          return unless read_some(nil)
+          break unless @session.bg_keep_role?(self)
+        end
+      end
     rescue StandardError => e
       @session.connection_failed(self, ConnectionLostError.new("#{@endpoint}: #{e.class}: #{e.message}"))
+    ensure
+      Connection.close_quietly(@wake_r) if @closed
     end
 
     def write_loop
       loop do
         data = @wmutex.synchronize do
-          @wcond.wait(@wmutex) while @wbuf.empty? && !@closed
+          @wcond.wait(@wmutex) while (@wbuf.empty? || @writing) && !@closed
           return if @closed
 
+          @writing = true
           out = @wbuf
           @wbuf = String.new(capacity: 4096, encoding: Encoding::BINARY)
           out
         end
         @sock.write(data)
+        @wmutex.synchronize { @writing = false }
       end
     rescue StandardError => e
       @session.connection_failed(self, ConnectionLostError.new("#{@endpoint}: write failed: #{e.class}: #{e.message}"))

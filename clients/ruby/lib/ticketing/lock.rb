@@ -26,7 +26,7 @@ module Ticketing
       @key = key
       @token = token
       @mutex = Mutex.new
-      @cond = ConditionVariable.new
+      @cond = nil # made by the first #wait_lost
       @lease_ms = lease_ms
       @deadline = deadline
       @extend_id = 0 # the request id of the EXTEND whose answer set @deadline (0: the grant's)
@@ -125,7 +125,7 @@ module Ticketing
           # at Clock again at least every LOST_CHECK_MS (also when the client is closed).
           wait = @detached ? nil : [fire_at - Clock.now, Scheduler::CHECK_EVERY].min
           wait = [wait || Float::INFINITY, limit - now].min if limit
-          @cond.wait(@mutex, wait && [wait, 0.001].max)
+          (@cond ||= ConditionVariable.new).wait(@mutex, wait && [wait, 0.001].max)
         end
       end
     end
@@ -219,7 +219,7 @@ module Ticketing
         @lost_reason = reason
         @deadline_task&.cancel
         @keep_alive_task&.cancel
-        @cond.broadcast
+        @cond&.broadcast
         list = @callbacks
         @callbacks = []
         list
@@ -248,7 +248,7 @@ module Ticketing
     # (release and extend by token still work) but gets no lost signal and no keep-alive here.
     def detach_after_fork
       @mutex = Mutex.new
-      @cond = ConditionVariable.new
+      @cond = nil
       @detached = true
       @extend_id = 0 # the child's session numbers its requests from 1
       @keep_alive = false
@@ -284,7 +284,7 @@ module Ticketing
         @released = true
         @release_error = error
         @deadline_task&.cancel
-        @cond.broadcast
+        @cond&.broadcast
       end
       @client.__send__(:forget_lock, self)
       raise error if error

@@ -192,6 +192,12 @@ module Ticketing
        req[:token] || 0, req[:lease_ms] || 0, req[:wait_ms] || 0].pack(HEADER_FORMAT) << key
     end
 
+    # Encodes a request frame from its fields (+key+ a binary String).
+    def encode_request_fields(op, flags, id, token, lease_ms, wait_ms, key)
+      [Size::HEADER - 4 + key.bytesize, op, flags, key.bytesize, id, token, lease_ms,
+       wait_ms].pack(HEADER_FORMAT) << key
+    end
+
     # Encodes a response frame (Response, or a Hash of its fields).
     def encode_response(resp)
       data = (resp[:data] || "").b
@@ -220,9 +226,15 @@ module Ticketing
       return nil unless fields
 
       len, op, status, var_len, id, token, lease, detail = fields
-      data = buf.byteslice(offset + Size::HEADER, var_len)
-      [Response.new(op: op, status: status, id: id, token: token, lease_ms: lease,
-                    detail: detail, data: data), 4 + len]
+      resp = Response.allocate # the fields one by one: no keyword Hash per frame
+      resp.op = op
+      resp.status = status
+      resp.id = id
+      resp.token = token
+      resp.lease_ms = lease
+      resp.detail = detail
+      resp.data = buf.byteslice(offset + Size::HEADER, var_len)
+      [resp, 4 + len]
     end
 
     def decode_header(buf, offset, max_var)

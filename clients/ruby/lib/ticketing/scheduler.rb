@@ -11,40 +11,41 @@ module Ticketing
     class Task
       attr_reader :at
 
-      def initialize(at, seq, block)
+      def initialize(at, block)
         @at = at
-        @seq = seq
         @block = block
         @cancelled = false
       end
 
+      # Keeps the task from running, and drops its block (a cancelled task waits in the list
+      # until its time or the next compaction: it should not keep what the block refers to).
       def cancel
         @cancelled = true
+        @block = nil
       end
 
       def cancelled?
         @cancelled
       end
 
-      def sort_key
-        [@at, @seq]
-      end
-
       def run
-        @block.call unless @cancelled
+        block = @block
+        block.call if block && !@cancelled
       end
     end
 
     # The longest wait between two looks at Clock while tasks are pending (a held lock always
     # has one: its deadline), in seconds.
     CHECK_EVERY = Protocol::ClientRule::LOST_CHECK_MS / 1000.0
+    # Tasks added between two compactions of the list (#compact_locked).
+    COMPACT_EVERY = 4096
 
     def initialize(logger: nil)
       @logger = logger
       @mutex = Mutex.new
       @cond = ConditionVariable.new
-      @tasks = [] # sorted by [at, seq]
-      @seq = 0
+      @tasks = [] # sorted by time, then by order of addition
+      @added = 0  # tasks added since the last compaction
       @thread = nil
       @stopped = false
     end
@@ -55,15 +56,22 @@ module Ticketing
     end
 
     # Runs +block+ on the scheduler thread at Clock time +at+ (or soon after). Returns a Task.
+    # Tasks due at the same time run in the order they were added.
     def at(at, &block)
+      task = Task.new(at, block)
       @mutex.synchronize do
-        @seq += 1
-        task = Task.new(at, @seq, block)
         return task if @stopped
 
-        key = task.sort_key
-        idx = @tasks.bsearch_index { |t| (t.sort_key <=> key) >= 0 } || @tasks.size
-        @tasks.insert(idx, task)
+        @added += 1
+        compact_locked if @added >= COMPACT_EVERY && @tasks.size >= COMPACT_EVERY
+        last = @tasks.last
+        if last.nil? || last.at <= at
+          idx = @tasks.size
+          @tasks << task
+        else
+          idx = @tasks.bsearch_index { |t| t.at > at }
+          @tasks.insert(idx, task)
+        end
         @cond.signal if idx.zero?
         @thread ||= Thread.new { run }.tap { |t| t.name = "ticketing-timers" if t.respond_to?(:name=) }
         task
@@ -95,6 +103,13 @@ module Ticketing
     end
 
     private
+
+    # Drops the cancelled tasks from the list (lock deadlines cancelled by a release would
+    # otherwise stay until their time).
+    def compact_locked
+      @added = 0
+      @tasks.reject!(&:cancelled?)
+    end
 
     def run
       loop do

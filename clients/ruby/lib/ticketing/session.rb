@@ -8,7 +8,8 @@ module Ticketing
   # wire, and its outcome. All fields are guarded by the session's mutex, except the constant
   # request fields.
   class Call
-    attr_reader :op, :key, :token, :lease_ms, :wait_ms, :cond
+    EMPTY_KEY = "".b.freeze
+    attr_reader :op, :key, :token, :lease_ms, :wait_ms
     # Request id (nil until queued for the wire), and the Clock time it was first queued for the
     # wire: an ACQUIRE's or EXTEND's answer sets the lock's deadline from it, whichever
     # transmission the answer is for (PROTOCOL.md, "The lost signal").
@@ -25,19 +26,29 @@ module Ticketing
     # abandoned) -> value.
     attr_accessor :hook
 
-    def initialize(op, key: "".b, token: 0, lease_ms: 0, wait_ms: 0, hook: nil)
+    # +key+: a binary String.
+    def initialize(op, key = EMPTY_KEY, token = 0, lease_ms = 0, wait_ms = 0)
       @op = op
       @key = key
       @token = token
       @lease_ms = lease_ms
       @wait_ms = wait_ms
-      @hook = hook
-      @cond = ConditionVariable.new
+      @hook = nil
+      @cond = nil
+    end
+
+    # The waiter's condition variable (on the session's mutex; made when first needed).
+    def cond
+      @cond ||= ConditionVariable.new
+    end
+
+    # Wakes the call's waiters, if any (the session's mutex held).
+    def wake
+      @cond&.broadcast
     end
 
     def frame
-      Protocol.encode_request(op: @op, flags: 0, id: @id, token: @token, lease_ms: @lease_ms,
-                              wait_ms: @wait_ms, key: @key)
+      Protocol.encode_request_fields(@op, 0, @id, @token, @lease_ms, @wait_ms, @key)
     end
 
     def op_name
@@ -76,6 +87,11 @@ module Ticketing
     # are other endpoints: it still accepts TCP and would cost the handshake wait, and the other
     # nodes keep naming it as the leader until they elect another (docs/clients.md, rule 1).
     SILENT_SKIP = 2.0
+    # The background reader takes the read role back once no caller has taken it for this long,
+    # in seconds (a push or a lost connection is noticed within about twice this while no call
+    # waits). Between a caller's back-to-back calls the role stays free, so that the next call
+    # reads its own answer without a hand-off to another thread.
+    BG_IDLE = 0.01
 
     attr_reader :config
 
@@ -145,17 +161,38 @@ module Ticketing
     # asynchronous interrupt (Timeout, Thread#raise, Thread#kill) waits until the call is
     # queued whole: never an id in the table without its frame on the way.
     def submit(call)
-      Thread.handle_interrupt(Object => :never) do
-        @mutex.synchronize do
+      Thread.handle_interrupt(DEFER_INTERRUPTS) do
+        probe = @mutex.synchronize do
+          raise ClosedError, "the client is closed" if @state == :closed
+
+          # No thread reads the connection: take what the server sent meanwhile (an answer, a
+          # push, the connection's end: a server that went away or restarted) before this call
+          # goes out, as a reader thread would have, so that the call follows it (#probe_locked).
+          probe_locked
+        end
+        if probe
+          probe.read_pending
+          @mutex.synchronize { release_role_locked(probe, :probe) }
+        end
+        conn = @mutex.synchronize do
           raise ClosedError, "the client is closed" if @state == :closed
 
           if @state == :ready
-            assign_locked(call, @conn)
+            # Nothing else in flight: this caller writes its frame itself (no hand-off to the
+            # writer thread) and will read the answer itself. Otherwise the writer thread writes
+            # the frames queued meanwhile in one batch (fewer, larger writes for the server).
+            c = @conn
+            direct = @pending.empty?
+            assign_locked(call, c, Clock.now, direct)
+            direct ? c : nil
           else
             @backlog << call
             start_reconnector_locked if @state == :disconnected
+            nil
           end
         end
+        # Written from this thread (the writer thread takes what the socket does not take at once).
+        conn&.flush
       end
     end
 
@@ -167,32 +204,165 @@ module Ticketing
     # Whether the session is connected or has connected before (a call may then wait for the
     # reconnector instead of dialing itself).
     def started?
-      @mutex.synchronize { @state != :idle }
+      @state != :idle # one read of a field that leaves :idle once (no lock needed)
     end
 
     # Waits for +call+ to finish. Returns :finished, or :cancelled / :timeout when the wait ended
     # first (the call is then marked abandoned; its answer, if any, still runs its hook).
     # +deadline+ bounds the wait once the call is on the wire (nil: no bound), +send_deadline+
     # while it is still waiting for a connection.
+    #
+    # While the call is on the wire and no other thread reads the connection, the caller reads
+    # it itself (leader/follower): it handles every frame that arrives, its own answer, other
+    # calls' answers and pushes, and once its answer is in hands the read role to another
+    # waiting caller (or, after BG_IDLE without one, back to the background reader). A waiter
+    # that finds the background reader reading asks it to give the role up.
     def await(call, deadline:, send_deadline:, cancel: nil)
-      handle = cancel&.subscribe { @mutex.synchronize { call.cond.broadcast } }
-      @mutex.synchronize do
-        loop do
-          return :closed if call.closed_out
-          return :finished if call.finished
+      handle = cancel&.subscribe { wake_call(call) }
+      loop do
+        conn = nil
+        limit = nil
+        @mutex.synchronize do
+          loop do
+            if call.closed_out || call.finished
+              @waiting.delete(call)
+              return call.closed_out ? :closed : :finished
+            end
 
-          unless call.answered
-            return abandon_locked(call, :cancelled) if cancel&.cancelled?
+            unless call.answered
+              return abandon_waiter_locked(call, :cancelled) if cancel&.cancelled?
 
-            limit = call.id ? deadline : send_deadline
-            now = Scheduler.now
-            return abandon_locked(call, :timeout) if limit && now >= limit
+              limit = call.id ? deadline : send_deadline
+              now = Scheduler.now
+              return abandon_waiter_locked(call, :timeout) if limit && now >= limit
+
+              c = @conn
+              if call.id && c
+                if c.reader.nil?
+                  c.reader = call
+                  c.activity += 1
+                  @waiting.delete(call)
+                  conn = c
+                  break
+                elsif c.reader == :bg && !c.yield_asked
+                  c.yield_asked = true
+                  c.poke
+                end
+                @waiting[call] = true
+              end
+            end
+            call.cond.wait(@mutex, limit && !call.answered ? [limit - now, 0.001].max : nil)
           end
-          call.cond.wait(@mutex, limit && !call.answered ? [limit - now, 0.001].max : nil)
         end
+        lead(conn, call, limit, cancel)
+        # Its own answer read and its hook run on this thread: done without another look.
+        return :finished if call.finished && !call.closed_out
       end
     ensure
       cancel&.unsubscribe(handle)
+      if @waiting.key?(call)
+        @mutex.synchronize do
+          @waiting.delete(call)
+          handoff_locked(@conn) if @conn && @conn.reader.nil?
+        end
+      end
+    end
+
+    # The background reader (+conn+'s thread): waits until the read role is free and no caller
+    # has taken it for BG_IDLE (at once when +first+: a new connection), then takes it. Returns
+    # false once +conn+ is no longer the session's connection.
+    def bg_take_role(conn, first)
+      @mutex.synchronize do
+        seen = first ? conn.activity : -1
+        loop do
+          return false unless conn.equal?(@conn)
+
+          if conn.reader.nil? && conn.activity == seen
+            conn.reader = :bg
+            conn.yield_asked = false
+            return true
+          end
+          seen = conn.activity
+          conn.bg_cond.wait(@mutex, BG_IDLE)
+        end
+      end
+    end
+
+    # The background reader, after each read: whether it keeps the read role. It gives it up
+    # when a caller asked for it, and hands it to a waiting caller.
+    def bg_keep_role?(conn)
+      @mutex.synchronize do
+        return false unless conn.equal?(@conn)
+        return true unless conn.yield_asked
+
+        conn.yield_asked = false
+        conn.reader = nil if conn.reader == :bg
+        handoff_locked(conn)
+        false
+      end
+    end
+
+    # Reads +conn+ as the holder of its read role until +call+ is answered, +limit+ passes, the
+    # call is cancelled or the connection fails; then gives the role up (#release_role). Frames
+    # are handled with asynchronous interrupts deferred: one lands only while waiting for bytes.
+    def lead(conn, call, limit, cancel)
+      Thread.handle_interrupt(DEFER_INTERRUPTS) do
+        loop do
+          break if call.answered || call.closed_out || cancel&.cancelled?
+
+          wait = nil
+          if limit
+            wait = limit - Scheduler.now
+            break if wait <= 0
+          end
+          break unless conn.read_some(wait)
+        end
+      ensure
+        release_role(conn, call)
+      end
+    end
+
+    # Gives up the read role +call+ holds on +conn+ and hands it on.
+    def release_role(conn, call)
+      @mutex.synchronize { release_role_locked(conn, call) }
+    end
+
+    def release_role_locked(conn, holder)
+      return unless conn.reader.equal?(holder)
+
+      conn.reader = nil
+      handoff_locked(conn)
+    end
+
+    # Takes the read role of the connection for #submit's look at the socket when it is free
+    # (no caller and not the background reader reads). Returns the connection, or nil.
+    def probe_locked
+      c = @conn
+      return nil unless @state == :ready && c && c.reader.nil?
+
+      c.reader = :probe
+      c
+    end
+
+    # The read role of +conn+ is free: wakes a caller still waiting for its answer, which takes
+    # it (with none, the background reader takes it after BG_IDLE). @mutex must be held.
+    def handoff_locked(conn)
+      return unless conn.equal?(@conn)
+
+      @waiting.each_key do |c|
+        next if c.answered
+
+        c.wake
+        return
+      end
+    end
+
+    # Wakes +call+'s waiter (its cancellation): from its condition variable, or from its read.
+    def wake_call(call)
+      @mutex.synchronize do
+        call.wake
+        @conn.poke if @conn&.reader.equal?(call)
+      end
     end
 
     # Marks +call+ abandoned unless its outcome is already decided (for a caller unwound by an
@@ -224,7 +394,7 @@ module Ticketing
         return if call.id.nil? || call.withdrawn || call.finished || @state == :closed
 
         call.withdrawn = true
-        cancel = Call.new(Protocol::Op::CANCEL, token: call.id)
+        cancel = Call.new(Protocol::Op::CANCEL, Call::EMPTY_KEY, call.id)
         if @state == :ready
           assign_locked(cancel, @conn)
         else
@@ -260,9 +430,11 @@ module Ticketing
             withdrawn << c
           end
           withdrawn.each do |c|
-            assign_locked(Call.new(Protocol::Op::CANCEL, token: c.id), @conn)
-            c.cond.broadcast
+            assign_locked(Call.new(Protocol::Op::CANCEL, Call::EMPTY_KEY, c.id), @conn)
+            c.wake
           end
+          # A withdrawn call's caller that is reading the connection returns at once too.
+          @conn.poke if withdrawn.any? { |c| @conn.reader.equal?(c) }
         end
       end
       deliver_all(unsent, ClosedError, "failed: the client was closed before the acquire was sent")
@@ -308,7 +480,7 @@ module Ticketing
     def cleanup_done(call)
       @mutex.synchronize do
         call.cleanup_done = true
-        call.cond.broadcast
+        call.wake
       end
     end
 
@@ -334,6 +506,7 @@ module Ticketing
         @state_cond.broadcast
         c = @conn
         @conn = nil
+        c&.bg_cond&.broadcast
         [c, calls, @dialing_socket]
       end
       Connection.close_quietly(dialing)
@@ -409,6 +582,7 @@ module Ticketing
         return unless conn.equal?(@conn)
 
         @conn = nil
+        conn.bg_cond.broadcast
         @state = :disconnected
         @dropped_at = Scheduler.now
         n = @config.endpoints.size
@@ -443,6 +617,8 @@ module Ticketing
       @session_id = new_session_id
       @next_id = 1
       @pending = {}    # request id => Call, in id order
+      # Calls on the wire whose callers wait in #await without the read role (insertion order).
+      @waiting = {}.compare_by_identity
       @backlog = []    # Calls waiting for a connection (no id yet)
       @conn = nil
       @state = :idle   # :idle, :ready, :disconnected, :closed
@@ -475,12 +651,13 @@ module Ticketing
 
     # Gives +call+ the next request id and queues its frame (+now+: Clock.now). @mutex must be
     # held.
-    def assign_locked(call, conn, now = Clock.now)
+    # With +defer+ the caller flushes the connection (Connection#flush) after unlocking.
+    def assign_locked(call, conn, now = Clock.now, defer = false)
       call.id = @next_id
       @next_id += 1
       call.t_first = now
       @pending[call.id] = call
-      conn.enqueue(call.frame)
+      conn.enqueue(call.frame, defer)
     end
 
     # The heartbeat PING of a connection given up is not re-sent on the next one.
@@ -493,6 +670,14 @@ module Ticketing
       @pending.delete(ping.id) if @pending[ping.id].equal?(ping)
       ping.answered = true
       ping.finished = true
+    end
+
+    # #abandon_locked for a waiter leaving #await: it no longer takes the read role.
+    def abandon_waiter_locked(call, reason)
+      if @waiting.delete(call) && @conn && @conn.reader.nil?
+        handoff_locked(@conn)
+      end
+      abandon_locked(call, reason)
     end
 
     def abandon_locked(call, reason)
@@ -526,7 +711,7 @@ module Ticketing
       return if @answers < Protocol::ClientRule::ACK_EVERY || @ack_call || @state != :ready
 
       lowest = @pending.each_value.find { |c| c.op != Protocol::Op::ACQUIRE }&.id || @next_id
-      ack = Call.new(Protocol::Op::ACK, token: lowest)
+      ack = Call.new(Protocol::Op::ACK, Call::EMPTY_KEY, lowest)
       ack.hook = lambda do |_resp, _err, _abandoned|
         @mutex.synchronize { @ack_call = nil if @ack_call.equal?(ack) }
         nil
@@ -569,7 +754,7 @@ module Ticketing
         # An abandoned ACQUIRE granted after all is cleaned up once its release is answered.
         granted = resp && resp.status == Protocol::Status::OK
         call.cleanup_done = true unless call.abandoned && call.op == Protocol::Op::ACQUIRE && granted
-        call.cond.broadcast
+        call.wake
       end
     end
 

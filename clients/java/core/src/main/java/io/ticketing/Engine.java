@@ -394,6 +394,13 @@ final class Engine implements Connection.Listener {
                 synchronized (mu) {
                     lastConnectError = e;
                 }
+            } catch (RuntimeException e) {
+                // A defect, not a state of the network: the loop must outlive it, or the client
+                // would never connect again (connector stays set, so no new loop starts).
+                LOG.log(System.Logger.Level.WARNING, "reconnect round failed unexpectedly", e);
+                synchronized (mu) {
+                    lastConnectError = new UnavailableException("reconnect round failed: " + e, e);
+                }
             }
             synchronized (mu) {
                 if (election) {

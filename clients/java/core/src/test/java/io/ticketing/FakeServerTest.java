@@ -676,8 +676,19 @@ class FakeServerTest {
         // Eleven rounds reach the follower. Doubling pauses (50, 100, 200 ... 2000 ms, jitter down
         // to half) would take at most about 12 s for them; the wait is wide so that a loaded
         // machine's slowness is never taken for the backoff.
-        Poll.until(Duration.ofSeconds(40), () -> follower.hellos.size() >= 11, "eleven reconnect rounds");
+        long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(40);
+        while (follower.hellos.size() < 11 && System.nanoTime() < end) {
+            Thread.sleep(10);
+        }
         List<Long> at = new ArrayList<>(follower.helloTimes);
+        List<Long> gaps = new ArrayList<>();
+        for (int i = 1; i < at.size(); i++) {
+            gaps.add(TimeUnit.NANOSECONDS.toMillis(at.get(i) - at.get(i - 1)));
+        }
+        // (Once seen under load: fewer than eleven in 40 s. The gaps say whether the backoff grew
+        // or the rounds stopped.)
+        assertTrue(at.size() >= 11, at.size() + " reconnect rounds reached the follower in 40 s, not eleven; "
+                + "gaps between them (ms): " + gaps);
         // The pauses themselves: with doubling, the pause before the 7th round and every later one
         // is at least 800 ms (base 1600 ms, jitter down to half); the shortest pause is 25-50 ms.
         // A busy machine may stretch some of these five gaps, not all of them by 350 ms.

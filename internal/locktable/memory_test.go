@@ -11,7 +11,7 @@ import (
 )
 
 // The memory a node's lock state needs, per item, measured as live heap (after a full
-// collection) and pinned: docs/operations.md ("Capacity") quotes these figures, and a change that
+// collection) and pinned: docs/operations.md ("Sizing") quotes these figures, and a change that
 // makes any of them grow past its bound fails here instead of creeping in unnoticed. The
 // server's per-connection memory (buffers, goroutine) is pinned in internal/server
 // (TestBusyConnectionMemory). Run with -v to see the figures:

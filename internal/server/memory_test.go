@@ -13,7 +13,7 @@ import (
 // stack: the batch being built, the answer buffers (the batch's, the queued, the one being
 // written) and the grant marks, after 600 rounds of a pipelining load like `make bench` (a): 32
 // acquires in one write, then their 32 releases, an ACK every 256 answers. docs/operations.md
-// ("Capacity") quotes the figure. Run with -v to see it.
+// ("Sizing") quotes the figure. Run with -v to see it.
 func TestBusyConnectionMemory(t *testing.T) {
 	ts := startServer(t, nil)
 	c := connect(t, ts.addr, "")

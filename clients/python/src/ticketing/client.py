@@ -80,7 +80,9 @@ _MAX_HINTS = 3
 
 class Client(ForkAware):
     """A Ticketing client for threads: one session and one connection, shared by any number of
-    threads; requests pipeline and a reader thread matches answers by request id.
+    threads; requests pipeline and answers are matched by request id. A waiting thread other
+    than the main thread reads the connection itself while no other thread does (no hand-off
+    between threads per call); otherwise, and for the main thread, a reader thread reads.
 
     ::
 
@@ -483,10 +485,16 @@ class Client(ForkAware):
         # threading.Event (no Condition, no waiter list).
         done = _thread.allocate_lock()
         done.acquire()
-        call.callbacks.append(lambda _c: done.release())
-        self._submit(call, connect=connect)
+        call.callbacks.append(lambda _c: _release_quietly(done))
+        # A thread other than the main thread reads its own answer while no other thread reads
+        # (Connection.wait_answer): no hand-off from the reader thread. The main thread, where a
+        # KeyboardInterrupt lands, leaves the reading to the reader thread.
+        conn = self._submit(call, connect=connect, lead=threading.current_thread() is not threading.main_thread())
         try:
-            answered = done.acquire(True, -1 if timeout is None else timeout)
+            if conn is not None:
+                answered = conn.wait_answer(call, done, timeout)
+            else:
+                answered = done.acquire(True, -1 if timeout is None else timeout)
         except BaseException:  # KeyboardInterrupt: withdraw it, release a grant that raced it
             self._locked(lambda: self._session.abandon(call, _clock.now()))
             if interruptible_cleanup:
@@ -528,7 +536,11 @@ class Client(ForkAware):
         with self._mu:
             return _timeout_error(call, timeout, self.endpoint, self._endpoints, self._last_error, self._last_round)
 
-    def _submit(self, call: Call, *, connect: bool = False) -> None:
+    def _submit(self, call: Call, *, connect: bool = False, lead: bool = False) -> Connection | None:
+        """Queue ``call`` and send it from this thread when possible. With ``lead`` (the caller
+        waits for the answer on a thread that may read), returns the connection to read it on
+        with :meth:`Connection.wait_answer` (None: wait for the callback); else the reader
+        thread is told that an answer is coming."""
         with self._mu:
             if self._closed or (self._closing and call.op != Op.RELEASE):
                 raise ClientClosed(f"the client is closed ({call.describe()})")
@@ -540,11 +552,19 @@ class Client(ForkAware):
                 if connect:
                     self._connect_calls.append(call)
                 self._ensure_connector_locked(wake=connect or not self._ever_connected)
-            conn = self._conn if self._session.out else None
-            if conn is not None:
-                conn.write(self._session.take_out(), defer=True)
-        if conn is not None:
-            conn.flush()  # from this thread, outside the lock (Connection.flush)
+            current = self._conn
+            data = None
+            if current is not None and self._session.out:
+                data = current.write_claim(self._session.take_out())
+        if data is not None:
+            assert current is not None
+            current.send_claimed(data)  # from this thread, outside the lock (Connection.write_claim)
+        if current is None:
+            return None
+        if lead and current.shared_reading:
+            return current
+        current.kick()
+        return None
 
     def _locked(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` under the lock, write what it queued, then run what finished."""
@@ -831,6 +851,15 @@ class Client(ForkAware):
         self._closed = closed
         if conn is not None:
             conn.forget_after_fork()
+
+
+def _release_quietly(lock: _thread.LockType) -> None:
+    """Release ``lock``, already released or not (Connection.wait_answer may have woken its
+    waiter to read)."""
+    try:
+        lock.release()
+    except RuntimeError:
+        pass
 
 
 def _setter(ev: threading.Event) -> Callable[[Call], None]:

@@ -1,11 +1,21 @@
 """One connection of the blocking client: the socket (plain or TLS), the handshake, a reader
 thread that hands every received frame to the client, and a writer thread that sends what the
 client queued, in order, never holding the client's lock during I/O. On a plain connection a
-caller's own thread may send instead (:meth:`Connection.write` with ``defer``, then
-:meth:`Connection.flush` once the client's lock is released): without blocking
-(``MSG_DONTWAIT``), everything queued so far, one sender at a time; what the socket does not take
-goes to the writer thread. A request then costs no hand-off to another thread, and with many
+caller's own thread may send instead (:meth:`Connection.write_claim` under the client's lock,
+then :meth:`Connection.send_claimed` once it is released): without blocking (``MSG_DONTWAIT``),
+everything queued so far, one sender at a time; what the socket does not take goes to the writer
+thread. A request then costs no hand-off to another thread, and with many
 callers one send carries the requests of several.
+
+On a plain connection a waiting caller may also read the socket itself while no other thread
+reads it (:meth:`Connection.wait_answer`, leader/follower): it handles every frame that arrives,
+and once its own answer is in it hands the reading role to another waiting caller, or leaves it
+free. The reader thread then stays out of the socket while callers keep coming (it takes the role
+back after ``_LINGER`` without a reading caller, or at once when :meth:`Connection.write` queues
+bytes that no caller waits for: heartbeats, ACKs, clean-up), so a call costs no thread hand-off
+at all. Only threads other than the main thread read: a ``KeyboardInterrupt`` (or any exception
+a Python signal handler raises) lands on the main thread only, and could otherwise cut the
+handling of a frame in half; the main thread waits for its answer from the reader as before.
 
 TLS runs through an ``ssl.SSLObject`` over memory BIOs, so the reader thread and the writer
 thread never call into the same ``SSLSocket`` at once (OpenSSL objects are not safe for that).
@@ -13,12 +23,15 @@ thread never call into the same ``SSLSocket`` at once (OpenSSL objects are not s
 
 from __future__ import annotations
 
+import _thread
 import logging
+import select
 import socket
 import ssl as _ssl
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from . import _clock
 from ._common import (
@@ -43,6 +56,22 @@ _RECV_SIZE = 65536
 #: ``send`` that never blocks, where the platform has it (not Windows): the fast path of
 #: :meth:`Connection.write`.
 _DONTWAIT: int = getattr(socket, "MSG_DONTWAIT", 0)
+#: How long the reader thread stays out of the socket after a caller read it (callers that keep
+#: coming read their own answers); it then takes the reading role back when it is free.
+_LINGER = 0.02
+_POLLIN = getattr(select, "POLLIN", 1)
+#: The reading role's holders (Connection._leader).
+_READER = 1
+_CALLER = 2
+#: ``.on`` while this thread, a caller's, handles frames it read (see :func:`handling_on_caller`).
+_caller_handling = threading.local()
+
+
+def handling_on_caller() -> bool:
+    """This thread is a caller's, handling frames it read for the client (:meth:`Connection.
+    wait_answer`): what runs user code (a lock's ``on_lost`` callbacks) goes to a client
+    thread instead, as when the reader thread handles them."""
+    return getattr(_caller_handling, "on", False)
 
 
 class _PlainTransport:
@@ -116,6 +145,11 @@ class _TLSTransport:
 
 
 _Transport = _PlainTransport | _TLSTransport
+
+
+class _Waitable(Protocol):
+    @property
+    def done(self) -> bool: ...
 
 
 def _shutdown(sock: socket.socket) -> None:
@@ -288,7 +322,10 @@ class Connection:
         self._transport = transport
         self._on_frames = on_frames
         self._on_closed = on_closed
-        self._cond = threading.Condition()  # guards _out, _sending and _closed
+        # _lock guards _out, _sending and _closed (``with self._lock``: a plain lock is cheaper
+        # to enter than the Condition around it).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._out = bytearray()
         self._sending = False  # a thread (the writer or a flush) is sending what it took from _out
         self._closed = False
@@ -296,6 +333,18 @@ class Connection:
         self._direct_sock = transport.sock if _DONTWAIT and isinstance(transport, _PlainTransport) else None
         self._frames = FrameBuffer()
         self._leftover = leftover
+        # The reading role (leader/follower, see the module doc): guarded by _rl, which is taken
+        # last (never while waiting for another lock). The reader thread holds it first.
+        self._rl = threading.Lock()
+        self._rcond = threading.Condition(self._rl)  # the reader thread's linger
+        self._leader = _READER  # 0: nobody reads; _READER; _CALLER
+        self._recent = False  # a caller took the role since the reader thread last looked
+        self._want = False  # a waiting caller found the role held: the reader thread yields it
+        self._followers: dict[_Waitable, _thread.LockType] = {}  # waiting callers: call -> wake-up
+        self._poller: select.poll | None = None
+        if self._direct_sock is not None and hasattr(select, "poll"):
+            self._poller = select.poll()
+            self._poller.register(self._direct_sock, _POLLIN)
         name = format_endpoint(endpoint)
         self._reader = threading.Thread(target=self._read_loop, name=f"ticketing-reader-{name}", daemon=True)
         self._writer = threading.Thread(target=self._write_loop, name=f"ticketing-writer-{name}", daemon=True)
@@ -310,56 +359,206 @@ class Connection:
         """The connection was closed (by either side)."""
         return self._closed
 
-    def write(self, data: bytes, *, defer: bool = False) -> None:
-        """Queue ``data`` to be sent after everything written before (the caller serialises its
-        calls, in the order of the bytes); never blocks on the socket. The writer thread sends
-        it, unless ``defer`` on a plain connection: then the caller must call :meth:`flush`
-        next, once it no longer holds its own lock."""
-        with self._cond:
+    def write(self, data: bytes) -> None:
+        """Queue ``data`` for the writer thread, after everything written before (the caller
+        serialises its calls, in the order of the bytes); never blocks on the socket."""
+        with self._lock:
             if self._closed:
                 return
             self._out += data
-            if not (defer and self._direct_sock is not None):
-                self._cond.notify()
+            self._cond.notify()
+        self.kick()
 
-    def flush(self) -> None:
-        """Send what is queued from this thread, without blocking: one sender at a time (while
-        another sends, it takes these bytes next). What the socket does not take now, or a
-        failed send, is left to the writer thread (which reports the failure by closing the
-        connection)."""
-        sock = self._direct_sock
-        if sock is None:
+    @property
+    def shared_reading(self) -> bool:
+        """Callers may read their own answers (:meth:`wait_answer`): plain TCP with ``poll``."""
+        return self._poller is not None
+
+    def kick(self) -> None:
+        """Something was queued that no caller will read the answer of (or a caller that does
+        not read waits): the reader thread takes the reading role now if it is free, rather
+        than after its linger."""
+        if self._poller is None:
             return
-        for _ in range(4):  # a few rounds of the bytes others queued meanwhile, then the writer
-            with self._cond:
-                if self._closed or self._sending or not self._out:
-                    return
+        with self._rcond:
+            if self._leader == 0:
+                self._recent = False
+                self._rcond.notify()
+
+    def wait_answer(self, call: _Waitable, done: _thread.LockType, timeout: float | None) -> bool:
+        """Wait until ``call.done``, at most ``timeout`` seconds (None: no limit), reading the
+        socket from this thread while no other thread reads it (see the module doc); returns
+        ``call.done``. ``done`` is released when the call is done (its callback; a release of
+        the unlocked lock must be ignored there), and also to hand this thread the reading role.
+        Never call it from the main thread (see the module doc). Does not raise."""
+        end = None if timeout is None else time.monotonic() + timeout
+        rl = self._rl
+        while True:
+            if call.done:
+                return True
+            left: float | None = None
+            if end is not None:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return call.done
+            lead = follow = False
+            with rl:
+                if call.done:
+                    return True
+                if not self._closed:
+                    if self._leader == 0:
+                        self._leader = _CALLER
+                        self._recent = True
+                        lead = True
+                    else:
+                        self._followers[call] = done
+                        self._want = True
+                        follow = True
+            if lead:
+                self._lead(left)
+                continue
+            done.acquire(True, -1 if left is None else left)
+            if follow:
+                with rl:
+                    self._followers.pop(call, None)
+
+    def _lead(self, left: float | None) -> None:
+        """Holding the reading role: wait up to ``left`` seconds for bytes, handle every frame
+        they complete, then give the role up (to a waiting caller whose answer is still out)."""
+        sock = self._direct_sock
+        poller = self._poller
+        assert sock is not None and poller is not None
+        reason = ""
+        try:
+            # (at most a minute per poll: the caller's loop looks at its deadline again)
+            if poller.poll(-1 if left is None else int(min(left, 60.0) * 1000) + 1):
+                data = sock.recv(_RECV_SIZE, _DONTWAIT)
+                if not data:
+                    reason = "the server closed the connection"
+                else:
+                    self.last_received = _clock.now()
+                    frames = self._frames.feed(data)
+                    if frames:
+                        _caller_handling.on = True
+                        try:
+                            self._on_frames(self, frames)
+                        finally:
+                            _caller_handling.on = False
+        except BlockingIOError:
+            pass
+        except ProtocolError as e:
+            reason = f"protocol error from the server: {e}"
+            log.error("%s", reason)
+        except OSError as e:
+            reason = f"connection lost: {e}"
+        except Exception as e:  # pragma: no cover - defensive
+            reason = f"reader failed: {e!r}"
+            log.exception("reading on a caller's thread failed")
+        finally:
+            with self._rl:
+                self._leader = 0
+                self._hand_off_locked()
+        if reason:
+            self.close(reason)
+
+    def _hand_off_locked(self) -> None:
+        """With ``_rl`` held and the role free: wake a waiting caller whose answer is still out,
+        to read (it takes the role if nobody took it meanwhile)."""
+        followers = self._followers
+        while followers:
+            call, wake = followers.popitem()
+            if not call.done:
+                try:
+                    wake.release()
+                except RuntimeError:  # its answer's callback released it just now
+                    pass
+                return
+
+    def _take_turn(self) -> bool:
+        """Reader thread, between reads: yield the role to waiting callers that asked for it;
+        while callers read, stay out (look again every ``_LINGER``), and take the role back once
+        it is free and no caller took it for a linger (or at once after :meth:`kick`). Returns
+        False once the connection is closed."""
+        with self._rcond:
+            if self._leader == _READER:
+                if not self._want:
+                    return True
+                self._want = False
+                self._leader = 0
+                self._recent = True
+                self._hand_off_locked()
+            while True:
+                if self._closed:
+                    return False
+                if self._leader == 0 and not self._recent:
+                    self._leader = _READER
+                    self._want = bool(self._followers)
+                    return True
+                self._recent = False
+                self._rcond.wait(_LINGER)
+
+    def write_claim(self, data: bytes) -> bytes | None:
+        """:meth:`write` for a caller that sends at once: when nobody is sending,
+        returns the bytes to send (``data`` after anything still queued) and makes this thread
+        the sender until :meth:`send_claimed`, which it must call next, once it no longer holds
+        its own lock; else queues ``data`` (the current sender takes it) and returns None."""
+        with self._lock:
+            if self._closed:
+                return None
+            if self._sending or self._direct_sock is None:
+                self._out += data
+                if self._direct_sock is None:
+                    self._cond.notify()
+                return None
+            if self._out:
+                self._out += data
                 data = bytes(self._out)
                 self._out.clear()
-                self._sending = True
+            self._sending = True
+            return data
+
+    def send_claimed(self, data: bytes) -> None:
+        """Send ``data`` (from :meth:`write_claim`) without blocking, then what others queued
+        meanwhile (a few rounds); the rest, or a failed send, is left to the writer thread."""
+        sock = self._direct_sock
+        assert sock is not None
+        for _ in range(4):
             try:
                 sent = sock.send(data, _DONTWAIT)
             except OSError:  # BlockingIOError: the socket's buffer is full; else the writer reports it
                 sent = 0
-            with self._cond:
-                self._sending = False
+            with self._lock:
                 if sent < len(data):
                     self._out[:0] = data[sent:]
+                    self._sending = False
                     self._cond.notify()
                     return
-                if not self._out:
+                if not self._out or self._closed:
+                    self._sending = False
                     return
-        with self._cond:
-            if self._out:
-                self._cond.notify()
+                data = bytes(self._out)
+                self._out.clear()
+        with self._lock:
+            self._out[:0] = data
+            self._sending = False
+            self._cond.notify()
 
     def close(self, reason: str) -> None:
         """Close now (both threads end); ``on_closed`` runs once."""
-        with self._cond:
+        with self._lock:
             if self._closed:
                 return
             self._closed = True
             self._cond.notify()
+        with self._rcond:
+            self._rcond.notify_all()
+            followers = list(self._followers.values())
+            self._followers.clear()
+        for wake in followers:  # they wait for the next connection's answer (or their timeout)
+            try:
+                wake.release()
+            except RuntimeError:
+                pass
         _shutdown(self._transport.sock)
         try:
             self._on_closed(self, reason)
@@ -369,7 +568,7 @@ class Connection:
     def forget_after_fork(self) -> None:
         """In a child process: close our copy of the socket without a shutdown (which would cut
         the parent's connection too) and never touch it again."""
-        with self._cond:
+        with self._lock:
             self._closed = True
         try:
             self._transport.sock.close()
@@ -378,7 +577,7 @@ class Connection:
 
     def _write_loop(self) -> None:
         while True:
-            with self._cond:
+            with self._lock:
                 while (not self._out or self._sending) and not self._closed:
                     self._cond.wait()
                 if self._closed:
@@ -391,7 +590,7 @@ class Connection:
             except (OSError, _ssl.SSLError) as e:
                 self.close(f"connection lost while sending: {e}")
                 return
-            with self._cond:
+            with self._lock:
                 self._sending = False
 
     def _read_loop(self) -> None:
@@ -406,6 +605,8 @@ class Connection:
                     if frames:
                         self._on_frames(self, frames)
                 if self._closed:
+                    return
+                if self._poller is not None and not self._take_turn():
                     return
                 data = self._transport.recv()
                 if not data:

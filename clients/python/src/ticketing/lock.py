@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from . import _clock
 from ._common import KeyLike, lease_ms, lock_deadline, lost_margin
 from ._session import Call
+from .connection import handling_on_caller
 from .constants import LostReason, Op, Status
 from .exceptions import ClientClosed, LockLost, TicketingError, describe_key, error_for_status
 from .protocol import Response
@@ -210,7 +211,8 @@ class Lock:
 
     def on_lost(self, callback: Callable[[Lock], object]) -> None:
         """Call ``callback(lock)`` once when the lock is lost (at once if it already is).
-        Callbacks run on a client thread (reader or timer), or on the thread whose call on the
+        Callbacks run on a client thread (reader or timer; never on another caller's thread
+        that happened to read the news for the client), or on the thread whose call on the
         lock found its deadline passed: keep them short, and hand any call on the client
         (``release``, ``acquire``...) to another thread: the reader thread cannot read that
         call's answer while it waits for it."""
@@ -343,6 +345,14 @@ class Lock:
         if ev is not None:
             ev.set()
         log.info("lock on %s (token %d) lost: %s", describe_key(self._key_bytes), self._token, reason)
+        if callbacks and handling_on_caller():
+            # Found by a caller's thread reading the answers to its own call: the callbacks run
+            # on the timer thread, a client thread, as they would on the reader thread.
+            self._client._timers.call_later(0.0, lambda: self._run_callbacks(callbacks))
+            return
+        self._run_callbacks(callbacks)
+
+    def _run_callbacks(self, callbacks: list[Callable[[Lock], object]]) -> None:
         for cb in callbacks:
             self._run_callback(cb)
 

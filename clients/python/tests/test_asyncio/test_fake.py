@@ -1176,3 +1176,38 @@ def test_fork_starts_a_new_session_in_the_child() -> None:
 
     with FakeServer(leader) as fake:
         run(main)
+
+
+def test_timeouts_share_one_timer_in_any_order() -> None:
+    """Every call's timeout runs on one loop timer (client._Deadlines): a short timeout made after
+    a longer one still fires on time, the longer one later, and a call answered in time is not
+    failed by it."""
+    def frozen(c: FakeConn) -> None:
+        c.handshake()
+        c.answer(c.recv(answer_pings=False))  # connect()'s PING
+        while True:
+            req = c.recv(answer_pings=False)
+            if req.op == Op.INSPECT:
+                c.answer(req, data=bytes(12))  # answered; everything else never is
+
+    async def main() -> None:
+        client = ticketing.asyncio.Client(fake.addr, request_timeout=0.3, heartbeat=0, connect_timeout=1)
+        await client.connect()
+        t0 = time.monotonic()
+        long = asyncio.create_task(client.acquire("k", 5, wait_timeout=0.5))  # times out at 0.8 s
+        await asyncio.sleep(0.05)
+        with pytest.raises(ticketing.RequestTimeout, match="within 0.3 s"):
+            await client.ping()
+        assert 0.25 < time.monotonic() - t0 < 0.7
+        assert not long.done()
+        await client.inspect("other")  # answered: no timeout
+        with pytest.raises(ticketing.RequestTimeout):
+            await long
+        assert 0.7 < time.monotonic() - t0 < 2
+        pings = [asyncio.create_task(client.ping()) for _ in range(20)]
+        done, _ = await asyncio.wait(pings, timeout=2)
+        assert len(done) == 20 and all(isinstance(t.exception(), ticketing.RequestTimeout) for t in done)
+        await client.close()
+
+    with FakeServer(frozen) as fake:
+        run(main)

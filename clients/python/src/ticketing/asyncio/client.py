@@ -7,8 +7,11 @@ import asyncio
 import logging
 import random
 import ssl as _ssl
+import heapq
+import itertools
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from types import TracebackType
 
 from .. import _clock
@@ -127,6 +130,8 @@ class Client(ForkAware):
         register_for_fork(self)
 
     def _init_state(self) -> None:
+        self._deadlines = _Deadlines()  # the calls' timeouts
+        self._lost_timers = _Deadlines()  # the locks' lost signals
         self._session = Session()
         self._session.failover_limit = len(self._endpoints) - 1
         self._conn: Connection | None = None
@@ -465,14 +470,23 @@ class Client(ForkAware):
                        connect: bool = False) -> Response:
         """Submit ``call`` and wait for its answer up to ``timeout`` seconds (``connect``: fail
         it with the next connect round that fails, see :meth:`connect`)."""
+        loop = asyncio.get_running_loop()
+        end = None if timeout is None else loop.time() + timeout
         fut = self._future_of(call)
         self._submit(call, connect=connect)
         conn = self._conn
         try:
-            async with asyncio.timeout(timeout):
-                if conn is not None:
+            if conn is not None and conn.write_paused:
+                async with asyncio.timeout_at(end):
                     await conn.drain()
-                await asyncio.shield(fut)
+            if not call.done:
+                # One loop timer for every call's timeout (_Deadlines), not one per call: it
+                # resolves ``fut`` at ``end``, and a call still not done then has timed out.
+                if end is not None:
+                    self._deadlines.add(loop, end, fut)
+                await fut
+                if not call.done:
+                    raise TimeoutError
         except TimeoutError:
             if not call.done:
                 self._session.abandon(call, _clock.now())
@@ -769,3 +783,92 @@ class Client(ForkAware):
         self._closed = closed
         if conn is not None:
             conn.forget_after_fork()
+
+
+class _Timed:
+    """A callback on :class:`_Deadlines` (:meth:`_Deadlines.call_at`); :meth:`cancel` stops it."""
+
+    __slots__ = ("fn", "off")
+
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self.fn = fn
+        self.off = False  # cancelled or run
+
+    def done(self) -> bool:
+        return self.off
+
+    def cancel(self) -> None:
+        """Do not run the callback (if it has not run yet)."""
+        self.off = True
+
+
+class _Deadlines:
+    """Instants on one loop timer, where a ``call_at`` per call or per lock would cost a timer
+    handle, a heap push and a cancelled handle left in the loop's heap: :meth:`add` resolves a
+    future at an instant (a call's timeout), :meth:`call_at` runs a callback (a lock's lost
+    signal). Most instants come in order (the same request timeout, the same lease), so they go
+    to a FIFO, the others to a heap. Entries done meanwhile are dropped lazily (from the FIFO's
+    head at every add, and by a compaction when it grows)."""
+
+    def __init__(self) -> None:
+        self._fifo: deque[tuple[float, asyncio.Future[None] | _Timed]] = deque()
+        self._heap: list[tuple[float, int, asyncio.Future[None] | _Timed]] = []
+        self._seq = itertools.count()
+        self._handle: asyncio.TimerHandle | None = None
+        self._at = float("inf")  # when the timer fires
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop it is on
+        self._compact_at = 1024
+
+    def add(self, loop: asyncio.AbstractEventLoop, when: float, fut: asyncio.Future[None] | _Timed) -> None:
+        """Resolve ``fut`` (result None) at ``when`` on ``loop``'s clock unless it is done by
+        then (a :class:`_Timed`: run its callback unless cancelled)."""
+        fifo = self._fifo
+        while fifo and fifo[0][1].done():
+            fifo.popleft()
+        if not fifo or fifo[-1][0] <= when:
+            fifo.append((when, fut))
+            if len(fifo) >= self._compact_at:
+                self._fifo = fifo = deque(e for e in fifo if not e[1].done())
+                self._compact_at = max(1024, 2 * len(fifo))
+        else:
+            heapq.heappush(self._heap, (when, next(self._seq), fut))
+        if when < self._at or loop is not self._loop:
+            self._schedule(loop, min(when, self._at))
+
+    def call_at(self, loop: asyncio.AbstractEventLoop, when: float, fn: Callable[[], object]) -> _Timed:
+        """Run ``fn()`` at ``when`` on ``loop``'s clock unless cancelled first."""
+        timed = _Timed(fn)
+        self.add(loop, when, timed)
+        return timed
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._at = when
+        self._loop = loop
+        self._handle = loop.call_at(when, self._fire, loop)
+
+    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._handle = None
+        self._at = float("inf")
+        now = loop.time()
+        fifo, heap = self._fifo, self._heap
+        due: list[asyncio.Future[None] | _Timed] = []
+        while fifo and (fifo[0][0] <= now or fifo[0][1].done()):
+            due.append(fifo.popleft()[1])
+        while heap and (heap[0][0] <= now or heap[0][2].done()):
+            due.append(heapq.heappop(heap)[2])
+        nxt = min(fifo[0][0] if fifo else float("inf"), heap[0][0] if heap else float("inf"))
+        if nxt != float("inf"):
+            self._schedule(loop, nxt)
+        for item in due:
+            if item.done():
+                continue
+            if isinstance(item, _Timed):
+                item.off = True
+                try:
+                    item.fn()
+                except Exception:
+                    log.exception("timer callback failed")
+            else:
+                item.set_result(None)

@@ -22,7 +22,7 @@ from ..exceptions import ClientClosed, LockLost, TicketingError, describe_key, e
 from ..protocol import Response
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .client import Client, _Timed
 
 __all__ = ["Lock", "LockContext"]
 
@@ -62,7 +62,7 @@ class Lock:
         self._told_server = False  # release() of the lost lock sent its RELEASE in the background
         self._release_mutex = asyncio.Lock()
         self._callbacks: list[Callable[[Lock], object]] = []
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: _Timed | None = None
         self._keepalive: asyncio.Task[None] | None = None
         self._hold_until: float | None = None
 
@@ -240,8 +240,11 @@ class Lock:
         suspend: the client's lost watch covers that)."""
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = asyncio.get_running_loop().call_later(max(0.0, self._fire_at - _clock.now()),
-                                                            self._on_deadline)
+        loop = asyncio.get_running_loop()
+        # on the client's shared timer (a loop timer per lock would cost a heap push and leave a
+        # cancelled handle in the loop's heap at every release)
+        self._timer = self._client._lost_timers.call_at(
+            loop, loop.time() + max(0.0, self._fire_at - _clock.now()), self._on_deadline)
 
     def _on_deadline(self) -> None:
         self._timer = None

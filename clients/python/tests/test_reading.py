@@ -1,0 +1,193 @@
+"""Blocking client: a waiting caller on a thread other than the main thread reads its own answer
+while no other thread reads the socket (leader/follower, ticketing.connection); the main thread
+never reads (a KeyboardInterrupt lands there); the reader thread takes the socket back when
+callers stop, for pushes and heartbeats."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import ticketing
+from ticketing import LostReason, connection
+from ticketing.constants import ExpiredReason, Op, Status
+from ticketing.protocol import Response
+
+from .fakeserver import FakeConn, FakeServer, leader, serve
+from .test_fake import in_thread, wait_for
+
+
+def _record_readers(monkeypatch: pytest.MonkeyPatch) -> list[threading.Thread]:
+    """Record the thread of every read made by a caller (Connection._lead)."""
+    seen: list[threading.Thread] = []
+    real = connection.Connection._lead
+
+    def lead(self: connection.Connection, left: float | None) -> None:
+        seen.append(threading.current_thread())
+        real(self, left)
+
+    monkeypatch.setattr(connection.Connection, "_lead", lead)
+    return seen
+
+
+def test_worker_threads_read_their_answers_and_the_main_thread_never_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _record_readers(monkeypatch)
+    with FakeServer(leader) as fake, ticketing.Client(fake.addr) as client:
+        for _ in range(20):
+            client.try_acquire("main", 10).release()  # type: ignore[union-attr]
+        assert threading.main_thread() not in seen
+
+        def pairs() -> int:
+            for _ in range(50):
+                client.try_acquire("worker", 10).release()  # type: ignore[union-attr]
+            return 50
+
+        t, out = in_thread(pairs)
+        t.join(10)
+        assert out == [50]
+        assert t in seen and threading.main_thread() not in seen
+        # right after the workers, a main-thread call is answered at once (the reader thread
+        # is told to take the socket back, not left lingering)
+        t0 = time.monotonic()
+        client.ping()
+        assert time.monotonic() - t0 < 1.0
+        assert threading.main_thread() not in seen
+
+
+def test_many_threads_share_the_reading() -> None:
+    with FakeServer(leader) as fake, ticketing.Client(fake.addr) as client:
+        errors: list[BaseException] = []
+        counts = [0] * 16
+
+        def work(i: int) -> None:
+            try:
+                for _ in range(100):
+                    lock = client.try_acquire(f"k{i}", 10)
+                    assert lock is not None
+                    lock.release()
+                    counts[i] += 1
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert not errors and counts == [100] * 16
+        ids = [r.id for r in fake.requests if r.op in (Op.ACQUIRE, Op.RELEASE)]
+        assert ids == sorted(ids) and len(ids) == 3200  # request ids reach the wire in order
+
+
+def test_a_reading_thread_times_out_and_the_main_thread_too() -> None:
+    def frozen(c: FakeConn) -> None:
+        c.handshake()
+        c.answer(c.recv(answer_pings=False))  # connect()'s PING
+        while True:
+            c.recv(answer_pings=False)  # never answers
+
+    with FakeServer(frozen) as fake:
+        client = ticketing.Client(fake.addr, request_timeout=0.3, connect_timeout=1, heartbeat=0)
+        client.connect()
+        t0 = time.monotonic()
+        t, out = in_thread(lambda: client.try_acquire("k", 10))
+        t.join(5)
+        assert len(out) == 1 and isinstance(out[0], ticketing.RequestTimeout)
+        assert time.monotonic() - t0 < 2
+        t0 = time.monotonic()
+        with pytest.raises(ticketing.RequestTimeout):
+            client.ping()
+        assert time.monotonic() - t0 < 2
+        # the abandoned ACQUIRE was withdrawn
+        wait_for(lambda: Op.CANCEL in fake.ops())
+        client.close()
+
+
+def test_connection_dropped_under_a_reading_thread_resumes() -> None:
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        if len(fake.conns) == 1:
+            c.recv()  # the ACQUIRE, left unanswered; then the connection drops
+            return
+        retry = c.recv()
+        c.answer(retry, token=77, lease_ms=retry.lease_ms)
+        serve(c)
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr) as client:
+        t, out = in_thread(lambda: client.acquire("k", 10))
+        t.join(10)
+        assert len(out) == 1 and isinstance(out[0], ticketing.Lock) and out[0].token == 77
+        acquires = [r for r in fake.requests if r.op == Op.ACQUIRE]
+        assert len(acquires) == 2 and acquires[0] == acquires[1]  # same id: resumed
+        t, out = in_thread(lambda: client.try_acquire("k2", 10))
+        t.join(10)
+        assert len(out) == 1 and isinstance(out[0], ticketing.Lock)
+
+
+def test_a_push_after_the_callers_stopped_is_read_by_the_reader_thread() -> None:
+    got = threading.Event()
+
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        acq = c.recv()
+        c.answer(acq, token=9, lease_ms=acq.lease_ms)
+        for _ in range(20):  # the worker's extends
+            req = c.recv()
+            c.answer(req, token=req.token, lease_ms=req.lease_ms)
+        got.wait(5)
+        time.sleep(0.2)  # nobody waits for an answer now
+        c.send(Response(op=Op.EXPIRED, status=Status.OK, id=0, token=9, detail=ExpiredReason.LEASE,
+                        data=acq.key))
+        serve(c)
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr, heartbeat=0) as client:
+        def work() -> ticketing.Lock:
+            lock = client.acquire("k", 60)
+            for _ in range(20):
+                lock.extend()
+            return lock
+
+        t, out = in_thread(work)
+        t.join(10)
+        lock = out[0]
+        assert isinstance(lock, ticketing.Lock)
+        got.set()
+        assert lock.lost.wait(3)
+        assert lock.lost_reason is LostReason.EXPIRED
+        assert fake.ops()
+
+
+def test_on_lost_callbacks_found_by_a_reading_caller_run_on_a_client_thread() -> None:
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        acq = c.recv()
+        c.answer(acq, token=9, lease_ms=acq.lease_ms)
+        ext = c.recv()  # the worker's EXTEND: the push comes just before its answer
+        c.send(Response(op=Op.EXPIRED, status=Status.OK, id=0, token=9, detail=ExpiredReason.LEASE,
+                        data=acq.key))
+        c.answer(ext, token=ext.token, lease_ms=ext.lease_ms)
+        serve(c)
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr, heartbeat=0) as client:
+        ran_on: list[threading.Thread] = []
+        ran = threading.Event()
+
+        def on_lost(_lk: ticketing.Lock) -> None:
+            ran_on.append(threading.current_thread())
+            ran.set()
+
+        def work() -> ticketing.Lock:
+            lock = client.acquire("k", 60)
+            lock.on_lost(on_lost)
+            client.extend("other", 12, 30)  # read by this thread, with the push before it
+            return lock
+
+        t, out = in_thread(work)
+        t.join(10)
+        assert len(out) == 1 and isinstance(out[0], ticketing.Lock)
+        assert out[0].lost_reason is LostReason.EXPIRED  # marked lost at once, in order
+        assert ran.wait(5)
+        assert ran_on[0] is not t and ran_on[0].name.startswith("ticketing-")
+        assert fake.ops()

@@ -133,8 +133,17 @@ func TestMembershipCLI(t *testing.T) {
 	if code != 0 || len(members(out)) != 4 {
 		t.Fatalf("cluster add (exit %d):\n%s", code, out)
 	}
-	if log := l.logText(); !strings.Contains(log, `msg="cluster: member added" id=`+n4.id) || !strings.Contains(log, "an even number of voters") {
-		t.Errorf("the leader does not log the change (and the even number of voters):\n%s", tailLines(log, 10))
+	// The CLI returns once the change is committed; the leader's log line may reach the test's
+	// pipe a moment later (a run beside two CPU hogs read the log first).
+	logged := func() bool {
+		log := l.logText()
+		return strings.Contains(log, `msg="cluster: member added" id=`+n4.id) && strings.Contains(log, "an even number of voters")
+	}
+	for end := time.Now().Add(5 * time.Second); !logged() && time.Now().Before(end); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !logged() {
+		t.Errorf("the leader does not log the change (and the even number of voters) within 5 s:\n%s", tailLines(l.logText(), 10))
 	}
 	took := p.waitFor("n4 ready", 20*time.Second, func() bool { c, _ := readyz(n4); return c == 200 })
 	st := p.waitConverged(20 * time.Second)

@@ -439,3 +439,89 @@ func TestCLIHelpNamesFlagsAsTheDocs(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIAcquireInterruptedNeverLeavesAnUnreportedLock: SIGINT may reach `ticketing acquire` at
+// any moment; whatever the moment, the exit status tells the truth. Exit 0 prints a token that
+// holds the key; any other end (130, or death by the signal before the handler is installed)
+// leaves the key free. Each round sends a burst of SIGINTs (one every ~50µs) starting at a
+// different point of the command's life, so one round lands in the last microseconds before
+// the process exits; before the fix the handler was removed there, the default action killed
+// the process after the grant had been printed, and the key stayed held with nobody told.
+func TestCLIAcquireInterruptedNeverLeavesAnUnreportedLock(t *testing.T) {
+	srv := startServer(t, testserver.Config{})
+	c := dialT(t, srv.Addr)
+	const rounds = 120 // a burst starting every 100µs of the command's life
+	var granted, interrupted, killed int
+	for i := 0; i < rounds; i++ {
+		key := fmt.Sprintf("int%d", i)
+		cmd, out, errb := cliCmd(t, nil, "acquire", key, "--addr", srv.Addr, "--lease", "30s")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		// The burst starts 0-12ms after the start (the command takes about 7ms here): before the
+		// handler, while connecting, at the grant, after the token is printed.
+		start := time.Now().Add(time.Duration(i) * 12 * time.Millisecond / rounds)
+		deadline := time.Now().Add(bound)
+		var werr error
+	burst:
+		for {
+			select {
+			case werr = <-done:
+				break burst
+			default:
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				<-done
+				t.Fatalf("round %d: acquire did not exit under SIGINTs; stderr %q", i, errb)
+			}
+			if time.Now().After(start) {
+				cmd.Process.Signal(syscall.SIGINT)
+				time.Sleep(50 * time.Microsecond)
+			} else {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+		info, err := c.Inspect(ctxT(t), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		switch {
+		case werr == nil:
+			granted++
+			token, perr := strconv.ParseUint(strings.TrimSpace(out.String()), 10, 64)
+			holds := false
+			if perr == nil {
+				holds, err = c.Verify(ctxT(t), key, token)
+			}
+			if perr != nil || err != nil || !holds {
+				t.Fatalf("round %d: exit 0 printed %q but the key is %+v (%v)", i, out, info, err)
+			}
+			if err := c.Release(ctxT(t), key, token); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			if ws.Signaled() {
+				killed++
+			} else if cmd.ProcessState.ExitCode() == 130 {
+				interrupted++
+			} else {
+				t.Fatalf("round %d: acquire ended with %v; stderr %q", i, werr, errb)
+			}
+			// A grant that raced the cancel is released by the client on its way out.
+			for end := time.Now().Add(2 * time.Second); info.Held && time.Now().Before(end); {
+				time.Sleep(20 * time.Millisecond)
+				if info, err = c.Inspect(ctxT(t), key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if info.Held {
+				t.Fatalf("round %d: acquire ended with %v (stdout %q, stderr %q) and the key is held: %+v", i, werr, out, errb, info)
+			}
+		}
+	}
+	t.Logf("%d rounds: %d granted, %d interrupted (130), %d killed before the handler", rounds, granted, interrupted, killed)
+}

@@ -91,7 +91,12 @@ func interruptible() (context.Context, func() os.Signal, context.CancelFunc) {
 			return nil
 		}
 	}
-	return ctx, which, func() { signal.Stop(ch); cancel() }
+	// The returned stop ends the context but leaves the signals caught until the process exits:
+	// restoring their default action would open a window, after a grant was printed and before
+	// the exit, where SIGINT kills the process (status 130, "nothing is held") with the lock
+	// held. A signal after the command's work is done is ignored: the work's outcome is the
+	// answer. (Every caller is a command that exits right after; only the one process runs it.)
+	return ctx, which, cancel
 }
 
 // signalName is the conventional name of a signal ("SIGTSTP"), where Go's is a description

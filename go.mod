@@ -43,3 +43,8 @@ replace (
 	github.com/ticketing/ticketing/clients/go => ./clients/go
 	github.com/ticketing/ticketing/wire => ./wire
 )
+
+// Raft's codec without its net/rpc codec and code generator: they are never called here, but
+// linking them ran the initialisers of net/rpc, encoding/gob, html/template and go/parser at
+// every start and kept about 400 KiB of the binary resident (third_party/go-msgpack/README.md).
+replace github.com/hashicorp/go-msgpack/v2 => ./third_party/go-msgpack

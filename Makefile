@@ -8,7 +8,7 @@ BIN := bin/ticketing
 CLIENTS := go python js rust c java ruby csharp
 
 .PHONY: all build run setup test test-server test-fuzz test-cluster test-clients test-conformance test-bench test-adminpage test-conformance-cluster chaos package \
-	$(addprefix test-,$(CLIENTS)) vet fuzz bench bench-quick bench-clients clean
+	$(addprefix test-,$(CLIENTS)) vet fuzz bench bench-quick bench-clients bench-prev clean
 
 all: build
 
@@ -122,7 +122,7 @@ test-adminpage: build
 fuzz:
 	$(MAKE) test-fuzz FUZZN=20000000x FUZZN_SERVER=50000x FUZZTIMEOUT=30m
 
-bench bench-quick bench-clients: ; $(MAKE) -C bench $@
+bench bench-quick bench-clients bench-prev: ; $(MAKE) -C bench $@
 
 clean:
 	rm -rf bin

@@ -497,3 +497,44 @@ func TestParseRedisBenchmarkCSV(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 }
+
+// TestPrevPipeSpeaksTheEarlierProtocol: system prev's driver completes the handshake of the
+// protocol before v1 final (40-byte CHALLENGE and WELCOME) and never sends ACK.
+func TestPrevPipeSpeaksTheEarlierProtocol(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	challenge, welcome := make([]byte, 40), make([]byte, 40)
+	be.PutUint32(challenge, 36)
+	challenge[4], challenge[6] = opChallenge, 1
+	be.PutUint32(welcome, 36)
+	welcome[4] = opWelcome
+	s := &strictServer{t: t, problems: make(chan string, 1)}
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go s.serve(nc, challenge, welcome)
+		}
+	}()
+	ws, err := pipelineWorkersAt("prev", ln.Addr().String(), 2, 7, makeKeys("key", 64), "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := runPoint(target{name: "fake", pids: []int{os.Getpid()}}, ws, 0, 500*time.Millisecond, 2*time.Second, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-s.problems:
+		t.Fatal(p)
+	default:
+	}
+	if res.ops < 1000 || res.errs != 0 || s.acks.Load() != 0 {
+		t.Fatalf("%d ops, %d errors, %d ACKs: want over 1,000 ops, no errors, no ACK", res.ops, res.errs, s.acks.Load())
+	}
+}

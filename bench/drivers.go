@@ -78,6 +78,7 @@ type tkPipe struct {
 	owner []int32 // owner[id & mask]: the slot that sent request id
 	mask  uint64
 	wbuf  []byte
+	prev  bool // the protocol before v1 final (system prev): no ACK
 }
 
 func newTkPipe(addr string, slotKeyLists [][][]byte) (*tkPipe, error) {
@@ -85,6 +86,10 @@ func newTkPipe(addr string, slotKeyLists [][][]byte) (*tkPipe, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newTkPipeOn(nc, sess, slotKeyLists), nil
+}
+
+func newTkPipeOn(nc net.Conn, sess *session, slotKeyLists [][][]byte) *tkPipe {
 	// The ring must outlast the oldest request in flight: with wait 0 the server answers in
 	// order, so a few windows suffice; a wrapped entry is detected (the slot awaits another id).
 	size := 4096
@@ -97,6 +102,18 @@ func newTkPipe(addr string, slotKeyLists [][][]byte) (*tkPipe, error) {
 		w.slots[i].keys = ks
 	}
 	w.wbuf = make([]byte, 0, len(w.slots)*(hdrLen+64)+hdrLen)
+	return w
+}
+
+// newPrevPipe is newTkPipe for system prev: the same requests and answers, with the handshake
+// of the protocol before v1 final and no ACK (that protocol stored no outcomes).
+func newPrevPipe(addr string, slotKeyLists [][][]byte) (*tkPipe, error) {
+	nc, err := dialPrev(addr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	w := newTkPipeOn(nc, newSession(), slotKeyLists)
+	w.prev = true
 	return w, nil
 }
 
@@ -220,7 +237,7 @@ func (w *tkPipe) run(rc *runCtx, wi int) error {
 			}
 		}
 		if w.r.Buffered() < hdrLen {
-			if w.ack.due() {
+			if !w.prev && w.ack.due() {
 				w.wbuf = w.ack.appendAck(w.wbuf, w.sess, w.lowestAwaited())
 			}
 			if len(w.wbuf) > 0 {

@@ -29,6 +29,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -59,6 +60,8 @@ type options struct {
 	tkBin     string
 	tkEnv     []string
 	nullBin   string
+	prevBin   string // system "prev": an earlier Ticketing build that speaks the protocol before v1 final
+	prevLabel string // what the report calls it (its commit)
 	repo      string
 	out       string
 	pprofOut  string
@@ -107,6 +110,8 @@ func main() {
 	flag.DurationVar(&o.heldTime, "held-timeout", 60*time.Second, "bound on taking the idle locks of (d), per system")
 	flag.StringVar(&o.tkBin, "ticketing-bin", "", "Ticketing server binary (default: build ../cmd/ticketing into OUT/tmp)")
 	flag.StringVar(&o.nullBin, "null-bin", "", "null server binary (default: build ./cmd/nullserver into OUT/tmp)")
+	flag.StringVar(&o.prevBin, "prev-bin", "", "system prev: a Ticketing server built from a commit before protocol v1 final (e.g. 19e2f99), driven with that protocol (no sessions, no ACK); workload a only")
+	flag.StringVar(&o.prevLabel, "prev-label", "an earlier build", "system prev: what the report calls it (its commit)")
 	var tkEnv string
 	flag.StringVar(&tkEnv, "ticketing-env", "", "extra environment for the Ticketing server, comma-separated K=V (e.g. GOGC=50,TICKETING_MAX_OUTPUT=65536)")
 	flag.StringVar(&o.repo, "repo", "..", "the Ticketing repository root (to build the server)")
@@ -224,8 +229,18 @@ func run(o *options) error {
 	for _, s := range o.systems {
 		switch s {
 		case "ticketing", "redis", "etcd", "null":
+		case "prev":
+			if o.prevBin == "" {
+				return errors.New("system prev needs -prev-bin (a server built from a commit before protocol v1 final)")
+			}
+			for w := range o.workloads {
+				if o.workloads[w] && w != "a" {
+					return fmt.Errorf("system prev runs in workload a only (not %s)", w)
+				}
+			}
+			o.prevBin, _ = filepath.Abs(o.prevBin)
 		default:
-			return fmt.Errorf("unknown system %q (want ticketing, redis, etcd, null)", s)
+			return fmt.Errorf("unknown system %q (want ticketing, redis, etcd, null, prev)", s)
 		}
 	}
 	need := map[string][]string{"redis": {"redis-server", "redis-benchmark"}, "etcd": {"etcd"}}

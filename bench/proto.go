@@ -235,6 +235,49 @@ func handshakeClient(nc net.Conn, sid [16]byte, timeout time.Duration) (*welcome
 	return w, nil
 }
 
+// dialPrev connects to a server of the protocol before v1 final (system prev; PROTOCOL.md at
+// 19e2f99): HELLO as now, a 40-byte CHALLENGE, AUTH with a zero proof, a 40-byte WELCOME.
+func dialPrev(addr string, timeout time.Duration) (net.Conn, error) {
+	nc, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (net.Conn, error) { nc.Close(); return nil, err }
+	nc.SetDeadline(time.Now().Add(timeout))
+	defer nc.SetDeadline(time.Time{})
+	var hello [helloLen]byte
+	be.PutUint32(hello[0:], helloLen-4)
+	hello[4] = opHello
+	hello[5] = 1
+	if _, err := rand.Read(hello[8:]); err != nil { // session id and client nonce
+		return fail(err)
+	}
+	if _, err := nc.Write(hello[:]); err != nil {
+		return fail(err)
+	}
+	var ch [40]byte
+	if _, err := io.ReadFull(nc, ch[:]); err != nil {
+		return fail(fmt.Errorf("reading CHALLENGE: %w", err))
+	}
+	if be.Uint32(ch[0:]) != 36 || ch[4] != opChallenge || ch[5] != stOK || ch[7]&flagAuthRequired != 0 {
+		return fail(fmt.Errorf("CHALLENGE op %#x status %d flags %#x: not a server of the earlier protocol without a token", ch[4], ch[5], ch[7]))
+	}
+	var auth [authLen]byte
+	be.PutUint32(auth[0:], authLen-4)
+	auth[4] = opAuth
+	if _, err := nc.Write(auth[:]); err != nil {
+		return fail(err)
+	}
+	var wel [40]byte
+	if _, err := io.ReadFull(nc, wel[:]); err != nil {
+		return fail(fmt.Errorf("reading WELCOME: %w", err))
+	}
+	if be.Uint32(wel[0:]) != 36 || wel[4] != opWelcome || wel[5] != stOK {
+		return fail(fmt.Errorf("WELCOME op %#x status %d", wel[4], wel[5]))
+	}
+	return nc, nil
+}
+
 // dialSession connects to a Ticketing (or null) server and completes the handshake for sid.
 func dialSession(addr string, sid [16]byte, timeout time.Duration) (net.Conn, *welcome, error) {
 	nc, err := net.DialTimeout("tcp", addr, timeout)

@@ -352,6 +352,9 @@ func (b *bench) targets() string {
 			if r := b.find("etcd", "a_pipelined", conns); r != nil {
 				w("| (a) %d conns: Ticketing vs etcd (no target) | %s | |\n", conns, ratio(t.OpsPerSec, r.OpsPerSec))
 			}
+			if r := b.find("prev", "a_pipelined", conns); r != nil {
+				w("| (a) %d conns: Ticketing >= 0.95x the server before sessions (prev: %s) | %s | %s |\n", conns, o.prevLabel, ratio(t.OpsPerSec, r.OpsPerSec), yesNo(t.OpsPerSec >= 0.95*r.OpsPerSec))
+			}
 			w("| (a) %d conns: 1,000,000 ops/s headline | %.0f ops/s (%.0f%% of it) | %s |\n", conns, t.OpsPerSec, t.OpsPerSec/1e4, yesNo(t.OpsPerSec >= 1e6))
 		}
 		maxC := o.conns[len(o.conns)-1]

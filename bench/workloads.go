@@ -69,6 +69,8 @@ func (b *bench) start(sys string) error {
 		srv, err = startEtcd(dir)
 	case "null":
 		srv, err = startNull(o.nullBin, dir)
+	case "prev":
+		srv, err = startTicketing(o.prevBin, dir, nil)
 	}
 	if err != nil {
 		return fmt.Errorf("starting %s: %w", sys, err)
@@ -151,6 +153,8 @@ func pipelineWorkersAt(system, addr string, conns, depth int, keys [][]byte, red
 		switch system {
 		case "ticketing", "null":
 			w, err = newTkPipe(addr, lists)
+		case "prev":
+			w, err = newPrevPipe(addr, lists)
 		case "redis":
 			w, err = newRedisPipe(addr, c, lists, redisSHA, setnx, keys)
 		case "etcd":

@@ -227,8 +227,10 @@ func (s *strictServer) serve(nc net.Conn, challenge, welcome []byte) {
 	}
 }
 
-func TestPipeFollowsSessionRules(t *testing.T) {
-	v := loadVectors(t)
+// runStrict runs system's driver (2 connections, depth 7: ACKs fall in either kind of batch)
+// against a strictServer that answers the handshake with challenge and welcome, and fails t on
+// the first rule broken.
+func runStrict(t *testing.T, system string, challenge, welcome []byte, dur time.Duration) (*strictServer, *pointResult) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -241,15 +243,14 @@ func TestPipeFollowsSessionRules(t *testing.T) {
 			if err != nil {
 				return
 			}
-			go s.serve(nc, v.handshake(t, "challenge_no_auth"), v.handshake(t, "welcome_no_auth"))
+			go s.serve(nc, challenge, welcome)
 		}
 	}()
-	keys := makeKeys("key", 64)
-	ws, err := pipelineWorkersAt("ticketing", ln.Addr().String(), 2, 7, keys, "", false) // 7: ACKs fall in either kind of batch
+	ws, err := pipelineWorkersAt(system, ln.Addr().String(), 2, 7, makeKeys("key", 64), "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := runPoint(target{name: "fake", pids: []int{os.Getpid()}}, ws, 0, 700*time.Millisecond, 2*time.Second, true)
+	res, err := runPoint(target{name: "fake", pids: []int{os.Getpid()}}, ws, 0, dur, 2*time.Second, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,6 +259,12 @@ func TestPipeFollowsSessionRules(t *testing.T) {
 		t.Fatal(p)
 	default:
 	}
+	return s, res
+}
+
+func TestPipeFollowsSessionRules(t *testing.T) {
+	v := loadVectors(t)
+	s, res := runStrict(t, "ticketing", v.handshake(t, "challenge_no_auth"), v.handshake(t, "welcome_no_auth"), 700*time.Millisecond)
 	// The rules need a few ACKs, not a rate: 1,000 ops (about 3,500 on a 2-vCPU machine with a
 	// load average of 19, where 4,000 failed) already carry several.
 	if res.ops < 1000 || s.acks.Load() < 5 || res.errs != 0 || res.acqHist.TotalCount() == 0 {
@@ -501,39 +508,12 @@ func TestParseRedisBenchmarkCSV(t *testing.T) {
 // TestPrevPipeSpeaksTheEarlierProtocol: system prev's driver completes the handshake of the
 // protocol before v1 final (40-byte CHALLENGE and WELCOME) and never sends ACK.
 func TestPrevPipeSpeaksTheEarlierProtocol(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	challenge, welcome := make([]byte, 40), make([]byte, 40)
 	be.PutUint32(challenge, 36)
 	challenge[4], challenge[6] = opChallenge, 1
 	be.PutUint32(welcome, 36)
 	welcome[4] = opWelcome
-	s := &strictServer{t: t, problems: make(chan string, 1)}
-	go func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go s.serve(nc, challenge, welcome)
-		}
-	}()
-	ws, err := pipelineWorkersAt("prev", ln.Addr().String(), 2, 7, makeKeys("key", 64), "", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := runPoint(target{name: "fake", pids: []int{os.Getpid()}}, ws, 0, 500*time.Millisecond, 2*time.Second, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case p := <-s.problems:
-		t.Fatal(p)
-	default:
-	}
+	s, res := runStrict(t, "prev", challenge, welcome, 500*time.Millisecond)
 	if res.ops < 1000 || res.errs != 0 || s.acks.Load() != 0 {
 		t.Fatalf("%d ops, %d errors, %d ACKs: want over 1,000 ops, no errors, no ACK", res.ops, res.errs, s.acks.Load())
 	}

@@ -316,7 +316,7 @@ func TestDockerfileBuildStage(t *testing.T) {
 		}
 	}
 	// The download layer: only the files the COPY lines before `go mod download` bring in. The
-	// root module replaces the wire codec and the Go client with their folders, so their go.mod
+	// root module replaces the wire codec, the Go client and Raft's codec with folders, so their go.mod
 	// files must be among them (the module cache serves the rest here, as GOPROXY=off says).
 	layer := t.TempDir()
 	for _, line := range strings.Split(string(df), "\n") {

@@ -28,6 +28,9 @@ module Ticketing
 
     # A lease in seconds (at least 1 ms, below 2^32 ms) -> whole milliseconds.
     def lease_ms(lease, field: :lease)
+      # Whole seconds in range (the usual lease): the same milliseconds, fewer steps.
+      return lease * 1000 if lease.is_a?(Integer) && lease.positive? && lease <= MAX_LEASE_MS / 1000
+
       secs = finite_seconds(lease, field)
       if secs < 0.001
         raise InvalidArgumentError.new(
@@ -44,6 +47,7 @@ module Ticketing
     # A wait timeout in seconds (nil: without limit; 0: try once) -> wire wait_ms.
     def wait_ms(timeout)
       return Protocol::Size::WAIT_FOREVER if timeout.nil?
+      return 0 if timeout.equal?(0) # try once (try_acquire)
 
       secs = finite_seconds(timeout, :timeout)
       if secs.negative?

@@ -245,7 +245,7 @@ module Ticketing
     def inspect_key(key, token: nil)
       key = Args.key(key)
       token = token.nil? ? 0 : Args.token(token)
-      resp, = request(Protocol::Op::INSPECT, key: key, token: token)
+      resp = request(Protocol::Op::INSPECT, key: key, token: token).response
       data = resp.data.to_s
       held_for, delay, flags = data.bytesize >= Protocol::Size::INSPECT_DATA ? data.unpack("NNN") : [0, 0, 0]
       mine = flags.anybits?(Protocol::InspectFlag::SESSION)
@@ -343,6 +343,9 @@ module Ticketing
       @session = Session.new(@config, self, @scheduler)
       @locks_mutex = Mutex.new
       @locks = {} # token => Lock held through this client
+      @deadlines = [] # the held locks' lost deadlines (a heap; see #deadline_add)
+      @deadline_timer = nil
+      @deadline_at = nil
       @events_mutex = Mutex.new
       @events = nil
       @close_mutex = Mutex.new
@@ -355,6 +358,9 @@ module Ticketing
       @session.reset_after_fork
       @locks_mutex = Mutex.new
       @locks = {}
+      @deadlines = []
+      @deadline_timer = nil
+      @deadline_at = nil
       @events_mutex = Mutex.new
       @events = nil
       @close_mutex = Mutex.new
@@ -394,16 +400,17 @@ module Ticketing
         attempts <= @config.endpoints.size
     end
 
-    # Sends one request and waits for its answer (within the request timeout). Returns the OK
-    # Response; raises the status's error. SHUTTING_DOWN with other endpoints is retried there.
+    # Sends one request and waits for its answer (within the request timeout). Returns the Call,
+    # answered OK (#response, #t_first); raises the status's error. SHUTTING_DOWN with other
+    # endpoints is retried there.
     def request(op, key: Call::EMPTY_KEY, token: 0, lease_ms: 0)
       ensure_connected
       attempts = 0
-      loop do
+      while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop costs a block per call
         call = Call.new(op, key, token, lease_ms)
         outcome = nil
         begin
-          @session.submit(call)
+          @session.submit(call, true)
           deadline = Scheduler.now + @config.request_timeout
           outcome = @session.await(call, deadline: deadline, send_deadline: deadline)
         ensure
@@ -417,7 +424,7 @@ module Ticketing
         raise call.error if call.error
 
         resp = call.response
-        return [resp, call.t_first] if resp.status == Protocol::Status::OK
+        return call if resp.status == Protocol::Status::OK
 
         name = call.op_name
         error = Errors.from_response(name, resp, key: key.empty? ? nil : key,
@@ -441,24 +448,25 @@ module Ticketing
       call.key.empty? ? call.op_name : "#{call.op_name} #{Errors.describe_key(call.key)}"
     end
 
-    # RELEASE by key and token. +after_uncertain+: when a first attempt's outcome is unknown
-    # (its session was not resumed), a second attempt answered NOT_HELD counts as released if
-    # this returns true (the lock was certainly still held before the first attempt).
-    def release_token(key, token, after_uncertain: nil)
+    # RELEASE by key and token. +lock+ (the Lock released, if any): when a first attempt's
+    # outcome is unknown (its session was not resumed), a second attempt answered NOT_HELD
+    # counts as released if the lock was certainly still held before the first attempt.
+    def release_token(key, token, lock = nil)
       request(Protocol::Op::RELEASE, key: key, token: token)
     rescue ConnectionLostError
-      raise unless after_uncertain
+      raise unless lock
 
       begin
         request(Protocol::Op::RELEASE, key: key, token: token)
       rescue NotHeldError
-        raise unless after_uncertain.call
+        raise unless lock.__send__(:held_before_release?)
       end
     end
 
     # EXTEND by key and token: [Response, t_first].
     def extend_token(key, token, lease_ms)
-      request(Protocol::Op::EXTEND, key: key, token: token, lease_ms: lease_ms)
+      call = request(Protocol::Op::EXTEND, key: key, token: token, lease_ms: lease_ms)
+      [call.response, call.t_first]
     end
 
     # EXTEND without waiting: the block gets (response, error, t_first) on the reader thread.
@@ -490,9 +498,12 @@ module Ticketing
 
       ensure_connected
       attempts = 0
-      loop do
+      while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop costs a block per call
         call = Call.new(Protocol::Op::ACQUIRE, key, 0, lease_ms, wait_ms)
-        call.hook = ->(resp, error, abandoned) { acquire_answered(call, resp, error, abandoned, keep_alive, max_hold) }
+        # The answer goes to #answered (no closure per call).
+        call.hook = self
+        call.keep_alive = keep_alive
+        call.max_hold = max_hold
         resp = nil
         begin
           resp = await_acquire(call, timeout, cancel)
@@ -516,7 +527,7 @@ module Ticketing
     # wait is withdrawn). Returns the Response; raises for transport errors and cancellation,
     # after marking the call settled (its clean-up is under way).
     def await_acquire(call, timeout, cancel)
-      @session.submit(call)
+      @session.submit(call, true)
       now = Scheduler.now
       send_deadline = now + @config.request_timeout
       deadline = timeout && now + timeout + @config.request_timeout
@@ -596,10 +607,135 @@ module Ticketing
         release_abandoned(call, lock)
         return nil
       end
-      @locks_mutex.synchronize { @locks[lock.token] = lock }
-      @session.holds_changed(1)
-      lock.arm(keep_alive: keep_alive, max_hold: max_hold)
+      @locks_mutex.synchronize do
+        @locks[lock.token] = lock
+        deadline_add_locked(lock)
+      end
+      @session.lock_granted
+      lock.arm(keep_alive: keep_alive, max_hold: max_hold) if keep_alive
       lock
+    end
+
+    # The hook of the calls this client makes with +hook = self+ (Session#deliver): an
+    # ACQUIRE's answer, on the thread that read it.
+    def answered(call, resp, error, abandoned)
+      acquire_answered(call, resp, error, abandoned, call.keep_alive, call.max_hold)
+    end
+
+    # Lost deadlines: one binary min-heap of the held locks by the time their lost signal fires
+    # (Lock#heap_at, Lock#heap_index; under @locks_mutex), and one scheduler task for its first
+    # (@deadline_at: when that task runs, nil when none is set). A lock leaves the heap when it
+    # is released or lost (#forget_lock); the task is then left to run, finds nothing due and is
+    # set again for the new first: no timer per lock.
+    def deadline_add(lock)
+      @locks_mutex.synchronize { deadline_add_locked(lock) }
+    end
+
+    # Puts +lock+ in the heap, or moves it to its current deadline (read here, after the write
+    # that changed it). Only a lock still held through this client. @locks_mutex held.
+    def deadline_add_locked(lock)
+      return unless @locks[lock.token].equal?(lock)
+
+      at = lock.__send__(:fire_at)
+      heap = @deadlines
+      i = lock.heap_index
+      if i.nil?
+        i = heap.size
+        heap << lock
+        lock.heap_index = i
+        lock.heap_at = at
+        deadline_up(i)
+      else
+        lock.heap_at = at
+        deadline_down(deadline_up(i))
+      end
+      return unless heap[0].equal?(lock) && (@deadline_at.nil? || at < @deadline_at)
+
+      @deadline_timer&.cancel
+      @deadline_at = at
+      @deadline_timer = @scheduler.at(at) { deadlines_due }
+    end
+
+    # Takes +lock+ out of the heap (@locks_mutex held).
+    def deadline_remove_locked(lock)
+      i = lock.heap_index
+      return unless i
+
+      lock.heap_index = nil
+      heap = @deadlines
+      last = heap.pop
+      return if last.equal?(lock)
+
+      heap[i] = last
+      last.heap_index = i
+      deadline_down(deadline_up(i))
+    end
+
+    def deadline_up(i)
+      heap = @deadlines
+      lock = heap[i]
+      at = lock.heap_at
+      while i.positive?
+        parent = (i - 1) >> 1
+        other = heap[parent]
+        break if other.heap_at <= at
+
+        heap[i] = other
+        other.heap_index = i
+        i = parent
+      end
+      heap[i] = lock
+      lock.heap_index = i
+      i
+    end
+
+    def deadline_down(i)
+      heap = @deadlines
+      n = heap.size
+      lock = heap[i]
+      at = lock.heap_at
+      loop do
+        c = (2 * i) + 1
+        break if c >= n
+
+        c += 1 if c + 1 < n && heap[c + 1].heap_at < heap[c].heap_at
+        other = heap[c]
+        break if at <= other.heap_at
+
+        heap[i] = other
+        other.heap_index = i
+        i = c
+      end
+      heap[i] = lock
+      lock.heap_index = i
+      i
+    end
+
+    # The deadline task (scheduler thread): the locks whose time has come are taken out of the
+    # heap and checked (Lock#deadline_reached marks each lost, or puts back one extended
+    # meanwhile); the task is set again for the new first.
+    def deadlines_due
+      due = []
+      @locks_mutex.synchronize do
+        @deadline_timer = nil
+        @deadline_at = nil
+        now = Clock.now
+        heap = @deadlines
+        while (first = heap[0]) && first.heap_at <= now
+          deadline_remove_locked(first)
+          due << first
+        end
+        if first
+          @deadline_at = first.heap_at
+          @deadline_timer = @scheduler.at(@deadline_at) { deadlines_due }
+        end
+      end
+      due.each { |lock| lock.__send__(:deadline_reached) }
+    end
+
+    # Whether any lock is held through this client (the session reconnects at once for them).
+    def holding_locks?
+      @locks_mutex.synchronize { !@locks.empty? }
     end
 
     # Releases a grant whose acquire was withdrawn; marks the acquire's clean-up done after.
@@ -698,8 +834,10 @@ module Ticketing
     end
 
     def forget_lock(lock)
-      gone = @locks_mutex.synchronize { @locks[lock.token].equal?(lock) && @locks.delete(lock.token) }
-      @session.holds_changed(-1) if gone
+      @locks_mutex.synchronize do
+        deadline_remove_locked(lock)
+        @locks.delete(lock.token) if @locks[lock.token].equal?(lock)
+      end
     end
 
     # Runs on_lost callbacks on the client's callback thread, in order.

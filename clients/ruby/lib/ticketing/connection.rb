@@ -42,11 +42,13 @@ module Ticketing
   # reader waits in IO.select on the socket and on a wake-up pipe (#poke), so that it can be
   # asked to give the role up or to look at its call's cancellation.
   #
-  # Writing: frames are appended to a buffer in request-id order (#enqueue, under the session's
-  # mutex); a caller that queued a frame writes the buffer itself without blocking (#flush),
-  # and whatever the socket does not take at once (or a frame queued by a background task) is
-  # written by the writer thread. One writer at a time, so the wire keeps the buffer's order.
-  # The session's mutex is never held during blocking I/O here.
+  # Writing: frames go out in request-id order, under the session's mutex: a caller with
+  # nothing else in flight writes its frame itself, without blocking (#send_call), unless
+  # another thread is writing; other frames are appended to a buffer (#enqueue_call) that the
+  # writer thread writes, in one write for all those queued meanwhile, as it writes whatever
+  # the socket did not take at once. One writer at a time, so the wire keeps the ids' order.
+  # The session's mutex is never held during blocking I/O here (only reads and writes that do
+  # not wait, which keep Ruby's global lock anyway).
   class Connection
     # The Endpoint, its index in the client's list (nil for a leader hint outside it), the WELCOME.
     attr_reader :endpoint, :index, :welcome
@@ -78,6 +80,9 @@ module Ticketing
     HANDSHAKE_WAIT = 2.0
     # Bytes asked of the socket per read.
     READ_SIZE = 65_536
+    # A response frame's header (Protocol's layout), and the data of a frame without any.
+    FRAME_HEADER = "NCCnQ>Q>NN"
+    NO_DATA = "".b.freeze
 
     # Connects to +endpoint+ (TCP, then TLS when +tls_context+ is set) and runs the handshake
     # for +session_id+, all before +deadline+ (monotonic seconds; +timeout+, the connect timeout
@@ -162,8 +167,8 @@ module Ticketing
       @wmutex = Mutex.new
       @wcond = ConditionVariable.new
       @wbuf = String.new(capacity: 4096, encoding: Encoding::BINARY)
-      @wspare = nil
-      @writing = false # a thread is writing (the writer thread or a caller's #flush)
+      @sbuf = String.new(capacity: 256, encoding: Encoding::BINARY) # #send_call's frame
+      @writing = false # the writer thread is writing (outside @wmutex)
       @closed = false
       @last_recv = Scheduler.now
       @ping_sent_at = nil
@@ -188,67 +193,52 @@ module Ticketing
       self
     end
 
-    # Queues an encoded frame. Never blocks on the network. With +defer+, the caller calls
-    # #flush next (outside the session's mutex); otherwise the writer thread writes it.
-    def enqueue(bytes, defer = false)
+    # Queues an encoded frame for the writer thread. Never blocks on the network.
+    def enqueue(bytes)
       @wmutex.synchronize do
         return if @closed
 
         @wbuf << bytes
-        @wcond.signal unless defer || @writing
+        @wcond.signal unless @writing
       end
     end
 
-    # Writes the queued frames from the calling thread without blocking, unless another thread
-    # is writing (it writes them next). What the socket does not take at once, or a write error,
-    # is left to the writer thread (which reports a failure). Over TLS the writer thread writes.
-    def flush
-      data = @wmutex.synchronize do
-        return if @closed || @writing || @wbuf.empty?
+    # Queues +call+'s frame (Call#frame_into) for the writer thread.
+    def enqueue_call(call)
+      @wmutex.synchronize do
+        return if @closed
 
-        if @tls
-          @wcond.signal
+        call.frame_into(@wbuf)
+        @wcond.signal unless @writing
+      end
+    end
+
+    # Writes +call+'s frame from the calling thread without waiting, unless the writer thread is
+    # writing or has frames queued (then it writes this one after them). The frame is encoded
+    # into a buffer kept for this. What the socket does not take at once, or a write error, is
+    # left to the writer thread (which reports a failure). Over TLS the writer thread writes.
+    def send_call(call)
+      @wmutex.synchronize do
+        return if @closed
+
+        if @writing || @tls || !@wbuf.empty?
+          call.frame_into(@wbuf)
+          @wcond.signal unless @writing
           return
         end
-        @writing = true
-        take_wbuf
-      end
-      loop do
-        rest = nil
-        begin
-          n = @sock.write_nonblock(data, exception: false)
-          if n == :wait_writable
-            rest = data
-          elsif n < data.bytesize
-            rest = data.byteslice(n, data.bytesize - n)
-          end
+        bytes = @sbuf
+        bytes.clear
+        call.frame_into(bytes)
+        n = begin
+          @sock.write_nonblock(bytes, exception: false)
         rescue StandardError
-          rest = data # the writer thread writes it again and reports the failure
+          0 # the writer thread writes it again and reports the failure
         end
-        data = @wmutex.synchronize do
-          if rest
-            @writing = false
-            @wbuf = rest << @wbuf
-            @wcond.signal
-            return
-          end
-          data.clear
-          @wspare = data
-          if @closed || @wbuf.empty?
-            @writing = false
-            return
-          end
-          take_wbuf # queued meanwhile by callers that found this thread writing
-        end
-      end
-    end
+        return if n == bytes.bytesize
 
-    # The write buffer's bytes; an empty buffer takes its place. @wmutex must be held.
-    def take_wbuf
-      out = @wbuf
-      @wbuf = @wspare || String.new(capacity: 4096, encoding: Encoding::BINARY)
-      @wspare = nil
-      out
+        @wbuf << (n.is_a?(Integer) ? bytes.byteslice(n, bytes.bytesize - n) : bytes)
+        @wcond.signal
+      end
     end
 
     # Wakes the thread that holds the read role from its wait (it looks at its state again).
@@ -258,33 +248,53 @@ module Ticketing
       nil
     end
 
-    # Reads what the socket has, waiting at most +timeout+ seconds (nil: no limit) for bytes or
-    # a #poke, and hands every whole frame to the session. Only the holder of the read role
-    # calls it. Returns false once the connection has failed (reported to the session), true
-    # otherwise. Asynchronous interrupts are taken only while waiting (no frame is ever half
-    # handled); a caller that reads runs it with them deferred.
-    def read_some(timeout)
+    # Reads what the socket has, or waits for bytes or a #poke until +limit+ (monotonic
+    # seconds; nil: no limit), and hands every whole frame to the session. Only the holder of
+    # the read role calls it. Returns false once the connection has failed (reported to the
+    # session), :timeout when nothing was there and +limit+ has passed, true otherwise.
+    # Asynchronous interrupts are taken only while waiting (no frame is ever half handled); a
+    # caller that reads runs it with them deferred.
+    def read_some(limit)
       chunk = read_chunk
       case chunk
       when false then false
-      when :wait_readable then wait_io(timeout, [@tcp, @wake_r], nil)
-      when :wait_writable then wait_io(timeout, [@wake_r], [@tcp])
+      when :wait_readable, :wait_writable
+        wait = nil
+        if limit
+          wait = limit - Scheduler.now
+          return :timeout if wait <= 0
+        end
+        chunk == :wait_readable ? wait_io(wait, [@tcp, @wake_r], nil) : wait_io(wait, [@wake_r], [@tcp])
       when nil then lost(EOFError.new)
       else handle_bytes(chunk)
       end
     end
 
-    # Handles what the socket holds now, without waiting (the holder of the read role only).
-    def read_pending
+    # Handles what the socket holds now, without waiting (the holder of the read role only),
+    # starting with +first+, the result of a #peek, if given.
+    def read_pending(first = :unread)
+      chunk = first
       loop do
-        chunk = read_chunk
+        chunk = read_chunk if chunk == :unread
         case chunk
         when false then return false
         when :wait_readable, :wait_writable then return true
         when nil then return lost(EOFError.new)
+        when Exception then return lost(chunk)
         end
         return false unless handle_bytes(chunk)
+
+        chunk = :unread
       end
+    end
+
+    # One read that does not wait and has no other effect, for a thread that holds the session's
+    # mutex and the read role: the bytes (handle them with #read_pending), :wait_readable or
+    # :wait_writable, nil at the end of the stream, or the read's exception.
+    def peek
+      @sock.read_nonblock(READ_SIZE, @chunk, exception: false)
+    rescue IOError, SystemCallError, OpenSSL::SSL::SSLError => e
+      e
     end
 
     # One non-blocking read into the connection's buffer: the bytes, :wait_readable or
@@ -363,10 +373,31 @@ module Ticketing
         buf << chunk
       end
       offset = 0
-      while (decoded = Protocol.decode_response(buf, offset))
-        resp, size = decoded
-        offset += size
-        @session.handle_frame(self, resp)
+      size = buf.bytesize
+      session = @session
+      # Whole, well-formed frames decoded here (the layout of Protocol.decode_response, one
+      # unpack each); a partial or malformed one is left to Protocol.decode_response below.
+      while size - offset >= Protocol::Size::HEADER
+        f = buf.unpack(FRAME_HEADER, offset: offset)
+        len = f[0]
+        var_len = f[3]
+        break unless var_len == len - (Protocol::Size::HEADER - 4) && size - offset >= 4 + len
+
+        resp = Protocol::Response.allocate
+        resp.op = f[1]
+        resp.status = f[2]
+        resp.id = f[4]
+        resp.token = f[5]
+        resp.lease_ms = f[6]
+        resp.detail = f[7]
+        resp.data = var_len.zero? ? NO_DATA : buf.byteslice(offset + Protocol::Size::HEADER, var_len)
+        offset += 4 + len
+        session.handle_frame(self, resp)
+      end
+      while offset < size && (decoded = Protocol.decode_response(buf, offset))
+        resp, frame_size = decoded
+        offset += frame_size
+        session.handle_frame(self, resp)
       end
       rest = buf.bytesize - offset
       if rest.positive?

@@ -19,6 +19,10 @@ module Ticketing
     attr_reader :key
     # The fencing token (Integer): larger than every token granted before it, on any key.
     attr_reader :token
+    # @api private
+    # The lock's place in its client's heap of lost deadlines (nil: not there) and the time it
+    # is kept under there (guarded by the client's locks mutex; see Client#deadline_add_locked).
+    attr_accessor :heap_index, :heap_at
 
     # @api private
     def initialize(client, key, token, lease_ms, deadline)
@@ -26,20 +30,14 @@ module Ticketing
       @key = key
       @token = token
       @mutex = Mutex.new
-      @cond = nil # made by the first #wait_lost
       @lease_ms = lease_ms
       @deadline = deadline
       @extend_id = 0 # the request id of the EXTEND whose answer set @deadline (0: the grant's)
-      @acquired_at = Scheduler.now
-      @lost_reason = nil
       @released = false
-      @release_error = nil
-      @callbacks = []
-      @deadline_task = nil
       @keep_alive = false
-      @keep_alive_until = nil
-      @keep_alive_task = nil
-      @detached = false
+      # Unset (nil) until needed: @callbacks (the first #on_lost), @cond (the first
+      # #wait_lost), @lost_reason, @release_error, @heap_index, @heap_at, @keep_alive_until,
+      # @keep_alive_task, @detached (true after fork).
     end
 
     # The lease last granted (by the acquire or the last successful extend), in seconds.
@@ -101,7 +99,7 @@ module Ticketing
 
       @client.__send__(:events_queue) unless @detached || @client.closed?
       reason = @mutex.synchronize do
-        @callbacks << block if @lost_reason.nil?
+        (@callbacks ||= []) << block if @lost_reason.nil?
         @lost_reason
       end
       @client.__send__(:dispatch, [block], self, reason) if reason
@@ -143,13 +141,21 @@ module Ticketing
     # LockLostError. Transport errors (TimeoutError, ...) leave the lock as it was; call
     # #release again.
     def release
-      stop_keep_alive
-      check_deadline
+      # Keep-alive stops, and the lock's state is read, in one look (the common case: held and
+      # not due, then one round trip and one more look).
+      due = false
       reason = @mutex.synchronize do
+        @keep_alive = false
+        @keep_alive_task&.cancel
         return true if @released && @release_error.nil?
         raise @release_error if @released
 
+        due = @lost_reason.nil? && !@detached && Clock.now >= fire_at
         @lost_reason
+      end
+      if due
+        mark_lost(:expired)
+        reason = lost_reason
       end
       if reason
         @client.__send__(:release_in_background, @key, @token) unless %i[server_restarted not_held].include?(reason)
@@ -157,14 +163,24 @@ module Ticketing
       end
 
       begin
-        @client.__send__(:release_token, @key, @token, after_uncertain: lambda {
-          @mutex.synchronize { @lost_reason.nil? && Clock.now < @deadline }
-        })
+        @client.__send__(:release_token, @key, @token, self)
       rescue NotHeldError
         mark_lost(:not_held)
         return finish_release(lost_reason || :not_held)
       end
-      finish_release(lost_reason)
+      released = @mutex.synchronize do
+        # Still held and not due: released (else the slower path below marks it lost first).
+        if @lost_reason.nil? && (@detached || Clock.now < fire_at)
+          @released = true
+          @release_error = nil
+          @cond&.broadcast
+          true
+        end
+      end
+      return finish_release(lost_reason) unless released
+
+      @client.__send__(:forget_lock, self)
+      true
     end
 
     # Sets the lease to +lease+ seconds from now (it may shorten it; default: the lease last
@@ -217,11 +233,10 @@ module Ticketing
         return false if @lost_reason || @released
 
         @lost_reason = reason
-        @deadline_task&.cancel
         @keep_alive_task&.cancel
         @cond&.broadcast
-        list = @callbacks
-        @callbacks = []
+        list = @callbacks || []
+        @callbacks = nil
         list
       end
       stop_keep_alive
@@ -231,9 +246,9 @@ module Ticketing
     end
 
     # @api private
-    # Arms the deadline timer and, when asked, keep-alive (for +max_hold+ seconds, nil: no cap).
+    # Arms keep-alive when asked (for +max_hold+ seconds, nil: no cap). The lost deadline is
+    # already in the client's heap (Client#acquire_answered).
     def arm(keep_alive:, max_hold:)
-      schedule_deadline
       return unless keep_alive
 
       @mutex.synchronize do
@@ -252,9 +267,9 @@ module Ticketing
       @detached = true
       @extend_id = 0 # the child's session numbers its requests from 1
       @keep_alive = false
-      @deadline_task = nil
+      @heap_index = nil
       @keep_alive_task = nil
-      @callbacks = []
+      @callbacks = nil
     end
 
     # @api private
@@ -267,6 +282,28 @@ module Ticketing
     end
 
     private
+
+    # Whether the lock was certainly still held before a release whose first attempt's outcome
+    # is unknown (Client#release_token).
+    def held_before_release?
+      @mutex.synchronize { @lost_reason.nil? && Clock.now < @deadline }
+    end
+
+    # The moment the lost signal fires: the deadline minus min(5 ms, lease / 10). The client's
+    # deadline heap reads it without the mutex, after the write that moved it (#extended); a
+    # look in the middle of that write is corrected by the add that follows it, or by
+    # #deadline_reached.
+    def fire_at
+      @deadline - ([Protocol::ClientRule::LOST_MARGIN_MS, @lease_ms / 10.0].min / 1000.0)
+    end
+
+    # The client's deadline heap found this lock due (its scheduler thread): marks it lost when
+    # its lost signal is due; else (extended meanwhile) puts it back in the heap.
+    def deadline_reached
+      return if check_deadline
+
+      @client.__send__(:deadline_add, self) if @mutex.synchronize { @lost_reason.nil? && !@released }
+    end
 
     def describe
       "#{Errors.describe_key(@key)} token #{@token}"
@@ -283,7 +320,6 @@ module Ticketing
       @mutex.synchronize do
         @released = true
         @release_error = error
-        @deadline_task&.cancel
         @cond&.broadcast
       end
       @client.__send__(:forget_lock, self)
@@ -307,35 +343,15 @@ module Ticketing
         @lease_ms = resp.lease_ms
         @deadline = t_first + (resp.lease_ms / 1000.0 * Session::RATE_FACTOR)
       end
-      schedule_deadline
+      # The heap reads the new deadline (a later add for an older extend reads it too).
+      @client.__send__(:deadline_add, self) unless @detached
       true
     end
 
-    # The moment the lost signal fires: the deadline minus min(5 ms, lease / 10).
-    def fire_at
-      @deadline - ([Protocol::ClientRule::LOST_MARGIN_MS, @lease_ms / 10.0].min / 1000.0)
-    end
-
+    # Marks the lock lost when its lost signal is due. Returns true when it did.
     def check_deadline
       due = @mutex.synchronize { @lost_reason.nil? && !@released && !@detached && Clock.now >= fire_at }
-      mark_lost(:expired) if due
-    end
-
-    def schedule_deadline
-      return if @detached
-
-      at = @mutex.synchronize do
-        @deadline_task&.cancel
-        fire_at
-      end
-      task = @client.__send__(:scheduler).at(at) { check_deadline }
-      @mutex.synchronize do
-        if @lost_reason || @released
-          task.cancel
-        else
-          @deadline_task = task
-        end
-      end
+      due ? mark_lost(:expired) : false
     end
 
     def schedule_keep_alive(delay)

@@ -198,6 +198,12 @@ module Ticketing
        wait_ms].pack(HEADER_FORMAT) << key
     end
 
+    # Appends the request frame of these fields to +buf+ (a binary String); returns +buf+.
+    def append_request_fields(buf, op, flags, id, token, lease_ms, wait_ms, key)
+      [Size::HEADER - 4 + key.bytesize, op, flags, key.bytesize, id, token, lease_ms,
+       wait_ms].pack(HEADER_FORMAT, buffer: buf) << key
+    end
+
     # Encodes a response frame (Response, or a Hash of its fields).
     def encode_response(resp)
       data = (resp[:data] || "").b
@@ -241,7 +247,13 @@ module Ticketing
       avail = buf.bytesize - offset
       return nil if avail < 4
 
-      len = buf.unpack1("N", offset: offset)
+      if avail >= Size::HEADER
+        # The whole header is there (nearly always): one unpack.
+        fields = buf.unpack(HEADER_FORMAT, offset: offset)
+        len = fields[0]
+      else
+        len = buf.unpack1("N", offset: offset)
+      end
       if len > Size::HEADER - 4 + max_var
         raise FrameError.new("frame length #{len} above the limit #{Size::HEADER - 4 + max_var}",
                              kind: :too_large)
@@ -249,7 +261,7 @@ module Ticketing
       raise FrameError.new("frame length #{len} below the header", kind: :length) if len < Size::HEADER - 4
       return nil if avail < 4 + len
 
-      fields = buf.unpack(HEADER_FORMAT, offset: offset)
+      fields ||= buf.unpack(HEADER_FORMAT, offset: offset)
       if fields[3] != len - (Size::HEADER - 4)
         raise FrameError.new("variable length #{fields[3]} disagrees with frame length #{len}",
                              kind: :length)

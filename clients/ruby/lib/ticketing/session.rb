@@ -23,8 +23,11 @@ module Ticketing
     # The outcome: the response, or the error, and what the hook made of it (e.g. the Lock).
     attr_accessor :response, :error, :value
     # Runs outside the session's mutex once the outcome is decided: hook.call(response, error,
-    # abandoned) -> value.
+    # abandoned) -> value; or, when it is not a Proc (the Client, for an ACQUIRE), its private
+    # #answered(call, response, error, abandoned) -> value.
     attr_accessor :hook
+    # An ACQUIRE's options for the Lock its answer makes (the Client's hook reads them).
+    attr_accessor :keep_alive, :max_hold
 
     # +key+: a binary String.
     def initialize(op, key = EMPTY_KEY, token = 0, lease_ms = 0, wait_ms = 0)
@@ -33,8 +36,7 @@ module Ticketing
       @token = token
       @lease_ms = lease_ms
       @wait_ms = wait_ms
-      @hook = nil
-      @cond = nil
+      # The other fields start unset (nil).
     end
 
     # The waiter's condition variable (on the session's mutex; made when first needed).
@@ -49,6 +51,11 @@ module Ticketing
 
     def frame
       Protocol.encode_request_fields(@op, 0, @id, @token, @lease_ms, @wait_ms, @key)
+    end
+
+    # Appends the frame to +buf+.
+    def frame_into(buf)
+      Protocol.append_request_fields(buf, @op, 0, @id, @token, @lease_ms, @wait_ms, @key)
     end
 
     def op_name
@@ -160,39 +167,65 @@ module Ticketing
     # for the next connection (starting the reconnector). Never blocks on the network. An
     # asynchronous interrupt (Timeout, Thread#raise, Thread#kill) waits until the call is
     # queued whole: never an id in the table without its frame on the way.
-    def submit(call)
+    #
+    # +awaits+: the caller calls #await for this call next (it may then keep the read role
+    # from here); false for a call nobody waits for (its answer runs its hook).
+    def submit(call, awaits = false)
       Thread.handle_interrupt(DEFER_INTERRUPTS) do
+        got = :unread
         probe = @mutex.synchronize do
           raise ClosedError, "the client is closed" if @state == :closed
 
           # No thread reads the connection: take what the server sent meanwhile (an answer, a
           # push, the connection's end: a server that went away or restarted) before this call
           # goes out, as a reader thread would have, so that the call follows it (#probe_locked).
-          probe_locked
+          c = probe_locked
+          if c.nil?
+            queue_locked(call)
+            next nil
+          end
+          if @pending.empty?
+            # Nothing in flight: look at the socket here (a read that does not wait, so no
+            # other thread is held up). Nothing there (nearly always): the call goes out now,
+            # written by this thread, and keeps the read role for its answer (#await), with no
+            # hand-over. Else the bytes are handled below, outside the mutex.
+            got = c.peek
+            if got == :wait_readable
+              if awaits
+                c.reader = call
+                c.activity += 1
+              else
+                release_role_locked(c, :probe)
+              end
+              assign_locked(call, c, Clock.now, true)
+              next nil
+            end
+          end
+          c
         end
         if probe
-          probe.read_pending
-          @mutex.synchronize { release_role_locked(probe, :probe) }
-        end
-        conn = @mutex.synchronize do
-          raise ClosedError, "the client is closed" if @state == :closed
+          probe.read_pending(got)
+          @mutex.synchronize do
+            release_role_locked(probe, :probe)
+            raise ClosedError, "the client is closed" if @state == :closed
 
-          if @state == :ready
-            # Nothing else in flight: this caller writes its frame itself (no hand-off to the
-            # writer thread) and will read the answer itself. Otherwise the writer thread writes
-            # the frames queued meanwhile in one batch (fewer, larger writes for the server).
-            c = @conn
-            direct = @pending.empty?
-            assign_locked(call, c, Clock.now, direct)
-            direct ? c : nil
-          else
-            @backlog << call
-            start_reconnector_locked if @state == :disconnected
-            nil
+            queue_locked(call)
           end
         end
-        # Written from this thread (the writer thread takes what the socket does not take at once).
-        conn&.flush
+      end
+    end
+
+    # #submit: gives +call+ its id and frame on the connection, or puts it in the backlog for
+    # the next one. Nothing else in flight: this caller writes its frame itself (no hand-off
+    # to the writer thread) and will read the answer itself. Otherwise the writer thread writes
+    # the frames queued meanwhile in one batch (fewer, larger writes for the server). @mutex
+    # must be held.
+    def queue_locked(call)
+      if @state == :ready
+        assign_locked(call, @conn, Clock.now, @pending.empty?)
+      else
+        @backlog << call
+        start_reconnector_locked if @state == :disconnected
       end
     end
 
@@ -218,14 +251,21 @@ module Ticketing
     # waiting caller (or, after BG_IDLE without one, back to the background reader). A waiter
     # that finds the background reader reading asks it to give the role up.
     def await(call, deadline:, send_deadline:, cancel: nil)
+      if cancel.nil? && (c = @conn) && c.reader.equal?(call)
+        # #submit kept the read role for this call (only this thread gives it up then, so the
+        # look needs no lock): read at once. The loop below takes the other outcomes.
+        lead(c, call, deadline, nil)
+        return :finished if call.finished && !call.closed_out
+      end
       handle = cancel&.subscribe { wake_call(call) }
-      loop do
+      while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop costs a block per call
         conn = nil
         limit = nil
         @mutex.synchronize do
-          loop do
+          while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop costs a block per call
             if call.closed_out || call.finished
               @waiting.delete(call)
+              drop_role_locked(call)
               return call.closed_out ? :closed : :finished
             end
 
@@ -238,7 +278,11 @@ module Ticketing
 
               c = @conn
               if call.id && c
-                if c.reader.nil?
+                if c.reader.equal?(call)
+                  # #submit kept the read role for this call.
+                  conn = c
+                  break
+                elsif c.reader.nil?
                   c.reader = call
                   c.activity += 1
                   @waiting.delete(call)
@@ -307,15 +351,9 @@ module Ticketing
     # are handled with asynchronous interrupts deferred: one lands only while waiting for bytes.
     def lead(conn, call, limit, cancel)
       Thread.handle_interrupt(DEFER_INTERRUPTS) do
-        loop do
+        while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop costs a block per call
           break if call.answered || call.closed_out || cancel&.cancelled?
-
-          wait = nil
-          if limit
-            wait = limit - Scheduler.now
-            break if wait <= 0
-          end
-          break unless conn.read_some(wait)
+          break unless conn.read_some(limit) == true
         end
       ensure
         release_role(conn, call)
@@ -347,7 +385,7 @@ module Ticketing
     # The read role of +conn+ is free: wakes a caller still waiting for its answer, which takes
     # it (with none, the background reader takes it after BG_IDLE). @mutex must be held.
     def handoff_locked(conn)
-      return unless conn.equal?(@conn)
+      return if @waiting.empty? || !conn.equal?(@conn)
 
       @waiting.each_key do |c|
         next if c.answered
@@ -369,7 +407,10 @@ module Ticketing
     # exception, a throw or Thread#kill). Returns true when it was not answered: the caller then
     # withdraws it (#withdraw); false when its outcome is decided (see #await_finished).
     def abandon(call)
-      @mutex.synchronize { call.answered ? false : (abandon_locked(call, :interrupted) && true) }
+      @mutex.synchronize do
+        drop_role_locked(call)
+        call.answered ? false : (abandon_locked(call, :interrupted) && true)
+      end
     end
 
     # Waits until +call+'s hook has run (its outcome is decided: the reader thread is running
@@ -460,7 +501,10 @@ module Ticketing
     # Forgets an abandoned call that is not an ACQUIRE: its answer, if it comes, is ignored and
     # ACK may pass its id.
     def forget(call)
-      @mutex.synchronize { @pending.delete(call.id) if call.id && @pending[call.id].equal?(call) }
+      @mutex.synchronize do
+        drop_role_locked(call)
+        @pending.delete(call.id) if call.id && @pending[call.id].equal?(call)
+      end
     end
 
     # Waits until +call+'s clean-up is done (see Client) or +deadline+ passes.
@@ -484,13 +528,15 @@ module Ticketing
       end
     end
 
-    # Counts the locks held through this session: while any, a dropped connection is
-    # re-established at once (for keep-alive, EXPIRED notices and releases).
-    def holds_changed(delta)
-      @mutex.synchronize do
-        @holds += delta
-        start_reconnector_locked if delta.positive? && @state == :disconnected
-      end
+    # A lock was granted (the client holds it now): while any is held, a dropped connection is
+    # re-established at once (for keep-alive, EXPIRED notices and releases). A drop that came
+    # before the client counted the lock started no reconnector for it: start it now. (A drop
+    # after that sees the lock: Client#holding_locks?.) The state is read without the mutex
+    # first: it is :ready nearly always.
+    def lock_granted
+      return unless @state == :disconnected
+
+      @mutex.synchronize { start_reconnector_locked if @state == :disconnected }
     end
 
     # Closes the session: fails every call with ClosedError and closes the connection. Idempotent.
@@ -527,8 +573,42 @@ module Ticketing
 
     # Called by the connection's reader for every frame.
     def handle_frame(conn, resp)
-      return handle_push(conn, resp) if resp.id.zero?
+      id = resp.id
+      return handle_push(conn, resp) if id.zero?
 
+      # The usual answer (its request's op, not NOT_LEADER or SHUTTING_DOWN) in one look;
+      # anything else goes the long way (#handle_other_frame), which looks again.
+      call = @mutex.synchronize do
+        return unless conn.equal?(@conn)
+
+        c = @pending[id]
+        return unless c
+
+        status = resp.status
+        next nil if resp.op != c.op || status == Protocol::Status::NOT_LEADER ||
+                    status == Protocol::Status::SHUTTING_DOWN
+
+        @pending.delete(id)
+        c.answered = true
+        @answers += 1
+        maybe_ack_locked if @answers >= Protocol::ClientRule::ACK_EVERY
+        unless c.hook
+          # No hook to run outside the lock: the outcome is set here (as #deliver would).
+          c.response = resp
+          c.finished = true
+          c.cleanup_done = true
+          c.wake
+          return
+        end
+        c
+      end
+      return handle_other_frame(conn, resp) unless call
+
+      # Answered (under the lock above), so no longer abandoned by anyone: read it here.
+      deliver(call, resp, nil, call.abandoned)
+    end
+
+    def handle_other_frame(conn, resp)
       call = nil
       mismatch = false
       redirect = false
@@ -631,7 +711,6 @@ module Ticketing
       @next_index = 0
       @silent = nil      # the node the heartbeat last found silent...
       @silent_till = 0.0 # ...neither dialled nor followed as a hint until then (monotonic)
-      @holds = 0
       @reconnector = nil
       @dialing_socket = nil
       @last_error = nil
@@ -650,14 +729,20 @@ module Ticketing
     end
 
     # Gives +call+ the next request id and queues its frame (+now+: Clock.now). @mutex must be
-    # held.
-    # With +defer+ the caller flushes the connection (Connection#flush) after unlocking.
-    def assign_locked(call, conn, now = Clock.now, defer = false)
-      call.id = @next_id
-      @next_id += 1
+    # held. With +direct+ this thread writes the frame now, unless another is writing
+    # (Connection#send_call: a write that does not wait, so holding @mutex across it holds
+    # nobody up); otherwise the writer thread writes it, with whatever else is queued.
+    def assign_locked(call, conn, now = Clock.now, direct = false)
+      id = @next_id
+      @next_id = id + 1
+      call.id = id
       call.t_first = now
-      @pending[call.id] = call
-      conn.enqueue(call.frame, defer)
+      @pending[id] = call
+      if direct
+        conn.send_call(call)
+      else
+        conn.enqueue_call(call)
+      end
     end
 
     # The heartbeat PING of a connection given up is not re-sent on the next one.
@@ -677,7 +762,15 @@ module Ticketing
       if @waiting.delete(call) && @conn && @conn.reader.nil?
         handoff_locked(@conn)
       end
+      drop_role_locked(call)
       abandon_locked(call, reason)
+    end
+
+    # Gives up the read role if +call+ holds it without reading (#submit kept it for the call,
+    # whose caller left before #lead). @mutex must be held.
+    def drop_role_locked(call)
+      c = @conn
+      release_role_locked(c, call) if c && c.reader.equal?(call)
     end
 
     def abandon_locked(call, reason)
@@ -693,7 +786,7 @@ module Ticketing
     end
 
     def demand_locked?
-      !@pending.empty? || !@backlog.empty? || @holds.positive?
+      !@pending.empty? || !@backlog.empty? || @events.__send__(:holding_locks?)
     end
 
     def parse_hint(data)
@@ -742,7 +835,10 @@ module Ticketing
     def deliver(call, resp, error, abandoned)
       value = nil
       begin
-        value = call.hook&.call(resp, error, abandoned)
+        hook = call.hook
+        if hook
+          value = hook.is_a?(Proc) ? hook.call(resp, error, abandoned) : hook.__send__(:answered, call, resp, error, abandoned)
+        end
       rescue StandardError => e
         log(:error, "internal callback failed: #{e.class}: #{e.message}")
       end

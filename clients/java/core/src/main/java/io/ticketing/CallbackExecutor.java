@@ -25,6 +25,15 @@ final class CallbackExecutor implements Executor {
     private final ScheduledExecutorService timer;
     private final ConcurrentLinkedQueue<Runnable> tasks = new ConcurrentLinkedQueue<>();
     private final Object lock = new Object();
+    /**
+     * Reads the connection while a callback thread has nothing to run (see {@link #work()}): told
+     * of a future completed when a task comes, it reads until then or until nothing comes for a
+     * while; false when it could not read (another thread reads, or no connection). Null: never.
+     */
+    volatile java.util.function.Predicate<java.util.concurrent.CompletableFuture<Void>> idleRead;
+    private volatile Thread reading; // the callback thread reading now, if any
+    private java.util.concurrent.CompletableFuture<Void> taskCame; // guarded by lock: completed by execute
+    private volatile boolean busy; // a callback thread is running tasks (it reads when it runs out)
     private volatile long started; // tasks started so far (the stall check's measure of progress)
 
     // guarded by lock
@@ -43,6 +52,18 @@ final class CallbackExecutor implements Executor {
     @Override
     public void execute(Runnable r) {
         tasks.add(r);
+        Thread me = Thread.currentThread();
+        if (me == reading) {
+            // The callback thread that reads queued it (handling an answer): it runs it next.
+            java.util.concurrent.CompletableFuture<Void> f;
+            synchronized (lock) {
+                f = taskCame;
+            }
+            if (f != null) {
+                f.complete(null);
+                return;
+            }
+        }
         synchronized (lock) {
             if (shutdown) {
                 if (tasks.remove(r)) {
@@ -50,11 +71,33 @@ final class CallbackExecutor implements Executor {
                 }
                 return; // a thread took it meanwhile
             }
-            if (active == 0) {
+            if (taskCame != null) {
+                taskCame.complete(null); // wakes the callback thread that reads: it runs it next
+            } else if (active == 0) {
                 addDrainerLocked();
             } else if (!checkPending) {
                 scheduleCheckLocked();
             }
+        }
+    }
+
+    /** Tells whether a callback thread is running tasks now (it reads the connection when it runs out). */
+    boolean busy() {
+        return busy;
+    }
+
+    /** Tells whether {@code t} is a callback thread of {@code owner}'s executor. */
+    static boolean isCallbackThread(Thread t, Object owner) {
+        return t instanceof CallbackThread c && c.owner == owner;
+    }
+
+    /** The threads of a CallbackExecutor, with the object they work for. */
+    static final class CallbackThread extends Thread {
+        final Object owner;
+
+        CallbackThread(Runnable r, String name, Object owner) {
+            super(r, name);
+            this.owner = owner;
         }
     }
 
@@ -95,9 +138,14 @@ final class CallbackExecutor implements Executor {
     }
 
     private void work() {
+        busy = true;
         while (true) {
             Runnable r = tasks.poll();
+            if (r == null && idleRead != null) {
+                r = readWhileIdle();
+            }
             if (r != null) {
+                busy = true;
                 started++; // (one writer at a time is not needed: a lost count only delays a check)
                 try {
                     r.run();
@@ -111,6 +159,7 @@ final class CallbackExecutor implements Executor {
                 if (!tasks.isEmpty()) {
                     continue;
                 }
+                busy = false;
                 active--;
                 idle++;
                 long deadline = System.nanoTime() + KEEP_ALIVE_NANOS;
@@ -127,14 +176,45 @@ final class CallbackExecutor implements Executor {
                     }
                 }
                 signals--; // counted active by the signaller
+                busy = true;
             }
         }
+    }
+
+    /**
+     * No task: reads the connection (the answers that queue the next tasks) unless another thread
+     * reads; returns the next task, or null when none came (then the thread waits as usual).
+     */
+    private Runnable readWhileIdle() {
+        java.util.concurrent.CompletableFuture<Void> f = new java.util.concurrent.CompletableFuture<>();
+        synchronized (lock) {
+            if (shutdown || reading != null || !tasks.isEmpty()) {
+                return tasks.poll();
+            }
+            reading = Thread.currentThread();
+            taskCame = f;
+        }
+        try {
+            idleRead.test(f);
+        } catch (RuntimeException e) {
+            Thread me = Thread.currentThread();
+            me.getUncaughtExceptionHandler().uncaughtException(me, e);
+        } finally {
+            synchronized (lock) {
+                reading = null;
+                taskCame = null;
+            }
+        }
+        return tasks.poll();
     }
 
     /** Lets the queued tasks run, then ends the threads; later tasks are rejected. */
     void shutdown() {
         synchronized (lock) {
             shutdown = true;
+            if (taskCame != null) {
+                taskCame.complete(null);
+            }
             lock.notifyAll();
         }
     }

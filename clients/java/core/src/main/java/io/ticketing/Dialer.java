@@ -69,14 +69,33 @@ final class Dialer {
     static Dialed dial(Endpoint ep, ClientOptions opts, SSLContext ssl, byte[] sessionId, SecureRandom random,
             Duration timeout, Consumer<Socket> register) {
         long deadline = System.nanoTime() + timeout.toNanos();
-        Socket socket = new Socket();
+        // Plain TCP: a channel's socket, so that the connection can read without blocking (a
+        // caller reading its own answer must stay interruptible; see Connection).
+        Socket socket;
+        java.nio.channels.SocketChannel channel = null;
+        if (ssl == null) {
+            try {
+                channel = java.nio.channels.SocketChannel.open();
+            } catch (IOException e) {
+                throw new UnavailableException("cannot connect to " + ep + ": " + e.getMessage(), e);
+            }
+            socket = channel.socket();
+        } else {
+            socket = new Socket();
+        }
         register.accept(socket);
         boolean ok = false;
+        ChannelStreams streams = null;
         try {
             try {
                 socket.setTcpNoDelay(true);
                 socket.setKeepAlive(true);
-                socket.connect(new InetSocketAddress(ep.host(), ep.port()), remainingMs(deadline, ep));
+                if (channel != null) {
+                    streams = ChannelStreams.connect(channel, new InetSocketAddress(ep.host(), ep.port()),
+                            remainingMs(deadline, ep));
+                } else {
+                    socket.connect(new InetSocketAddress(ep.host(), ep.port()), remainingMs(deadline, ep));
+                }
             } catch (SocketTimeoutException e) {
                 throw new UnavailableException("connect to " + ep + " timed out after " + timeout.toMillis() + " ms");
             } catch (IOException e) {
@@ -93,10 +112,17 @@ final class Dialer {
                 s = startTls(socket, ep, opts.tls(), ssl, deadline);
                 register.accept(s);
             }
-            Dialed d = handshake(ep, s, opts, sessionId, random, deadline, handshakeWait);
+            Dialed d = handshake(ep, s, streams, opts, sessionId, random, deadline, handshakeWait);
             ok = true;
             return d;
         } finally {
+            if (streams != null) {
+                try {
+                    streams.release();
+                } catch (IOException ignored) {
+                    // only the handshake's selector
+                }
+            }
             if (!ok) {
                 try {
                     socket.close();
@@ -149,14 +175,22 @@ final class Dialer {
         }
     }
 
-    private static Dialed handshake(Endpoint ep, Socket s, ClientOptions opts, byte[] sessionId, SecureRandom random,
-            long deadline, long handshakeWait) {
+    private static Dialed handshake(Endpoint ep, Socket s, ChannelStreams streams, ClientOptions opts, byte[] sessionId,
+            SecureRandom random, long deadline, long handshakeWait) {
         boolean tls = opts.tls() != null;
         boolean challenged = false; // a CHALLENGE came: the TLS session was accepted
         try {
-            s.setSoTimeout(remainingMs(deadline, ep));
-            DataInputStream in = new DataInputStream(new BufferedInputStream(s.getInputStream(), 64 * 1024));
-            OutputStream out = new BufferedOutputStream(s.getOutputStream(), 64 * 1024);
+            DataInputStream in;
+            OutputStream out;
+            if (streams != null) {
+                streams.timeoutMs = remainingMs(deadline, ep);
+                in = new DataInputStream(new BufferedInputStream(streams.in(), 64 * 1024));
+                out = new BufferedOutputStream(streams.out(), 64 * 1024);
+            } else {
+                s.setSoTimeout(remainingMs(deadline, ep));
+                in = new DataInputStream(new BufferedInputStream(s.getInputStream(), 64 * 1024));
+                out = new BufferedOutputStream(s.getOutputStream(), 64 * 1024);
+            }
             byte[] clientNonce = new byte[Protocol.NONCE];
             random.nextBytes(clientNonce);
             out.write(new Handshake.Hello(Protocol.VERSION, 0, sessionId, clientNonce).encode());
@@ -200,7 +234,11 @@ final class Dialer {
                     throw new AuthFailedException("the server at " + ep + " could not prove that it holds the token");
                 }
             }
-            s.setSoTimeout(0);
+            if (streams != null) {
+                streams.timeoutMs = 0;
+            } else {
+                s.setSoTimeout(0);
+            }
             return new Dialed(ep, s, in, out, w);
         } catch (SocketTimeoutException e) {
             throw new UnavailableException("handshake with " + ep + " timed out: no answer within "

@@ -62,6 +62,7 @@ final class Engine implements Connection.Listener {
     private ScheduledFuture<?> lostCheck; // runs while held is not empty
     private long suspendSeen; // clock.suspended() at the last lost check
     private Connection conn;
+    private volatile Connection current; // conn, for callers waiting on their answers (read without mu)
     private Thread connector;
     private Socket dialing;
     private long droppedAt;
@@ -91,7 +92,14 @@ final class Engine implements Connection.Listener {
         this.ssl = opts.tls() == null ? null : Pem.context(opts.tls());
         this.timer = new ScheduledThreadPoolExecutor(1, io("ticketing-timer-" + name));
         this.timer.setRemoveOnCancelPolicy(true);
-        this.callbacks = new CallbackExecutor(daemon("ticketing-callback-" + name), timer);
+        this.callbacks = new CallbackExecutor(callbackThreads("ticketing-callback-" + name), timer);
+        // A callback thread with nothing to run reads the connection (over plain TCP): the answers
+        // that queue its next tasks then cost no hand-off from the reader thread.
+        this.callbacks.idleRead = f -> {
+            Connection c = current;
+            return c != null && c.leaderFollower() && !c.isDead()
+                    && c.tryLead(new Connection.Waiter(f), Connection.IDLE_NANOS);
+        };
         this.sessionId = newSessionId();
     }
 
@@ -115,10 +123,10 @@ final class Engine implements Connection.Listener {
         };
     }
 
-    private static java.util.concurrent.ThreadFactory daemon(String prefix) {
+    private java.util.concurrent.ThreadFactory callbackThreads(String prefix) {
         AtomicInteger n = new AtomicInteger();
         return r -> {
-            Thread t = new Thread(r, prefix + "-" + n.incrementAndGet());
+            Thread t = new CallbackExecutor.CallbackThread(r, prefix + "-" + n.incrementAndGet(), this);
             t.setDaemon(true);
             return t;
         };
@@ -482,6 +490,13 @@ final class Engine implements Connection.Listener {
             d.close();
             return true;
         }
+        Connection c;
+        try {
+            c = new Connection(d, this, name);
+        } catch (java.io.IOException e) {
+            d.close();
+            throw new UnavailableException("cannot set up the connection to " + d.endpoint() + ": " + e.getMessage(), e);
+        }
         stateId = w.stateId();
         graceMs = w.sessionGraceMs();
         lastConnectError = null;
@@ -489,7 +504,8 @@ final class Engine implements Connection.Listener {
             graceTimer.cancel(false);
             graceTimer = null;
         }
-        conn = new Connection(d, this, name);
+        conn = c;
+        current = c;
         conn.start();
         if (w.resumed()) {
             for (Req r : inflight.values()) {
@@ -533,6 +549,7 @@ final class Engine implements Connection.Listener {
     CompletableFuture<ResponseFrame> submit(Req r) {
         List<Runnable> after = null;
         Connection flush = null;
+        boolean nudge = false;
         synchronized (mu) {
             if (closed || (closing && !r.internal)) {
                 r.done = true;
@@ -546,10 +563,14 @@ final class Engine implements Connection.Listener {
                 if (conn != null) {
                     // The caller writes the frame itself once out of mu, unless it is one of the
                     // client's own threads (those never block on the socket: the writer thread does).
-                    boolean here = !(Thread.currentThread() instanceof IoThread);
+                    // So does a thread that holds the read role (while it handles an answer).
+                    Thread me = Thread.currentThread();
+                    boolean here = !(me instanceof IoThread) && !conn.reading(me);
                     sendLocked(r, !here);
                     if (here) {
                         flush = conn;
+                        // No nudge where a callback thread reads when it runs out of tasks.
+                        nudge = !r.awaited && !CallbackExecutor.isCallbackThread(me, this) && !callbacks.busy();
                     }
                 } else {
                     unsent.add(r);
@@ -562,8 +583,37 @@ final class Engine implements Connection.Listener {
         }
         if (flush != null) {
             flush.flush();
+            if (nudge) {
+                flush.nudge(); // no caller reads for this answer: the reader thread does
+            }
         }
         return r.answer;
+    }
+
+    /**
+     * Waits for a future that only this thread waits on, whose request it sent: over plain TCP the
+     * thread reads the connection itself while no other thread does ({@link Connection#await}).
+     * Ends as {@link CompletableFuture#get()} does: the result, or the future's exception, or
+     * {@link InterruptedException} (the flag cleared).
+     */
+    <T> T await(CompletableFuture<T> f) throws InterruptedException, java.util.concurrent.ExecutionException {
+        Connection c = current;
+        if (!f.isDone() && c != null && c.leaderFollower()) {
+            Connection.Waiter w = new Connection.Waiter(f);
+            while (!f.isDone()) {
+                c = current;
+                if (c == null || c.isDead() || !c.leaderFollower()) {
+                    // Reconnecting: the next connection's reader answers (checked again every 5 ms).
+                    try {
+                        return f.get(5, TimeUnit.MILLISECONDS);
+                    } catch (java.util.concurrent.TimeoutException e) {
+                        continue;
+                    }
+                }
+                c.await(w);
+            }
+        }
+        return f.get();
     }
 
     /** mu must be held and conn set. Takes the next id (unless it has one) and queues the frame. */
@@ -837,6 +887,7 @@ final class Engine implements Connection.Listener {
                 silentUntil = System.nanoTime() + SILENT_SKIP_NANOS;
             }
             conn = null;
+            current = null;
             droppedAt = System.nanoTime();
             c.close();
             if (heartbeat != null) {
@@ -1072,6 +1123,7 @@ final class Engine implements Connection.Listener {
             if (conn != null) {
                 conn.close();
                 conn = null;
+                current = null;
             }
             if (dialing != null) {
                 closeQuietly(dialing);

@@ -202,7 +202,7 @@ public final class Lock implements AutoCloseable {
      */
     public void release() {
         // This thread only waits on the future: completed with no hop through the callback threads.
-        TicketingClient.await(releaseAsync(false, true), "release of " + Bytes.forMessage(key));
+        TicketingClient.await(engine, releaseAsync(false, true), "release of " + Bytes.forMessage(key));
     }
 
     /**
@@ -268,7 +268,9 @@ public final class Lock implements AutoCloseable {
             }
             return CompletableFuture.failedFuture(lost(lostBefore));
         }
-        engine.submit(Req.ofLock(Op.RELEASE, key, token, 0, internal)).whenComplete((f, ex) -> {
+        Req req = Req.ofLock(Op.RELEASE, key, token, 0, internal);
+        req.awaited = direct;
+        engine.submit(req).whenComplete((f, ex) -> {
             TicketingException error = null;
             if (ex != null && TicketingClient.unwrap(ex) instanceof ServerRestartedException) {
                 // The server that granted the lock is gone with it: nothing is left to release.

@@ -29,6 +29,8 @@ final class Req {
     /** Completes when the server holds nothing more for this request (after any clean-up). */
     final CompletableFuture<Void> settled = new CompletableFuture<>();
 
+    /** Its caller blocks on the answer in {@link Engine#await} (and reads for it): no nudge of the reader. */
+    boolean awaited;
     long id; // 0 until the frame is queued for the wire
     long firstSent; // Engine.clock when first queued for the wire; a re-send never changes it
     long generation; // the engine's state generation when first sent

@@ -243,7 +243,7 @@ public final class TicketingClient implements AutoCloseable {
         Pending p = start(key, text, options, true);
         String shown = Bytes.forMessage(key);
         try {
-            return p.lock.get();
+            return engine.await(p.lock);
         } catch (InterruptedException e) {
             p.lock.cancel(false);
             // Wait (bounded) for the withdrawal, so the caller may retry at once; then keep the flag.
@@ -443,6 +443,7 @@ public final class TicketingClient implements AutoCloseable {
             throw new AlreadyHeldException("this client already holds " + shown + " (refuseHeld)");
         }
         Req r = new Req(Op.ACQUIRE, key, 0, options.leaseMs(), options.waitMs(), false);
+        r.awaited = direct;
         java.util.concurrent.Executor deliver = direct ? Runnable::run : engine.callbackExecutor();
         CompletableFuture<Lock> user = new CompletableFuture<>();
         user.whenComplete((v, e) -> {
@@ -744,8 +745,16 @@ public final class TicketingClient implements AutoCloseable {
     }
 
     static <T> T await(CompletableFuture<T> f, String what) {
+        return await(null, f, what);
+    }
+
+    /**
+     * As {@link #await(CompletableFuture, String)}; with an engine, for a future only this thread
+     * waits on, completed where the answer is handled: the thread may read its answer itself.
+     */
+    static <T> T await(Engine engine, CompletableFuture<T> f, String what) {
         try {
-            return f.get();
+            return engine == null ? f.get() : engine.await(f);
         } catch (InterruptedException e) {
             f.cancel(false);
             Thread.currentThread().interrupt();

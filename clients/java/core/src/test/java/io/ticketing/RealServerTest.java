@@ -207,6 +207,87 @@ class RealServerTest {
         held.release();
     }
 
+    /**
+     * Blocking callers read their own answers (Connection's read role) while asynchronous chains
+     * share the connection and callers are interrupted at random: every call ends with its answer,
+     * NotAcquired or Cancelled, no thread is left waiting, and the client works afterwards.
+     */
+    @Test
+    void blockingCallersAsyncChainsAndInterruptsShareOneConnection() throws Exception {
+        TicketingClient c = client();
+        long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(1500);
+        Map<String, AtomicLong> outcomes = new ConcurrentHashMap<>();
+        List<Thread> threads = new ArrayList<>();
+        for (int i = 0; i < 8; i++) {
+            String key = "share-" + (i % 4); // two callers per key: some waits, some NotAcquired
+            int me = i;
+            Thread t = new Thread(() -> {
+                java.util.Random r = new java.util.Random(me);
+                while (System.nanoTime() < end) {
+                    String what;
+                    try {
+                        Lock l = c.acquire(key, Duration.ofSeconds(5), Duration.ofMillis(r.nextInt(30)));
+                        l.release();
+                        what = "pair";
+                    } catch (NotAcquiredException e) {
+                        what = "not-acquired";
+                    } catch (CancelledException e) {
+                        Thread.interrupted();
+                        what = "cancelled";
+                    } catch (TicketingException e) {
+                        what = e.getClass().getSimpleName() + ": " + e.getMessage();
+                    }
+                    outcomes.computeIfAbsent(what, k -> new AtomicLong()).incrementAndGet();
+                }
+                Thread.interrupted();
+            }, "share-" + i);
+            t.start();
+            threads.add(t);
+        }
+        List<CompletableFuture<Void>> chains = new ArrayList<>();
+        for (int i = 0; i < 3; i++) {
+            CompletableFuture<Void> done = new CompletableFuture<>();
+            chains.add(done);
+            chain(c, "share-async-" + i, end, outcomes, done);
+        }
+        java.util.Random r = new java.util.Random(1);
+        while (System.nanoTime() < end) {
+            Thread.sleep(3);
+            threads.get(r.nextInt(threads.size())).interrupt();
+        }
+        for (Thread t : threads) {
+            t.join(10_000);
+            assertFalse(t.isAlive(), t.getName() + " still waits");
+        }
+        CompletableFuture.allOf(chains.toArray(new CompletableFuture<?>[0])).get(10, TimeUnit.SECONDS);
+        for (String k : outcomes.keySet()) {
+            assertTrue(k.equals("pair") || k.equals("not-acquired") || k.equals("cancelled") || k.equals("async"),
+                    "unexpected outcome " + k + " in " + outcomes);
+        }
+        assertTrue(outcomes.get("pair").get() > 0 && outcomes.get("async").get() > 0, outcomes.toString());
+        Lock l = c.tryAcquire("share-after", Duration.ofSeconds(5)).orElseThrow();
+        l.release();
+        for (int i = 0; i < 4; i++) {
+            String key = "share-" + i; // (a grant that raced a cancel is released in the background)
+            Poll.until(Duration.ofSeconds(5), () -> !c.inspect(key).held(), key + " released");
+        }
+    }
+
+    private static void chain(TicketingClient c, String key, long end, Map<String, AtomicLong> outcomes,
+            CompletableFuture<Void> done) {
+        if (System.nanoTime() >= end) {
+            done.complete(null);
+            return;
+        }
+        c.tryAcquireAsync(key, Duration.ofSeconds(5))
+                .thenCompose(l -> l.orElseThrow().releaseAsync())
+                .whenComplete((v, e) -> {
+                    String what = e == null ? "async" : "async " + e;
+                    outcomes.computeIfAbsent(what, k -> new AtomicLong()).incrementAndGet();
+                    chain(c, key, end, outcomes, done);
+                });
+    }
+
     @Test
     void lostOnExpiryComesBeforeTheNextGrant() throws Exception {
         TicketingClient a = client();

@@ -245,10 +245,17 @@ public final class TicketingClient implements AutoCloseable {
         try {
             return engine.await(p.lock);
         } catch (InterruptedException e) {
-            p.lock.cancel(false);
             // Wait (bounded) for the withdrawal, so the caller may retry at once; then keep the flag.
+            // The grant may have completed the future after the wait saw the interrupt (a
+            // CompletableFuture's get throws InterruptedException even when the result came right
+            // after it looked): cancel then fails, and nobody will use that lock, so it is given
+            // back here (a cancelled acquire never leaves a lock held).
+            CompletableFuture<?> cleanup = p.req.settled;
+            if (!p.lock.cancel(false) && !p.lock.isCompletedExceptionally()) {
+                cleanup = p.lock.join().releaseAsync();
+            }
             try {
-                p.req.settled.get(engine.opts.cleanupTimeout().toNanos(), TimeUnit.NANOSECONDS);
+                cleanup.get(engine.opts.cleanupTimeout().toNanos(), TimeUnit.NANOSECONDS);
             } catch (InterruptedException | ExecutionException | TimeoutException ignored) {
                 // the clean-up goes on in the background
             } finally {

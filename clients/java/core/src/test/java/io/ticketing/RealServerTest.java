@@ -208,6 +208,56 @@ class RealServerTest {
     }
 
     /**
+     * An interrupt that lands while the grant completes the acquire: whatever the moment, an
+     * interrupted acquire never leaves a lock held (CompletableFuture.get may throw
+     * InterruptedException although the grant completed the future right after it looked: the
+     * acquire then reported "withdrawn" and kept the lock; seen once in conformance cancel_race).
+     * Each round interrupts the waiting thread over and over across the grant (R's 50 ms lease).
+     */
+    @Test
+    void interruptRacingTheGrantNeverLeavesALockHeld() throws Exception {
+        TicketingClient r = client();
+        TicketingClient a = client();
+        int granted = 0, cancelled = 0;
+        for (int round = 0; round < 60; round++) {
+            r.acquire("irace", Duration.ofMillis(50));
+            CompletableFuture<Object> out = new CompletableFuture<>();
+            Thread t = new Thread(() -> {
+                try {
+                    out.complete(a.acquire("irace", Duration.ofSeconds(10)));
+                } catch (Throwable e) {
+                    out.complete(e);
+                }
+            });
+            t.start();
+            long start = System.nanoTime();
+            // The grant comes about 50 ms after R's acquire: the interrupts start 46-52 ms after.
+            long from = TimeUnit.MICROSECONDS.toNanos(46_000 + round * 100L);
+            while (!out.isDone() && System.nanoTime() - start < TimeUnit.SECONDS.toNanos(10)) {
+                if (System.nanoTime() - start >= from) {
+                    t.interrupt();
+                }
+                Thread.onSpinWait();
+            }
+            Object o = out.get(10, TimeUnit.SECONDS);
+            t.join();
+            if (o instanceof Lock l) {
+                granted++;
+                l.release();
+            } else {
+                assertTrue(o instanceof CancelledException, "round " + round + ": " + o);
+                cancelled++;
+            }
+            int rd = round;
+            Poll.until(Duration.ofSeconds(3), () -> {
+                LockInfo i = r.inspect("irace");
+                return !i.held() && i.waiters() == 0;
+            }, "irace free in round " + rd + " (" + o + ")");
+        }
+        System.out.println("interruptRacingTheGrantNeverLeavesALockHeld: " + granted + " granted, " + cancelled + " cancelled");
+    }
+
+    /**
      * Blocking callers read their own answers (Connection's read role) while asynchronous chains
      * share the connection and callers are interrupted at random: every call ends with its answer,
      * NotAcquired or Cancelled, no thread is left waiting, and the client works afterwards.

@@ -578,14 +578,8 @@ final class Connection {
                 handleBuffered();
             }
             return !dead;
-        } catch (FrameException e) {
-            fail(new ProtocolException("malformed frame from " + endpoint + ": " + e.getMessage()));
-        } catch (ClosedSelectorException e) {
-            fail(new ConnectionLostException("connection to " + endpoint + " closed"));
-        } catch (IOException e) {
-            fail(new ConnectionLostException("connection to " + endpoint + " lost: " + e.getMessage(), e));
-        } catch (RuntimeException e) {
-            fail(new ProtocolException("cannot handle a frame from " + endpoint + ": " + e, e));
+        } catch (FrameException | IOException | RuntimeException e) {
+            failReading(e);
         }
         return false;
     }
@@ -608,16 +602,23 @@ final class Connection {
                 return dead ? -1 : 1;
             }
             return dead ? -1 : 0;
-        } catch (FrameException e) {
-            fail(new ProtocolException("malformed frame from " + endpoint + ": " + e.getMessage()));
-        } catch (ClosedSelectorException e) {
-            fail(new ConnectionLostException("connection to " + endpoint + " closed"));
-        } catch (IOException e) {
-            fail(new ConnectionLostException("connection to " + endpoint + " lost: " + e.getMessage(), e));
-        } catch (RuntimeException e) {
-            fail(new ProtocolException("cannot handle a frame from " + endpoint + ": " + e, e));
+        } catch (FrameException | IOException | RuntimeException e) {
+            failReading(e);
         }
         return -1;
+    }
+
+    /** Fails the connection for what a read or the handling of a frame threw. */
+    private void failReading(Exception e) {
+        if (e instanceof FrameException) {
+            fail(new ProtocolException("malformed frame from " + endpoint + ": " + e.getMessage()));
+        } else if (e instanceof ClosedSelectorException) {
+            fail(new ConnectionLostException("connection to " + endpoint + " closed"));
+        } else if (e instanceof IOException) {
+            fail(new ConnectionLostException("connection to " + endpoint + " lost: " + e.getMessage(), e));
+        } else {
+            fail(new ProtocolException("cannot handle a frame from " + endpoint + ": " + e, e));
+        }
     }
 
     private void fail(TicketingException e) {

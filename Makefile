@@ -22,7 +22,10 @@ run: build
 
 # System packages the server's own tests use: nftables and iproute2 (a dead peer in a network
 # namespace), util-linux (unshare --time for clock offsets), systemd (systemd-analyze verify of
-# the generated unit). Installed only when missing.
+# the generated unit). Installed only when missing. Then the root module's whole module graph:
+# `go build` and `go test` fetch only what their packages import, and internal/deploy replays the
+# Dockerfile's `go mod download` layer offline (GOPROXY=off), which needs every module go.sum names
+# (on a fresh machine it failed with "module lookup disabled by GOPROXY=off").
 SETUP_PKGS := nftables iproute2 util-linux systemd
 setup:
 	@missing=""; for p in $(SETUP_PKGS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
@@ -30,6 +33,7 @@ setup:
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends --no-upgrade -o DPkg::Lock::Timeout=600 $$missing >/dev/null; \
 	fi
+	$(GO) mod download
 
 vet:
 	@bad=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

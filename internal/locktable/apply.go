@@ -87,7 +87,7 @@ func (t *Table) Stop(now int64) {
 	for _, ei := range held {
 		e := t.entries.at(ei)
 		if i := t.sess.slotOf(e.holder); i != noSession {
-			t.out(t.sess.slots[i].conn, wire.Response{Op: wire.OpExpired, Token: e.token, Detail: wire.ExpiredStopping, Data: t.keep(e.key)})
+			t.out(t.sess.slots[i].conn, wire.Response{Op: wire.OpExpired, Token: e.token, Detail: wire.ExpiredStopping, Data: t.keep(t.key(e))})
 		}
 	}
 }
@@ -295,7 +295,7 @@ func (t *Table) retry(now int64, i int32, r *wire.Request) {
 		}
 		if ei := t.FindHeld(owner, r.ID); ei != nilIdx {
 			e := t.entries.at(ei)
-			if string(e.key) != string(r.Key) || e.holderLeaseMs != r.Lease {
+			if string(t.key(e)) != string(r.Key) || e.holderLeaseMs != r.Lease {
 				t.answerInvalid(i, r, wire.FieldRequestID, msgRetryDiffers)
 				return
 			}
@@ -417,7 +417,7 @@ func (t *Table) QueuedReq(owner Owner, reqID uint64) (key []byte, lease int64, o
 		return nil, 0, false
 	}
 	w := t.waiters.at(wi)
-	return t.entries.at(w.entry).key, w.lease, true
+	return t.key(t.entries.at(w.entry)), w.lease, true
 }
 
 // inspect answers INSPECT (PROTOCOL.md): the token only to its holder's session or to a request

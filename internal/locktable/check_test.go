@@ -56,36 +56,36 @@ func (t *Table) check() error {
 			continue
 		}
 		live++
-		if j, _ := t.lookup(e.key); j != int32(i) {
-			return fmt.Errorf("entry %d (%q) not found by lookup (got %d)", i, e.key, j)
+		if j, _ := t.lookup(t.key(e)); j != int32(i) {
+			return fmt.Errorf("entry %d (%q) not found by lookup (got %d)", i, t.key(e), j)
 		}
 		if !e.held && !e.inDelay && e.nwait == 0 {
-			return fmt.Errorf("idle entry %q present", e.key)
+			return fmt.Errorf("idle entry %q present", t.key(e))
 		}
 		if e.nwait > 0 && !e.held && !e.inDelay && !e.stalled {
-			return fmt.Errorf("free entry %q has waiters", e.key)
+			return fmt.Errorf("free entry %q has waiters", t.key(e))
 		}
 		if (e.held && e.inDelay) || (e.stalled && (e.held || e.inDelay)) {
-			return fmt.Errorf("entry %q: held %v, in delay %v, stalled %v", e.key, e.held, e.inDelay, e.stalled)
+			return fmt.Errorf("entry %q: held %v, in delay %v, stalled %v", t.key(e), e.held, e.inDelay, e.stalled)
 		}
 		if e.revocable && !e.held {
-			return fmt.Errorf("entry %q revocable but not held", e.key)
+			return fmt.Errorf("entry %q revocable but not held", t.key(e))
 		}
 		if !e.held && e.orec != nilIdx {
-			return fmt.Errorf("entry %q not held but on an owner's list", e.key)
+			return fmt.Errorf("entry %q not held but on an owner's list", t.key(e))
 		}
 		for w := e.qhead; w != nilIdx; w = t.waiters.at(w).qnext {
 			if t.waiters.at(w).try && !e.stalled {
-				return fmt.Errorf("try-once waiter on %q, which is not stalled", e.key)
+				return fmt.Errorf("try-once waiter on %q, which is not stalled", t.key(e))
 			}
 		}
 		if e.held && e.inDelay {
-			return fmt.Errorf("entry %q held and in lock-delay (they share the deadline field)", e.key)
+			return fmt.Errorf("entry %q held and in lock-delay (they share the deadline field)", t.key(e))
 		}
 		if e.held || e.inDelay {
 			it := bySeq[e.tseq]
 			if e.tseq == 0 || it == nil {
-				return fmt.Errorf("entry %q has no timer", e.key)
+				return fmt.Errorf("entry %q has no timer", t.key(e))
 			}
 			want := tLease
 			if e.inDelay {
@@ -93,11 +93,11 @@ func (t *Table) check() error {
 			}
 			at := e.deadline
 			if it.kind != want || it.at != at || it.idx != int32(i) {
-				return fmt.Errorf("entry %q timer mismatch %+v", e.key, it)
+				return fmt.Errorf("entry %q timer mismatch %+v", t.key(e), it)
 			}
 			timers++
 		} else if e.tseq != 0 {
-			return fmt.Errorf("entry %q has a stray timer", e.key)
+			return fmt.Errorf("entry %q has a stray timer", t.key(e))
 		}
 		if e.held {
 			held++
@@ -106,26 +106,26 @@ func (t *Table) check() error {
 		n, prev := 0, nilIdx
 		for w := e.qhead; w != nilIdx; w = t.waiters.at(w).qnext {
 			if t.waiters.at(w).qprev != prev || t.waiters.at(w).entry != int32(i) {
-				return fmt.Errorf("queue links broken on %q", e.key)
+				return fmt.Errorf("queue links broken on %q", t.key(e))
 			}
 			prev = w
 			n++
 		}
 		if prev != e.qtail || n != int(e.nwait) {
-			return fmt.Errorf("queue of %q: tail/count mismatch (%d vs %d)", e.key, n, e.nwait)
+			return fmt.Errorf("queue of %q: tail/count mismatch (%d vs %d)", t.key(e), n, e.nwait)
 		}
 	}
 	// Stalled list.
-	ns, sprev := 0, nilIdx
-	for i := t.shead; i != nilIdx; i = t.entries.at(i).snext {
+	ns, lprev := 0, nilIdx
+	for i := t.shead; i != nilIdx; i = t.entries.at(i).lnext {
 		e := t.entries.at(i)
-		if !e.live || !e.stalled || e.sprev != sprev {
-			return fmt.Errorf("stalled list broken at %q", e.key)
+		if !e.live || !e.stalled || e.lprev != lprev {
+			return fmt.Errorf("stalled list broken at %q", t.key(e))
 		}
-		sprev = i
+		lprev = i
 		ns++
 	}
-	if sprev != t.stail || ns != t.nstalled {
+	if lprev != t.stail || ns != t.nstalled {
 		return fmt.Errorf("stalled list: tail/count mismatch (%d vs %d)", ns, t.nstalled)
 	}
 	stalledEntries := 0
@@ -224,7 +224,7 @@ func (t *Table) check() error {
 		}
 		r := &t.owners[e.orec]
 		if !r.live || r.owner != e.holder {
-			return fmt.Errorf("held entry %q on the list of owner %d, holder %d", e.key, r.owner, e.holder)
+			return fmt.Errorf("held entry %q on the list of owner %d, holder %d", t.key(e), r.owner, e.holder)
 		}
 		heldBy[e.holder]++
 	}
@@ -242,9 +242,9 @@ func (t *Table) check() error {
 			return fmt.Errorf("owner %d record not indexed", r.owner)
 		}
 		k, prev := 0, nilIdx
-		for ei := r.hhead; ei != nilIdx; ei = t.entries.at(ei).ohnext {
+		for ei := r.hhead; ei != nilIdx; ei = t.entries.at(ei).lnext {
 			e := t.entries.at(ei)
-			if e.orec != int32(i) || e.ohprev != prev || !e.held || e.holder != r.owner {
+			if e.orec != int32(i) || e.lprev != prev || !e.held || e.holder != r.owner {
 				return fmt.Errorf("held list of owner %d broken", r.owner)
 			}
 			prev = ei

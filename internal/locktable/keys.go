@@ -12,18 +12,18 @@ const nilIdx int32 = -1
 const minBuckets = 64
 
 // entry is the state of one key. Entries live in Table.entries and are
-// recycled through a free list; an entry keeps its key buffer when recycled so
-// that a new key of similar length is copied without allocating.
+// recycled through a free list. The key's bytes live in Table.keys (keyStore), slot kslot of the
+// size class its length klen picks, so an entry holds no pointer: the collector never scans the
+// entries, and a key costs its size class (24 bytes for a 20-byte key) instead of a slice
+// header and a buffer of its own (24 + 32 bytes).
 //
-// Fields are ordered to leave no padding (TestEntrySize: 128 bytes): every idle lock pays for
+// Fields are ordered to leave no padding (TestEntrySize: 96 bytes): every idle lock pays for
 // each byte of it. nwait is 32-bit: 2^31 waiters on one key would take hundreds of gigabytes;
 // the holder's lease and queued time are whole milliseconds, as the protocol carries them.
-// hash keeps the low 32 bits of the key's hash, which pick the bucket (the index has fewer than
-// 2^31 buckets) and filter the key comparison. deadline serves both timers an entry can have,
-// since a held entry is never in lock-delay.
+// The key's hash is not kept: removeKey and growKeys hash the key again, and a lookup compares
+// lengths before bytes. deadline serves both timers an entry can have, since a held entry is
+// never in lock-delay; lprev and lnext serve both lists, since a stalled entry is never held.
 type entry struct {
-	key []byte
-
 	holder    Owner
 	holderReq uint64
 	token     uint64
@@ -36,15 +36,18 @@ type entry struct {
 	holderLeaseMs uint32
 	queuedMs      uint32
 
-	hash  uint32
 	hnext int32 // next entry in the same bucket, or next free entry
 	nwait int32
 
 	qhead, qtail int32 // FIFO of waiters (indices into Table.waiters); nwait of them
 
-	orec           int32 // held: the holder's owner record, or nilIdx once the owner was dropped
-	ohprev, ohnext int32 // held: the owner's list of held entries
-	sprev, snext   int32 // stalled: the table's FIFO of stalled entries
+	orec int32 // held: the holder's owner record, or nilIdx once the owner was dropped
+	// The one list an entry can be on: held, its owner's list of held entries (while orec is
+	// set); stalled, the table's FIFO of stalled entries. A stalled entry is never held.
+	lprev, lnext int32
+
+	kslot int32  // the key's slot in Table.keys
+	klen  uint16 // the key's length (wire.MaxKeyLen is 0xFFFF)
 
 	live      bool
 	held      bool
@@ -63,7 +66,7 @@ func (t *Table) lookup(key []byte) (int32, uint64) {
 	h := maphash.Bytes(t.kseed, key)
 	for i := t.kbuckets[h&uint64(len(t.kbuckets)-1)]; i != nilIdx; {
 		e := t.entries.at(i)
-		if e.hash == uint32(h) && bytes.Equal(e.key, key) {
+		if int(e.klen) == len(key) && bytes.Equal(t.keys.get(e.kslot, e.klen), key) {
 			return i, h
 		}
 		i = e.hnext
@@ -84,15 +87,9 @@ func (t *Table) insertKey(key []byte, h uint64) int32 {
 		i = t.entries.add()
 	}
 	e := t.entries.at(i)
-	buf := e.key
-	if cap(buf) < len(key) {
-		buf = make([]byte, len(key), keyCap(len(key)))
-	}
-	buf = buf[:len(key)]
-	copy(buf, key)
 	*e = entry{
-		key:   buf,
-		hash:  uint32(h),
+		kslot: t.keys.put(key),
+		klen:  uint16(len(key)),
 		live:  true,
 		qhead: nilIdx,
 		qtail: nilIdx,
@@ -105,22 +102,15 @@ func (t *Table) insertKey(key []byte, h uint64) int32 {
 	return i
 }
 
-// keyCap rounds a key buffer's capacity up (power of two, at least 16), so
-// that recycled entries rarely need a new buffer.
-func keyCap(n int) int {
-	c := 16
-	for c < n {
-		c <<= 1
-	}
-	return c
-}
+// key returns a view of entry e's key (see keyStore.get).
+func (t *Table) key(e *entry) []byte { return t.keys.get(e.kslot, e.klen) }
 
 // removeKey unlinks entry i from the index and puts it on the free list. Its
-// key buffer is kept (and stays readable through Event.Key views) until the
-// entry is reused by insertKey.
+// key's bytes stay readable through Event.Key views until insertKey reuses
+// their slot.
 func (t *Table) removeKey(i int32) {
 	e := t.entries.at(i)
-	b := uint64(e.hash) & uint64(len(t.kbuckets)-1)
+	b := maphash.Bytes(t.kseed, t.key(e)) & uint64(len(t.kbuckets)-1)
 	if t.kbuckets[b] == i {
 		t.kbuckets[b] = e.hnext
 	} else {
@@ -131,6 +121,7 @@ func (t *Table) removeKey(i int32) {
 		t.entries.at(p).hnext = e.hnext
 	}
 	e.live = false
+	t.keys.release(e.kslot, e.klen)
 	e.hnext = t.freeE
 	t.freeE = i
 	t.nkeys--
@@ -145,7 +136,7 @@ func (t *Table) growKeys() {
 		if !e.live {
 			continue
 		}
-		b := uint64(e.hash) & mask
+		b := maphash.Bytes(t.kseed, t.key(e)) & mask
 		e.hnext = nb[b]
 		nb[b] = int32(i)
 	}
@@ -158,4 +149,98 @@ func newBuckets(n int) []int32 {
 		b[i] = nilIdx
 	}
 	return b
+}
+
+// keySizes are keyStore's size classes: a key takes a slot of the smallest that fits it. Up to
+// 256 bytes (the server's default key limit) the steps are a half or a third apart, so a slot
+// wastes at most a third of itself; above that, powers of two up to the format's ceiling.
+var keySizes = [...]int{8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 512, 1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10}
+
+// keyChunkBytes bounds a key class's chunk: slots per chunk is the largest power of two whose
+// slots fit in it (at least one).
+const keyChunkBytes = 16 << 10
+
+// keyStore holds the keys' bytes for Table.entries: per size class, fixed-size slots in chunks
+// that are allocated once and never move (like slab), and a stack of free slots. The chunks hold
+// no pointers and the entries refer to slots by index, so neither is scanned by the collector.
+//
+// A slot's bytes are written only by put, so a view from get stays valid until that slot is
+// given back (release) and taken again by put: the same lifetime a key buffer kept in its entry
+// had (Event.Key views are read before the next insert).
+type keyStore struct {
+	classes [len(keySizes)]keyClass
+}
+
+type keyClass struct {
+	bits   uint8    // log2 of the slots per chunk
+	chunks [][]byte // each (1<<bits)*size bytes
+	n      int32    // slots handed out so far (indices 0..n-1)
+	free   []int32  // slots given back, reused last in, first out
+}
+
+// keyClassOf returns the size class for a key of n bytes (from a table up to 256 bytes: every
+// lookup of a key's bytes asks it).
+func keyClassOf(n int) int {
+	if n < len(smallKeyClass) {
+		return int(smallKeyClass[n])
+	}
+	c := 0
+	for keySizes[c] < n {
+		c++
+	}
+	return c
+}
+
+var smallKeyClass = func() (t [257]uint8) {
+	c := 0
+	for n := range t {
+		for keySizes[c] < n {
+			c++
+		}
+		t[n] = uint8(c)
+	}
+	return t
+}()
+
+// put copies key into a free slot of its class and returns the slot.
+func (s *keyStore) put(key []byte) int32 {
+	ci := keyClassOf(len(key))
+	c, size := &s.classes[ci], keySizes[ci]
+	var slot int32
+	if k := len(c.free); k > 0 {
+		slot = c.free[k-1]
+		c.free = c.free[:k-1]
+	} else {
+		if c.chunks == nil {
+			for (2<<c.bits)*size <= keyChunkBytes {
+				c.bits++
+			}
+		}
+		if int(c.n)>>c.bits == len(c.chunks) {
+			c.chunks = append(c.chunks, make([]byte, (1<<c.bits)*size))
+		}
+		slot = c.n
+		c.n++
+	}
+	copy(s.slot(ci, slot), key)
+	return slot
+}
+
+// slot returns the whole of slot i of class ci.
+func (s *keyStore) slot(ci int, i int32) []byte {
+	c, size := &s.classes[ci], keySizes[ci]
+	off := int(i&(1<<c.bits-1)) * size
+	return c.chunks[i>>c.bits][off : off+size : off+size]
+}
+
+// get returns a view of the n-byte key in slot i (its capacity ends with the key, so an append
+// to it copies instead of writing into the next slot).
+func (s *keyStore) get(i int32, n uint16) []byte {
+	return s.slot(keyClassOf(int(n)), i)[:n:n]
+}
+
+// release gives slot i of an n-byte key back; its bytes stay as they are until put reuses it.
+func (s *keyStore) release(i int32, n uint16) {
+	c := &s.classes[keyClassOf(int(n))]
+	c.free = append(c.free, i)
 }

@@ -45,7 +45,7 @@ func (t *Table) EachKey(fn func(key []byte, info Info) bool) {
 		if !e.live {
 			continue
 		}
-		if info, ok := t.Inspect(e.key); ok && !fn(e.key, info) {
+		if info, ok := t.Inspect(t.key(e)); ok && !fn(t.key(e), info) {
 			return
 		}
 	}

@@ -67,7 +67,9 @@ func TestMemoryPerHeldLock(t *testing.T) {
 		}
 	})
 	runtime.KeepAlive(tb)
-	bound(t, "per held lock (20-byte keys)", got, 230)
+	// 150 bytes measured (go1.26, amd64): the entry 96, the key's slot 24, the lease timer 24,
+	// the index's bucket about 5.
+	bound(t, "per held lock (20-byte keys)", got, 170)
 }
 
 func TestMemoryPerWaiter(t *testing.T) {

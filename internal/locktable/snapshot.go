@@ -131,7 +131,7 @@ func (t *Table) Snapshot() []byte {
 			keys = append(keys, i)
 		}
 	}
-	slices.SortFunc(keys, func(a, b int32) int { return bytes.Compare(t.entries.at(a).key, t.entries.at(b).key) })
+	slices.SortFunc(keys, func(a, b int32) int { return bytes.Compare(t.key(t.entries.at(a)), t.key(t.entries.at(b))) })
 	keyNum := make(map[int32]uint32, len(keys))
 	for n, ei := range keys {
 		keyNum[ei] = uint32(n)
@@ -145,8 +145,8 @@ func (t *Table) Snapshot() []byte {
 	w.u32(uint32(len(keys)))
 	for _, ei := range keys {
 		e := t.entries.at(ei)
-		w.u16(uint16(len(e.key)))
-		w.b = append(w.b, e.key...)
+		w.u16(e.klen)
+		w.b = append(w.b, t.key(e)...)
 		var flags uint8
 		for bit, on := range []bool{e.held, e.inDelay, e.stalled, e.revocable, e.orec != nilIdx} {
 			if on {
@@ -186,7 +186,7 @@ func (t *Table) Snapshot() []byte {
 		}
 	}
 	w.u32(uint32(t.nstalled))
-	for ei := t.shead; ei != nilIdx; ei = t.entries.at(ei).snext {
+	for ei := t.shead; ei != nilIdx; ei = t.entries.at(ei).lnext {
 		w.u32(keyNum[ei])
 	}
 	w.u32(uint32(len(t.deferred)))

@@ -37,6 +37,7 @@ type Table struct {
 	kseed    maphash.Seed
 	kbuckets []int32
 	entries  slab[entry]
+	keys     keyStore // the entries' keys
 	freeE    int32
 	nkeys    int
 	nheld    int
@@ -264,10 +265,10 @@ func (t *Table) linkHeld(oi, ei int32) {
 	r := &t.owners[oi]
 	e := t.entries.at(ei)
 	e.orec = oi
-	e.ohprev = nilIdx
-	e.ohnext = r.hhead
+	e.lprev = nilIdx
+	e.lnext = r.hhead
 	if r.hhead != nilIdx {
-		t.entries.at(r.hhead).ohprev = ei
+		t.entries.at(r.hhead).lprev = ei
 	}
 	r.hhead = ei
 	r.nheld++
@@ -282,15 +283,15 @@ func (t *Table) unlinkHeld(ei int32) {
 		return
 	}
 	r := &t.owners[oi]
-	if e.ohprev != nilIdx {
-		t.entries.at(e.ohprev).ohnext = e.ohnext
+	if e.lprev != nilIdx {
+		t.entries.at(e.lprev).lnext = e.lnext
 	} else {
-		r.hhead = e.ohnext
+		r.hhead = e.lnext
 	}
-	if e.ohnext != nilIdx {
-		t.entries.at(e.ohnext).ohprev = e.ohprev
+	if e.lnext != nilIdx {
+		t.entries.at(e.lnext).lprev = e.lprev
 	}
-	e.orec, e.ohprev, e.ohnext = nilIdx, nilIdx, nilIdx
+	e.orec, e.lprev, e.lnext = nilIdx, nilIdx, nilIdx
 	r.nheld--
 	t.maybeReleaseOwner(oi)
 }
@@ -300,7 +301,7 @@ func (t *Table) unlinkHeld(ei int32) {
 func (t *Table) unhold(now int64, ei int32, how EndReason) {
 	e := t.entries.at(ei)
 	if t.obs != nil {
-		t.obs.Ended(e.key, now-e.grantedAt, how)
+		t.obs.Ended(t.key(e), now-e.grantedAt, how)
 	}
 	t.cancelTimer(&e.tseq)
 	e.held = false
@@ -339,7 +340,7 @@ func (t *Table) handOff(now int64, ei int32) {
 	t.removeWaiter(wi) // may free the owner's record; grant re-creates it
 	tok := t.grant(now, since, ei, owner, reqID, lease, detached)
 	if t.obs != nil {
-		t.obs.Granted(t.entries.at(ei).key, now-since, true)
+		t.obs.Granted(t.key(t.entries.at(ei)), now-since, true)
 	}
 	t.events = append(t.events, Event{
 		Kind:  EvGranted,
@@ -347,7 +348,7 @@ func (t *Table) handOff(now int64, ei int32) {
 		ReqID: reqID,
 		Token: tok,
 		Lease: lease,
-		Key:   t.entries.at(ei).key,
+		Key:   t.key(t.entries.at(ei)),
 		Since: since,
 		entry: ei,
 	})
@@ -356,7 +357,7 @@ func (t *Table) handOff(now int64, ei int32) {
 		w := t.waiters.at(wi)
 		next := w.qnext
 		if w.try {
-			t.events = append(t.events, Event{Kind: EvTimedOut, Owner: w.owner, ReqID: w.reqID, Lease: w.lease, Key: t.entries.at(ei).key, Since: w.since})
+			t.events = append(t.events, Event{Kind: EvTimedOut, Owner: w.owner, ReqID: w.reqID, Lease: w.lease, Key: t.key(t.entries.at(ei)), Since: w.since})
 			t.removeWaiter(wi)
 		}
 		wi = next
@@ -368,10 +369,10 @@ func (t *Table) handOff(now int64, ei int32) {
 func (t *Table) stall(ei int32) {
 	e := t.entries.at(ei)
 	e.stalled = true
-	e.snext = nilIdx
-	e.sprev = t.stail
+	e.lnext = nilIdx
+	e.lprev = t.stail
 	if t.stail != nilIdx {
-		t.entries.at(t.stail).snext = ei
+		t.entries.at(t.stail).lnext = ei
 	} else {
 		t.shead = ei
 	}
@@ -382,18 +383,18 @@ func (t *Table) stall(ei int32) {
 // unstall removes entry ei from the stalled list.
 func (t *Table) unstall(ei int32) {
 	e := t.entries.at(ei)
-	if e.sprev != nilIdx {
-		t.entries.at(e.sprev).snext = e.snext
+	if e.lprev != nilIdx {
+		t.entries.at(e.lprev).lnext = e.lnext
 	} else {
-		t.shead = e.snext
+		t.shead = e.lnext
 	}
-	if e.snext != nilIdx {
-		t.entries.at(e.snext).sprev = e.sprev
+	if e.lnext != nilIdx {
+		t.entries.at(e.lnext).lprev = e.lprev
 	} else {
-		t.stail = e.sprev
+		t.stail = e.lprev
 	}
 	e.stalled = false
-	e.sprev, e.snext = nilIdx, nilIdx
+	e.lprev, e.lnext = nilIdx, nilIdx
 	t.nstalled--
 }
 
@@ -499,7 +500,7 @@ func (t *Table) FindHeld(owner Owner, reqID uint64) int32 {
 	if oi == nilIdx {
 		return nilIdx
 	}
-	for ei := t.owners[oi].hhead; ei != nilIdx; ei = t.entries.at(ei).ohnext {
+	for ei := t.owners[oi].hhead; ei != nilIdx; ei = t.entries.at(ei).lnext {
 		if t.entries.at(ei).holderReq == reqID {
 			return ei
 		}
@@ -518,7 +519,7 @@ func (t *Table) SetDetached(owner Owner, detached bool) {
 	r := &t.owners[oi]
 	r.detached = detached
 	if !detached {
-		for ei := r.hhead; ei != nilIdx; ei = t.entries.at(ei).ohnext {
+		for ei := r.hhead; ei != nilIdx; ei = t.entries.at(ei).lnext {
 			t.entries.at(ei).revocable = false
 		}
 	}
@@ -548,7 +549,7 @@ func (t *Table) DropOwner(now int64, owner Owner) (waiters, revoked int) {
 	// token, so the order must be a function of the replicated state, never of the held list's
 	// own, which is history a snapshot does not keep.
 	held := t.scratch[:0]
-	for ei := t.owners[oi].hhead; ei != nilIdx; ei = t.entries.at(ei).ohnext {
+	for ei := t.owners[oi].hhead; ei != nilIdx; ei = t.entries.at(ei).lnext {
 		held = append(held, ei)
 	}
 	slices.SortFunc(held, func(a, b int32) int { return cmp.Compare(t.entries.at(b).token, t.entries.at(a).token) })
@@ -577,7 +578,7 @@ func (t *Table) Abort(now int64) {
 			Owner: w.owner,
 			ReqID: w.reqID,
 			Lease: w.lease,
-			Key:   t.entries.at(ei).key,
+			Key:   t.key(t.entries.at(ei)),
 			Since: w.since,
 		})
 		t.removeWaiter(wi)
@@ -613,7 +614,7 @@ func (t *Table) SetCeiling(now int64, tokenLimit uint64, horizon int64) {
 			t.events = append(t.events, Event{Kind: EvExtendNotHeld, Owner: d.owner, ReqID: d.reqID, Token: d.token})
 		case addSat(now, d.lease) <= t.horizon:
 			t.extend(now, d.entry, d.lease)
-			t.events = append(t.events, Event{Kind: EvExtended, Owner: d.owner, ReqID: d.reqID, Token: d.token, Lease: d.lease, Key: e.key})
+			t.events = append(t.events, Event{Kind: EvExtended, Owner: d.owner, ReqID: d.reqID, Token: d.token, Lease: d.lease, Key: t.key(e)})
 		default:
 			kept = append(kept, d)
 		}
@@ -636,12 +637,12 @@ func (t *Table) SetStorageFailing(now int64, failing bool) {
 		return
 	}
 	for ei := t.shead; ei != nilIdx; {
-		next := t.entries.at(ei).snext
+		next := t.entries.at(ei).lnext
 		for wi := t.entries.at(ei).qhead; wi != nilIdx; {
 			w := t.waiters.at(wi)
 			nw := w.qnext
 			if w.try {
-				t.events = append(t.events, Event{Kind: EvStorageBusy, Owner: w.owner, ReqID: w.reqID, Lease: w.lease, Key: t.entries.at(ei).key, Since: w.since})
+				t.events = append(t.events, Event{Kind: EvStorageBusy, Owner: w.owner, ReqID: w.reqID, Lease: w.lease, Key: t.key(t.entries.at(ei)), Since: w.since})
 				t.removeWaiter(wi)
 			}
 			wi = nw
@@ -658,7 +659,7 @@ func (t *Table) SetStorageFailing(now int64, failing bool) {
 // StorageNeeds is the highest lease end the durable horizon must cover for the grants waiting
 // for storage now (stalled heads, deferred extends), each given its lease from now.
 func (t *Table) StorageNeeds(now int64) (leaseEnd int64) {
-	for ei := t.shead; ei != nilIdx; ei = t.entries.at(ei).snext {
+	for ei := t.shead; ei != nilIdx; ei = t.entries.at(ei).lnext {
 		if wi := t.entries.at(ei).qhead; wi != nilIdx {
 			leaseEnd = max(leaseEnd, addSat(now, t.waiters.at(wi).lease))
 		}
@@ -721,14 +722,14 @@ func (t *Table) Advance(now int64) {
 			w := t.waiters.at(tm.idx)
 			ei := w.entry
 			if t.obs != nil {
-				t.obs.TimedOut(t.entries.at(ei).key, now-w.since)
+				t.obs.TimedOut(t.key(t.entries.at(ei)), now-w.since)
 			}
 			t.events = append(t.events, Event{
 				Kind:  EvTimedOut,
 				Owner: w.owner,
 				ReqID: w.reqID,
 				Lease: w.lease,
-				Key:   t.entries.at(ei).key,
+				Key:   t.key(t.entries.at(ei)),
 				Since: w.since,
 			})
 			t.removeWaiter(tm.idx)
@@ -741,7 +742,7 @@ func (t *Table) Advance(now int64) {
 				Owner: e.holder,
 				ReqID: e.holderReq,
 				Token: e.token,
-				Key:   e.key,
+				Key:   t.key(e),
 				Since: e.grantedAt,
 			})
 			t.unhold(now, tm.idx, EndExpired)

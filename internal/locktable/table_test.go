@@ -1,6 +1,7 @@
 package locktable
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"reflect"
@@ -571,7 +572,53 @@ func TestAvailableFrom(t *testing.T) {
 // An entry is 144 bytes: every idle lock pays for it (bench (d), bytes per idle lock), so a field
 // added to entry, or a field order that leaves padding, costs every lock held.
 func TestEntrySize(t *testing.T) {
-	if n := unsafe.Sizeof(entry{}); n != 128 {
-		t.Fatalf("entry is %d bytes, want 128", n)
+	if n := unsafe.Sizeof(entry{}); n != 96 {
+		t.Fatalf("entry is %d bytes, want 96", n)
+	}
+}
+
+// TestKeyStore: every length from 0 to the format's ceiling round-trips through its size class;
+// a view ends with its key (an append copies); a released slot keeps its bytes until put takes
+// it again, last released first.
+func TestKeyStore(t *testing.T) {
+	var s keyStore
+	type held struct {
+		slot int32
+		key  []byte
+	}
+	var all []held
+	for _, n := range []int{0, 1, 7, 8, 9, 16, 17, 24, 25, 100, 192, 193, 255, 256, 257, 511, 512, 513, 4096, 40000, 65535} {
+		for k := 0; k < 3; k++ {
+			key := make([]byte, n)
+			for i := range key {
+				key[i] = byte(n + k + i)
+			}
+			all = append(all, held{s.put(key), key})
+		}
+	}
+	for _, h := range all {
+		v := s.get(h.slot, uint16(len(h.key)))
+		if !bytes.Equal(v, h.key) || cap(v) != len(h.key) {
+			t.Fatalf("key of %d bytes in slot %d: got %d bytes (cap %d), different", len(h.key), h.slot, len(v), cap(v))
+		}
+		if c := keyClassOf(len(h.key)); keySizes[c] < len(h.key) || (c > 0 && keySizes[c-1] >= len(h.key)) {
+			t.Fatalf("key of %d bytes in class %d (%d bytes)", len(h.key), c, keySizes[c])
+		}
+	}
+	a, b := all[len(all)-6], all[len(all)-5] // two 40,000-byte keys
+	view := s.get(a.slot, uint16(len(a.key)))
+	s.release(b.slot, uint16(len(b.key)))
+	s.release(a.slot, uint16(len(a.key)))
+	if !bytes.Equal(view, a.key) {
+		t.Fatal("a released slot's bytes changed before the slot was taken again")
+	}
+	if got := s.put([]byte("x")); got == a.slot {
+		t.Fatal("a 1-byte key took a slot of the 64 KiB class")
+	}
+	if got := s.put(bytes.Repeat([]byte("y"), 33000)); got != a.slot {
+		t.Fatalf("put took slot %d, want the last released %d", got, a.slot)
+	}
+	if view[0] != 'y' {
+		t.Fatal("the retaken slot does not hold the new key")
 	}
 }

@@ -226,7 +226,7 @@ func (t *Table) enqueue(now int64, ei int32, o Owner, reqID uint64, lease, wait 
 	t.linkReq(wi)
 	t.nwait++
 	if t.obs != nil {
-		t.obs.Queued(e.key, int(e.nwait))
+		t.obs.Queued(t.key(e), int(e.nwait))
 	}
 	if wait > 0 {
 		at := addSat(now, wait)

@@ -199,7 +199,10 @@ func (s *Server) EnableMetrics() {
 	}
 }
 
-// newPrefix creates the series of a prefix. Server.mu must be held.
+// newPrefix creates the series of a prefix. Server.mu must be held. Not inlined: its
+// temporaries would sit in prefix's frame, on every request's stack (see locktable's Table.out).
+//
+//go:noinline
 func (m *metrics) newPrefix(name string) *prefixMetrics {
 	p := &prefixMetrics{name: name,
 		wait: newHisto(waitBoundsNs), hold: newHisto(holdBoundsNs), depth: newHisto(depthBoundsIn)}

@@ -942,12 +942,15 @@ func TestRefuseHeld(t *testing.T) {
 func TestKeepAliveAndMaxHold(t *testing.T) {
 	fs := newFakeServer(t)
 	c, fc := dialFake(t, fs)
-	acq, lk, a := acquireAsync(t, c, fc, "k", 300*time.Millisecond, WithKeepAlive())
+	// Leases of 1.5 s, extended every 500 ms: with 300 ms (extends every 100 ms) a stall of 200 ms
+	// on a loaded machine (two CPU hogs beside the race detector) let a lease run out before its
+	// extend was answered, the keep-alive rightly stopped, and no third EXTEND came.
+	acq, lk, a := acquireAsync(t, c, fc, "k", 1500*time.Millisecond, WithKeepAlive())
 	fc.ok(a, 1)
 	waitErr(t, acq)
 	for range 3 {
 		e := fc.nextOp(wire.OpExtend)
-		if e.Token != 1 || e.Lease != 300 {
+		if e.Token != 1 || e.Lease != 1500 {
 			t.Fatalf("extend %+v", e)
 		}
 		fc.ok(e, 1)
@@ -965,10 +968,10 @@ func TestKeepAliveAndMaxHold(t *testing.T) {
 	waitErr(t, rel)
 	fc.none(300 * time.Millisecond)
 
-	acq, lk, a = acquireAsync(t, c, fc, "k2", 300*time.Millisecond, WithKeepAlive(), WithMaxHold(250*time.Millisecond))
+	acq, lk, a = acquireAsync(t, c, fc, "k2", 1500*time.Millisecond, WithKeepAlive(), WithMaxHold(1200*time.Millisecond))
 	fc.ok(a, 2)
 	waitErr(t, acq)
-	// Extends every 100ms until the cap at 250ms (one or two, depending on timing), then none:
+	// Extends every 500ms until the cap at 1.2s (one or two, depending on timing), then none:
 	// the lock runs out its lease.
 	extends := 0
 	for lost := false; !lost; {
@@ -986,7 +989,7 @@ func TestKeepAliveAndMaxHold(t *testing.T) {
 		}
 	}
 	if extends < 1 || extends > 3 {
-		t.Errorf("%d extends before the cap of 250ms at every 100ms", extends)
+		t.Errorf("%d extends before the cap of 1.2s at every 500ms", extends)
 	}
 	waitLost(t, *lk, ReasonExpired)
 	fc.none(100 * time.Millisecond)

@@ -27,10 +27,17 @@ type call struct {
 	retried    bool          // re-sent on a new connection after a resume
 	abandoned  bool          // its waiter is gone (cancelled, timed out, failed by a heartbeat)
 	settled    chan struct{} // abandoned ACQUIRE: closed once its outcome is known (and a grant released)
+	readOn     *conn         // the connection its caller reads for itself (Client.readOwn), if any
 
 	lk       *Lock         // ACQUIRE: the lock to fill in when granted
 	internal func(result)  // internal calls (heartbeat, ACK, CANCEL): called, with Client.mu held, instead of ch
 	wait     time.Duration // ACQUIRE: the wait timeout (-1: without limit), for messages
+
+	// readOwn's, while its caller reads for itself with a context that can end: ctxDone (made
+	// once per pooled call) runs when the context ends and interrupts that read.
+	client  *Client
+	ctxDone func()
+	keep    bool // ctxDone may still run: the call is not pooled again
 }
 
 type callState uint8
@@ -55,14 +62,26 @@ type result struct {
 	first  int64  // EXTEND: its first send, on Client.clk
 }
 
-var callPool = sync.Pool{New: func() any { return &call{ch: make(chan result, 1)} }}
+var callPool = sync.Pool{New: func() any {
+	cl := &call{ch: make(chan result, 1)}
+	cl.ctxDone = func() {
+		c := cl.client
+		c.mu.Lock()
+		c.interruptLocked(cl)
+		c.mu.Unlock()
+	}
+	return cl
+}}
 
 func getCall() *call { return callPool.Get().(*call) }
 
 func putCall(cl *call) {
+	if cl.keep {
+		return // its ctxDone may still run (readOwn)
+	}
 	cl.req, cl.key, cl.timeout, cl.tGrant, cl.tFirst = wire.Request{}, "", 0, time.Time{}, 0
 	cl.state, cl.retried, cl.abandoned, cl.settled = callNew, false, false, nil
-	cl.lk, cl.internal, cl.wait = nil, nil, 0
+	cl.lk, cl.internal, cl.wait, cl.readOn, cl.client = nil, nil, 0, nil, nil
 	callPool.Put(cl)
 }
 
@@ -92,8 +111,35 @@ func (c *Client) do(ctx context.Context, cl *call, timeout time.Duration) (resul
 		c.timeouts.set(cl, &cl.timeoutPos, at)
 		c.timeoutAlarm.want(at)
 	}
-	c.submitLocked(cl, now)
+	// A lone caller (nothing else in flight, nobody writing, and at most this caller answered
+	// since the last write) writes its frame itself; and when nobody reads, it reads for itself
+	// until its answer comes (conn). Otherwise the writer goroutine writes it (coalesced with the
+	// requests of the other callers just answered: writeLoop) and a reader hands the answer over.
+	cn := c.live
+	var wbuf []byte
+	own := false
+	if cn == nil {
+		c.submitLocked(cl, now) // (waits for a connection)
+	} else {
+		self := !cn.writing && len(c.wbuf) == 0 && c.delivered <= 1 && c.awaitedLocked(cn) == 0
+		if c.queueLocked(cl, now) && !self {
+			cn.kick()
+		}
+		if self {
+			wbuf = c.takeWriteLocked(cn)
+		}
+		if cn.reader == readByNone {
+			cn.reader, cn.readCall, cl.readOn = readByCaller, cl, cn
+			own = true
+		}
+	}
 	c.mu.Unlock()
+	if wbuf != nil {
+		cn.write(wbuf)
+	}
+	if own {
+		c.readOwn(ctx, cn, cl)
+	}
 
 	done := ctx.Done()
 	if done == nil {
@@ -143,6 +189,7 @@ func (c *Client) expireCalls() {
 				c.cancelAcquireLocked(cl)
 			}
 			cl.ch <- result{err: callErr(cl, ErrTimeout, msg, nil)}
+			c.interruptLocked(cl)
 		}
 	}
 }
@@ -216,6 +263,7 @@ func (c *Client) cancelAcquireLocked(cl *call) chan struct{} {
 	cancel := &call{ch: make(chan result, 1), internal: func(result) {}}
 	cancel.req = wire.Request{Op: wire.OpCancel, Token: cl.req.ID}
 	c.submitLocked(cancel, 0)
+	c.ensureReaderLocked()
 	return cl.settled
 }
 
@@ -270,6 +318,15 @@ func (c *Client) submitLocked(cl *call, now int64) {
 // moved to another endpoint as a new request keeps its first send: earlier is safe). c.live
 // must be set; c.mu must be held.
 func (c *Client) sendLocked(cl *call, now int64) {
+	if c.queueLocked(cl, now) {
+		c.live.kick() // (the writer was kicked for the frames already there)
+	}
+}
+
+// queueLocked is sendLocked without waking the writer: it reports whether the write buffer was
+// empty (then the writer needs a kick, unless the caller writes the buffer itself). c.mu must
+// be held and c.live set.
+func (c *Client) queueLocked(cl *call, now int64) bool {
 	c.nextID++
 	cl.req.ID = c.nextID
 	if cl.tFirst == 0 {
@@ -277,10 +334,9 @@ func (c *Client) sendLocked(cl *call, now int64) {
 	}
 	cl.state = callPending
 	c.pending.put(cl)
-	if len(c.wbuf) == 0 {
-		c.live.kick() // (the writer was kicked for the frames already there)
-	}
+	empty := len(c.wbuf) == 0
 	c.wbuf = appendRequest(c.wbuf, &cl.req, cl.key)
+	return empty
 }
 
 // appendRequest appends r's frame with key as its key (r.Key is unused): wire.AppendRequest,
@@ -336,6 +392,7 @@ func (c *Client) failLocked(cl *call, err error) func() {
 		return nil
 	}
 	cl.ch <- result{err: err}
+	c.interruptLocked(cl)
 	return nil
 }
 
@@ -353,6 +410,7 @@ func (c *Client) abandonAllLocked(mkErr func(*call) error) {
 			c.cancelAcquireLocked(cl)
 		}
 		cl.ch <- result{err: mkErr(cl)}
+		c.interruptLocked(cl)
 	}
 }
 

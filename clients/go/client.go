@@ -198,6 +198,7 @@ func (c *Client) withdrawAcquiresLocked() []chan struct{} {
 		cl.abandoned = true
 		settles = append(settles, c.cancelAcquireLocked(cl))
 		cl.ch <- result{err: callErr(cl, ErrClosed, "the client was closed; the queued acquire was withdrawn", nil)}
+		c.interruptLocked(cl)
 	}
 	return settles
 }

@@ -370,6 +370,11 @@ func (c *Client) armLostLocked(l *Lock, at int64) {
 // alarm looks again that often while a lock is held (after a resume, lost fires within it).
 // c.mu must be held.
 func (c *Client) wantLostLocked(at int64) {
+	if a := &c.lostAlarm; a.set && at >= a.armed {
+		// Set (here) for min(at', now'+LostCheckMs) with now' <= now: no later than
+		// now+LostCheckMs, nor than at. Nothing to move, and no clock to read (the acquire path).
+		return
+	}
 	c.lostAlarm.want(min(at, c.clk.now()+int64(wire.LostCheckMs*time.Millisecond)))
 }
 

@@ -57,7 +57,8 @@ type options struct {
 	maxBackoff     time.Duration
 	cleanupTimeout time.Duration
 	releaseOnClose bool
-	err            error // the first invalid option
+	idleRead       time.Duration // idleRead (conn.go); tests change it
+	err            error         // the first invalid option
 }
 
 func defaultOptions() options {
@@ -70,6 +71,7 @@ func defaultOptions() options {
 		minBackoff:     DefaultMinBackoff,
 		maxBackoff:     DefaultMaxBackoff,
 		cleanupTimeout: DefaultCleanupTimeout,
+		idleRead:       idleRead,
 	}
 }
 

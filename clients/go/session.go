@@ -484,7 +484,7 @@ func (c *Client) answerLocked(cn *conn, r *wire.Response) (answer, bool) {
 	}
 	if !cl.abandoned && cl.lk != nil && r.Op == wire.OpAcquire && r.Status == wire.StatusOK {
 		c.registerLocked(cl.lk, r.Token, r.Lease, r.Detail, cl.tFirst)
-		cl.tGrant = cn.readAt
+		cl.tGrant = cn.grantTime()
 	}
 	a := answer{cl: cl, abandoned: cl.abandoned,
 		res: result{status: r.Status, token: r.Token, lease: r.Lease, detail: r.Detail}}

@@ -1098,29 +1098,30 @@ async fn keepalive_stops_at_max_hold_and_a_not_held_extend_loses_the_lock() {
     let c = client.clone();
     let start = Instant::now();
     let task = tokio::spawn(async move {
-        c.acquire("k", Duration::from_millis(150)).keep_alive(true).max_hold(Duration::from_millis(300)).await
+        c.acquire("k", Duration::from_millis(600)).keep_alive(true).max_hold(Duration::from_millis(1200)).await
     });
     let r = conn.read_op(Op::ACQUIRE).await;
     conn.grant(&r, 9, 0).await;
     let lock = task.await.unwrap().expect("granted");
-    // Extends every 50 ms while the max hold lasts, then none: the lock runs out its lease.
+    // Extends every 200 ms while the max hold lasts, then none: the lock runs out its lease. (With
+    // a 150 ms lease a stall of 100 ms on a loaded machine could lose the lock before the cap.)
     let mut extends = 0;
-    while let Some(e) = conn.read_within(Duration::from_millis(500)).await {
+    while let Some(e) = conn.read_within(Duration::from_millis(1000)).await {
         assert_eq!(e.op, Op::EXTEND);
-        assert!(start.elapsed() < Duration::from_millis(300 + 200), "an extend after the max hold");
+        assert!(start.elapsed() < Duration::from_millis(1200 + 400), "an extend after the max hold");
         extends += 1;
         conn.send(Response {
             op: Op::EXTEND,
             status: Status::OK,
             id: e.id,
             token: 9,
-            lease_ms: 150,
+            lease_ms: 600,
             ..Response::default()
         })
         .await;
     }
     assert!(extends >= 1, "keep-alive extended");
-    assert_eq!(tokio::time::timeout(SECOND, lock.lost()).await.expect("expired"), LostReason::Expired);
+    assert_eq!(tokio::time::timeout(3 * SECOND, lock.lost()).await.expect("expired"), LostReason::Expired);
 
     // An explicit extend answered NOT_HELD makes the lock lost, once.
     let mut lock2 = hold(&client, &mut conn, "k2", 10).await;

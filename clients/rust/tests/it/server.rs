@@ -176,15 +176,18 @@ async fn keepalive_holds_past_the_lease_and_stops_at_release() {
     let server = Server::start(&[("TICKETING_STARTUP_GRACE", "0")]);
     let a = client(&server.addr).await;
     let r = client(&server.addr).await;
-    let lock = a.acquire("k", Duration::from_millis(300)).keep_alive(true).await.expect("acquire");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // A 1.5 s lease, extended every 500 ms, held for one and a half leases: with 300 ms (extends
+    // every 100 ms) a stall of 200 ms on a loaded machine loses the lock (it did in Java's and
+    // Go's tests beside two CPU hogs).
+    let lock = a.acquire("k", Duration::from_millis(1500)).keep_alive(true).await.expect("acquire");
+    tokio::time::sleep(Duration::from_millis(2250)).await;
     assert!(!lock.is_lost());
     assert!(lock.verify().await.expect("verify"));
     assert!(r.inspect("k").await.expect("inspect").held);
     lock.release().await.expect("release");
     for _ in 0..5 {
         assert!(!r.inspect("k").await.expect("inspect").held, "no extend after the release");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await; // two keep-alive periods in all
     }
 }
 

@@ -79,7 +79,7 @@ func (t *Table) Stop(now int64) {
 	// Holders in token order (grant order), so the notices do not depend on memory layout.
 	var held []int32
 	for ei := int32(0); ei < t.entries.n; ei++ {
-		if e := t.entries.at(ei); e.live && e.held {
+		if e := t.entries.at(ei); e.live() && e.held() {
 			held = append(held, ei)
 		}
 	}
@@ -489,7 +489,7 @@ func (t *Table) drain(now int64) {
 			a := t.outFor(conn, wire.OpAcquire, wire.StatusOK, ev.ReqID)
 			a.Token, a.Lease, a.Detail = ev.Token, uint32(ev.Lease/nsPerMs), msOf(now-ev.Since)
 			if conn != 0 {
-				if e := t.entries.at(ev.entry); e.held && e.token == ev.Token {
+				if e := t.entries.at(ev.entry); e.held() && e.token == ev.Token {
 					t.answered(ev.entry)
 				}
 			}

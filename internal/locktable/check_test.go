@@ -52,43 +52,43 @@ func (t *Table) check() error {
 	live, held, timers := 0, 0, 0
 	for i := int32(0); i < t.entries.n; i++ {
 		e := t.entries.at(i)
-		if !e.live {
+		if !e.live() {
 			continue
 		}
 		live++
 		if j, _ := t.lookup(t.key(e)); j != int32(i) {
 			return fmt.Errorf("entry %d (%q) not found by lookup (got %d)", i, t.key(e), j)
 		}
-		if !e.held && !e.inDelay && e.nwait == 0 {
+		if !e.held() && !e.inDelay() && e.nwait == 0 {
 			return fmt.Errorf("idle entry %q present", t.key(e))
 		}
-		if e.nwait > 0 && !e.held && !e.inDelay && !e.stalled {
+		if e.nwait > 0 && !e.held() && !e.inDelay() && !e.stalled() {
 			return fmt.Errorf("free entry %q has waiters", t.key(e))
 		}
-		if (e.held && e.inDelay) || (e.stalled && (e.held || e.inDelay)) {
-			return fmt.Errorf("entry %q: held %v, in delay %v, stalled %v", t.key(e), e.held, e.inDelay, e.stalled)
+		if (e.held() && e.inDelay()) || (e.stalled() && (e.held() || e.inDelay())) {
+			return fmt.Errorf("entry %q: held %v, in delay %v, stalled %v", t.key(e), e.held(), e.inDelay(), e.stalled())
 		}
-		if e.revocable && !e.held {
+		if e.revocable() && !e.held() {
 			return fmt.Errorf("entry %q revocable but not held", t.key(e))
 		}
-		if !e.held && e.orec != nilIdx {
+		if !e.held() && e.orec != nilIdx {
 			return fmt.Errorf("entry %q not held but on an owner's list", t.key(e))
 		}
 		for w := e.qhead; w != nilIdx; w = t.waiters.at(w).qnext {
-			if t.waiters.at(w).try && !e.stalled {
+			if t.waiters.at(w).try && !e.stalled() {
 				return fmt.Errorf("try-once waiter on %q, which is not stalled", t.key(e))
 			}
 		}
-		if e.held && e.inDelay {
+		if e.held() && e.inDelay() {
 			return fmt.Errorf("entry %q held and in lock-delay (they share the deadline field)", t.key(e))
 		}
-		if e.held || e.inDelay {
+		if e.held() || e.inDelay() {
 			it := bySeq[e.tseq]
 			if e.tseq == 0 || it == nil {
 				return fmt.Errorf("entry %q has no timer", t.key(e))
 			}
 			want := tLease
-			if e.inDelay {
+			if e.inDelay() {
 				want = tDelay
 			}
 			at := e.deadline
@@ -99,7 +99,7 @@ func (t *Table) check() error {
 		} else if e.tseq != 0 {
 			return fmt.Errorf("entry %q has a stray timer", t.key(e))
 		}
-		if e.held {
+		if e.held() {
 			held++
 		}
 		// Queue links.
@@ -119,7 +119,7 @@ func (t *Table) check() error {
 	ns, lprev := 0, nilIdx
 	for i := t.shead; i != nilIdx; i = t.entries.at(i).lnext {
 		e := t.entries.at(i)
-		if !e.live || !e.stalled || e.lprev != lprev {
+		if !e.live() || !e.stalled() || e.lprev != lprev {
 			return fmt.Errorf("stalled list broken at %q", t.key(e))
 		}
 		lprev = i
@@ -130,7 +130,7 @@ func (t *Table) check() error {
 	}
 	stalledEntries := 0
 	for i := int32(0); i < t.entries.n; i++ {
-		if e := t.entries.at(i); e.live && e.stalled {
+		if e := t.entries.at(i); e.live() && e.stalled() {
 			stalledEntries++
 		}
 	}
@@ -143,7 +143,7 @@ func (t *Table) check() error {
 	// Free entries are exactly the non-live ones.
 	free := 0
 	for i := t.freeE; i != nilIdx; i = t.entries.at(i).hnext {
-		if t.entries.at(i).live {
+		if t.entries.at(i).live() {
 			return fmt.Errorf("live entry on free list")
 		}
 		free++
@@ -219,7 +219,7 @@ func (t *Table) check() error {
 	heldBy := map[Owner]int{}
 	for i := int32(0); i < t.entries.n; i++ {
 		e := t.entries.at(i)
-		if !e.live || !e.held || e.orec == nilIdx {
+		if !e.live() || !e.held() || e.orec == nilIdx {
 			continue
 		}
 		r := &t.owners[e.orec]
@@ -244,7 +244,7 @@ func (t *Table) check() error {
 		k, prev := 0, nilIdx
 		for ei := r.hhead; ei != nilIdx; ei = t.entries.at(ei).lnext {
 			e := t.entries.at(ei)
-			if e.orec != int32(i) || e.lprev != prev || !e.held || e.holder != r.owner {
+			if e.orec != int32(i) || e.lprev != prev || !e.held() || e.holder != r.owner {
 				return fmt.Errorf("held list of owner %d broken", r.owner)
 			}
 			prev = ei
@@ -279,7 +279,7 @@ func (t *Table) check() error {
 	// Stray bucket entries.
 	for _, head := range t.kbuckets {
 		for i := head; i != nilIdx; i = t.entries.at(i).hnext {
-			if !t.entries.at(i).live {
+			if !t.entries.at(i).live() {
 				return fmt.Errorf("dead entry in bucket")
 			}
 		}

@@ -42,7 +42,7 @@ func (t *Table) Waiters(key []byte, dst []WaiterInfo, max int) ([]WaiterInfo, in
 func (t *Table) EachKey(fn func(key []byte, info Info) bool) {
 	for i := int32(0); i < t.entries.n; i++ {
 		e := t.entries.at(i)
-		if !e.live {
+		if !e.live() {
 			continue
 		}
 		if info, ok := t.Inspect(t.key(e)); ok && !fn(t.key(e), info) {

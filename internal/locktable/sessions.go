@@ -210,7 +210,7 @@ func (t *Table) Undelivered(now int64, owner Owner, conn uint64, reqID uint64) {
 		return
 	}
 	if ei := t.FindHeld(owner, reqID); ei != nilIdx && t.entries.at(ei).answers <= 1 {
-		t.entries.at(ei).revocable = true
+		t.entries.at(ei).set(fRevocable, true)
 	}
 	if t.sess.slots[i].conn == conn {
 		t.Detach(now, owner, conn)

@@ -127,7 +127,7 @@ func (t *Table) Snapshot() []byte {
 	// Keys, sorted; waiters in key-queue order with their global position.
 	keys := make([]int32, 0, t.nkeys)
 	for i := int32(0); i < t.entries.n; i++ {
-		if t.entries.at(i).live {
+		if t.entries.at(i).live() {
 			keys = append(keys, i)
 		}
 	}
@@ -148,7 +148,7 @@ func (t *Table) Snapshot() []byte {
 		w.u16(e.klen)
 		w.b = append(w.b, t.key(e)...)
 		var flags uint8
-		for bit, on := range []bool{e.held, e.inDelay, e.stalled, e.revocable, e.orec != nilIdx} {
+		for bit, on := range []bool{e.held(), e.inDelay(), e.stalled(), e.revocable(), e.orec != nilIdx} {
 			if on {
 				flags |= 1 << bit
 			}
@@ -164,9 +164,9 @@ func (t *Table) Snapshot() []byte {
 		// The lease's end, then the lock-delay's end: one field in memory, two in the snapshot
 		// (its format predates the merge), 0 where the entry has no such timer.
 		var lease, delay int64
-		if e.held {
+		if e.held() {
 			lease = e.deadline
-		} else if e.inDelay {
+		} else if e.inDelay() {
 			delay = e.deadline
 		}
 		w.i64(lease)
@@ -192,7 +192,7 @@ func (t *Table) Snapshot() []byte {
 	w.u32(uint32(len(t.deferred)))
 	for _, d := range t.deferred {
 		num, ok := keyNum[d.entry]
-		if !ok || !t.entries.at(d.entry).live {
+		if !ok || !t.entries.at(d.entry).live() {
 			num = ^uint32(0) // its key is gone: the extend will answer NOT_HELD
 		}
 		w.u32(num)
@@ -355,7 +355,9 @@ func Restore(cfg Config, snap []byte) (*Table, error) {
 		numToEntry = append(numToEntry, ei)
 		flags := r.u8()
 		e := t.entries.at(ei)
-		e.held, e.inDelay, e.revocable = flags&1 != 0, flags&2 != 0, flags&8 != 0
+		e.set(fHeld, flags&1 != 0)
+		e.set(fInDelay, flags&2 != 0)
+		e.set(fRevocable, flags&8 != 0)
 		stalled, onList := flags&4 != 0, flags&16 != 0
 		e.holder = Owner(r.u64())
 		e.holderReq = r.u64()
@@ -368,14 +370,14 @@ func Restore(cfg Config, snap []byte) (*Table, error) {
 		e.grantedAt = r.i64()
 		lease, delay := r.i64(), r.i64()
 		e.tseq = r.u64()
-		if e.held {
+		if e.held() {
 			e.deadline = lease
 			t.nheld++
 			t.pushTimerSeq(e.deadline, tLease, ei, e.tseq)
 			if onList {
 				linked = append(linked, ei)
 			}
-		} else if e.inDelay {
+		} else if e.inDelay() {
 			e.deadline = delay
 			t.pushTimerSeq(e.deadline, tDelay, ei, e.tseq)
 		}
@@ -466,7 +468,7 @@ func (t *Table) restoreWaiter(x restoredWaiter) {
 // gone), creating one if needed.
 func (t *Table) deadEntry() int32 {
 	for i := int32(0); i < t.entries.n; i++ {
-		if !t.entries.at(i).live {
+		if !t.entries.at(i).live() {
 			return i
 		}
 	}

@@ -198,7 +198,7 @@ func (t *Table) Acquire(now int64, owner Owner, reqID uint64, key []byte, lease,
 			// Start-up wait: the key waits in lock-delay like one after an expiry.
 			ei = t.insertKey(key, h)
 			e := t.entries.at(ei)
-			e.inDelay = true
+			e.set(fInDelay, true)
 			e.deadline = t.availFrom
 			e.tseq = t.pushTimer(e.deadline, tDelay, ei)
 		case t.canGrant(now, lease):
@@ -242,7 +242,7 @@ func (t *Table) grant(now, since int64, ei int32, owner Owner, reqID uint64, lea
 	t.lastToken++
 	tok := t.lastToken
 	e := t.entries.at(ei)
-	e.held = true
+	e.set(fHeld, true)
 	e.holder = owner
 	e.holderReq = reqID
 	e.holderLeaseMs = msOf(lease)
@@ -255,7 +255,7 @@ func (t *Table) grant(now, since int64, ei int32, owner Owner, reqID uint64, lea
 	e.tseq = t.pushTimer(e.deadline, tLease, ei)
 	oi := t.ownerFor(owner)
 	t.owners[oi].detached = detached
-	e.revocable = detached
+	e.set(fRevocable, detached)
 	t.linkHeld(oi, ei)
 	return tok
 }
@@ -304,8 +304,8 @@ func (t *Table) unhold(now int64, ei int32, how EndReason) {
 		t.obs.Ended(t.key(e), now-e.grantedAt, how)
 	}
 	t.cancelTimer(&e.tseq)
-	e.held = false
-	e.revocable = false
+	e.set(fHeld, false)
+	e.set(fRevocable, false)
 	t.nheld--
 	t.unlinkHeld(ei)
 }
@@ -325,7 +325,7 @@ func (t *Table) handOff(now int64, ei int32) {
 	if now < t.availFrom {
 		// Nothing is granted before the table's available-from time (a recovered or restored
 		// state): the key waits in lock-delay until then, queue intact.
-		e.inDelay = true
+		e.set(fInDelay, true)
 		e.deadline = t.availFrom
 		e.tseq = t.pushTimer(e.deadline, tDelay, ei)
 		return
@@ -368,7 +368,7 @@ func (t *Table) handOff(now int64, ei int32) {
 // SetCeiling.
 func (t *Table) stall(ei int32) {
 	e := t.entries.at(ei)
-	e.stalled = true
+	e.set(fStalled, true)
 	e.lnext = nilIdx
 	e.lprev = t.stail
 	if t.stail != nilIdx {
@@ -393,7 +393,7 @@ func (t *Table) unstall(ei int32) {
 	} else {
 		t.stail = e.lprev
 	}
-	e.stalled = false
+	e.set(fStalled, false)
 	e.lprev, e.lnext = nilIdx, nilIdx
 	t.nstalled--
 }
@@ -401,8 +401,8 @@ func (t *Table) unstall(ei int32) {
 // maybeFree frees entry ei if it is idle (no holder, no delay, no waiters).
 func (t *Table) maybeFree(ei int32) {
 	e := t.entries.at(ei)
-	if !e.held && !e.inDelay && e.nwait == 0 {
-		if e.stalled {
+	if !e.held() && !e.inDelay() && e.nwait == 0 {
+		if e.stalled() {
 			t.unstall(ei)
 		}
 		t.removeKey(ei)
@@ -420,7 +420,7 @@ func (t *Table) Release(now int64, key []byte, token uint64) Status {
 		return NotHeld
 	}
 	e := t.entries.at(ei)
-	if !e.held || e.token != token {
+	if !e.held() || e.token != token {
 		return NotHeld
 	}
 	t.unhold(now, ei, EndReleased)
@@ -441,7 +441,7 @@ func (t *Table) Extend(now int64, owner Owner, reqID uint64, key []byte, token u
 		return Result{Status: NotHeld}
 	}
 	e := t.entries.at(ei)
-	if !e.held || e.token != token {
+	if !e.held() || e.token != token {
 		return Result{Status: NotHeld}
 	}
 	if addSat(now, lease) > t.horizon {
@@ -485,7 +485,7 @@ func (t *Table) Cancel(now int64, owner Owner, reqID uint64) bool {
 // waiter (no EvExpired, no lock-delay). See SetDetached.
 func (t *Table) Revoke(now int64, owner Owner, reqID uint64) bool {
 	ei := t.FindHeld(owner, reqID)
-	if ei == nilIdx || !t.entries.at(ei).revocable {
+	if ei == nilIdx || !t.entries.at(ei).revocable() {
 		return false
 	}
 	t.unhold(now, ei, EndRevoked)
@@ -520,7 +520,7 @@ func (t *Table) SetDetached(owner Owner, detached bool) {
 	r.detached = detached
 	if !detached {
 		for ei := r.hhead; ei != nilIdx; ei = t.entries.at(ei).lnext {
-			t.entries.at(ei).revocable = false
+			t.entries.at(ei).set(fRevocable, false)
 		}
 	}
 }
@@ -554,7 +554,7 @@ func (t *Table) DropOwner(now int64, owner Owner) (waiters, revoked int) {
 	}
 	slices.SortFunc(held, func(a, b int32) int { return cmp.Compare(t.entries.at(b).token, t.entries.at(a).token) })
 	for _, ei := range held {
-		if t.entries.at(ei).revocable {
+		if t.entries.at(ei).revocable() {
 			t.unhold(now, ei, EndRevoked)
 			t.handOff(now, ei)
 			revoked++
@@ -610,7 +610,7 @@ func (t *Table) SetCeiling(now int64, tokenLimit uint64, horizon int64) {
 	for _, d := range t.deferred {
 		e := t.entries.at(d.entry)
 		switch {
-		case !e.live || !e.held || e.token != d.token:
+		case !e.live() || !e.held() || e.token != d.token:
 			t.events = append(t.events, Event{Kind: EvExtendNotHeld, Owner: d.owner, ReqID: d.reqID, Token: d.token})
 		case addSat(now, d.lease) <= t.horizon:
 			t.extend(now, d.entry, d.lease)
@@ -685,7 +685,7 @@ func (t *Table) LastToken() uint64 { return t.lastToken }
 func (t *Table) MaxDeadline() int64 {
 	var m int64
 	for i := int32(0); i < t.entries.n; i++ {
-		if e := t.entries.at(i); e.live && e.held {
+		if e := t.entries.at(i); e.live() && e.held() {
 			m = max(m, e.deadline)
 		}
 	}
@@ -747,7 +747,7 @@ func (t *Table) Advance(now int64) {
 			})
 			t.unhold(now, tm.idx, EndExpired)
 			if t.cfg.LockDelay > 0 {
-				e.inDelay = true
+				e.set(fInDelay, true)
 				e.deadline = addSat(now, t.cfg.LockDelay)
 				e.tseq = t.pushTimer(e.deadline, tDelay, tm.idx)
 			} else {
@@ -756,7 +756,7 @@ func (t *Table) Advance(now int64) {
 		case tDelay:
 			e := t.entries.at(tm.idx)
 			e.tseq = 0
-			e.inDelay = false
+			e.set(fInDelay, false)
 			e.deadline = 0
 			t.handOff(now, tm.idx)
 		case tSession:
@@ -801,17 +801,17 @@ func (t *Table) Inspect(key []byte) (info Info, ok bool) {
 	}
 	e := t.entries.at(ei)
 	info.Waiters = int(e.nwait)
-	info.Stalled = e.stalled
-	if e.held {
+	info.Stalled = e.stalled()
+	if e.held() {
 		info.Held = true
 		info.Holder = e.holder
 		info.HolderReqID = e.holderReq
 		info.Token = e.token
 		info.GrantedAt = e.grantedAt
 		info.Deadline = e.deadline
-		info.Revocable = e.revocable
+		info.Revocable = e.revocable()
 	}
-	if e.inDelay {
+	if e.inDelay() {
 		info.DelayUntil = e.deadline
 	}
 	return info, true

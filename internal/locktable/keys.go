@@ -23,8 +23,8 @@ const minBuckets = 64
 // hash keeps the low 32 bits of the key's hash, which pick the bucket (the index has fewer than
 // 2^31 buckets) and spare a lookup the key's bytes (another cache line) for all but the entry
 // that matches (without it, lookups went from 8-9% to 11% of the server's CPU at 16 busy
-// connections, `make profile`-style, one run each). deadline serves both timers an entry can have, since a held entry is
-// never in lock-delay; lprev and lnext serve both lists, since a stalled entry is never held.
+// connections). deadline serves both timers an entry can have, since a held entry is never in
+// lock-delay; lprev and lnext serve both lists, since a stalled entry is never held.
 type entry struct {
 	holder    Owner
 	holderReq uint64

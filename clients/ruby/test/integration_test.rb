@@ -205,14 +205,17 @@ class IntegrationTest < Minitest::Test
     a = client(srv.endpoint)
     r = client(srv.endpoint)
     lost = Queue.new
-    lock = a.acquire("k", lease: 0.3, keep_alive: true)
+    # A 1.5 s lease, extended every 0.5 s, held for one and a half leases: with 0.3 s (extends
+    # every 0.1 s) a stall of 0.2 s on a loaded machine loses the lock (it did in Java's and Go's
+    # tests beside two CPU hogs).
+    lock = a.acquire("k", lease: 1.5, keep_alive: true)
     lock.on_lost { |_l, reason| lost << reason }
-    refute lock.wait_lost(1.5)
+    refute lock.wait_lost(2.25)
     assert lock.verify
     assert r.inspect_key("k").held?
     lock.release
     refute r.inspect_key("k").held?
-    sleep 0.5 # watch for a stray extend (it would answer NOT_HELD, and nothing may be held)
+    sleep 1.0 # two keep-alive periods: a stray extend would answer NOT_HELD, and nothing may be held
     refute r.inspect_key("k").held?
     assert_equal 0, lost.size
   end

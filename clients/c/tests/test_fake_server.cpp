@@ -942,18 +942,20 @@ TEST(FakeLost, KeepAliveExtendsAndStopsOnNotHeld)
     ao.keepalive = 1;
     ao.on_lost = LostLog::cb;
     ao.on_lost_data = &lost;
-    acquire_async(cx.c, "k", 300, TK_WAIT_FOREVER, r, nullptr, &ao);
+    // A 900 ms lease, extended every 300 ms: with 300 ms (every 100 ms) a stall of 200 ms on a
+    // loaded machine could lose the lock before the second extend.
+    acquire_async(cx.c, "k", 900, TK_WAIT_FOREVER, r, nullptr, &ao);
     auto q = cx.conn->read_request();
     auto granted = std::chrono::steady_clock::now();
-    cx.conn->respond(q, TK_STATUS_OK, 8, 300);
+    cx.conn->respond(q, TK_STATUS_OK, 8, 900);
     ASSERT_TRUE(r.wait());
-    auto x1 = cx.conn->read_request(1000ms);
+    auto x1 = cx.conn->read_request(3000ms);
     EXPECT_EQ(x1.r.op, TK_OP_EXTEND);
     EXPECT_EQ(x1.r.token, 8u);
-    EXPECT_EQ(x1.r.lease_ms, 300u);
-    EXPECT_GE(std::chrono::steady_clock::now() - granted, 80ms);
-    cx.conn->respond(x1, TK_STATUS_OK, 8, 300);
-    auto x2 = cx.conn->read_request(1000ms);
+    EXPECT_EQ(x1.r.lease_ms, 900u);
+    EXPECT_GE(std::chrono::steady_clock::now() - granted, 250ms);
+    cx.conn->respond(x1, TK_STATUS_OK, 8, 900);
+    auto x2 = cx.conn->read_request(3000ms);
     EXPECT_EQ(x2.r.op, TK_OP_EXTEND);
     cx.conn->respond(x2, TK_STATUS_NOT_HELD);
     ASSERT_TRUE(wait_until([&] { return lost.count() == 1; }));

@@ -163,11 +163,7 @@ func TestOwnReadRequestTimeout(t *testing.T) {
 	waitReader(t, c, readByBG) // the timed-out PING is still awaited
 	fc.ok(r, 0)
 	waitReader(t, c, readByNone)
-	p = async(func() error { return c.Ping(ctx) })
-	fc.ok(fc.nextOp(wire.OpPing), 0)
-	if err := waitErr(t, p); err != nil {
-		t.Fatal(err)
-	}
+	pingServed(t, c, fc)
 }
 
 // TestOwnReadCancel: a caller reading for itself whose context ends withdraws its ACQUIRE
@@ -194,11 +190,7 @@ func TestOwnReadCancel(t *testing.T) {
 	if err := waitErr(t, acq); !errors.Is(err, ErrCancelled) {
 		t.Fatalf("Acquire: %v, want ErrCancelled", err)
 	}
-	p := async(func() error { return c.Ping(context.Background()) })
-	fc.ok(fc.nextOp(wire.OpPing), 0)
-	if err := waitErr(t, p); err != nil {
-		t.Fatal(err)
-	}
+	pingServed(t, c, fc)
 }
 
 // TestOwnReadResumes: a caller reading for itself when the connection drops waits for the
@@ -360,5 +352,15 @@ func TestFrameReaderResumes(t *testing.T) {
 				t.Fatalf("buffer %d, chunks of %d: after the last frame: %v, want io.EOF", size, chunk, err)
 			}
 		}
+	}
+}
+
+// pingServed checks that the client goes on: a PING is sent on fc and its answer returned.
+func pingServed(t *testing.T, c *Client, fc *fakeConn) {
+	t.Helper()
+	p := async(func() error { return c.Ping(context.Background()) })
+	fc.ok(fc.nextOp(wire.OpPing), 0)
+	if err := waitErr(t, p); err != nil {
+		t.Fatal(err)
 	}
 }

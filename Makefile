@@ -44,12 +44,13 @@ vet:
 test: setup vet test-server test-fuzz test-cluster test-clients test-conformance test-conformance-cluster test-bench test-adminpage
 
 # The server, the lock table, the wire format (its own module, shared with the Go client), the
-# stores, the settings, the deploy generator and the CLI's commands (internal/cli, against real
-# servers), with the race detector; the packages' versions and licenses (tests/packaging). The Go
+# stores, the settings, the deploy generator, the CLI's commands (internal/cli, against real
+# servers) and the binary itself (cmd/ticketing: its version, log writer, linked packages), with
+# the race detector; the packages' versions and licenses (tests/packaging). The Go
 # client is tested by clients/go/test.sh, among the clients.
 test-server: setup build
 	$(GO) -C wire test -race -count=1 ./...
-	TICKETING_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 15m ./internal/... ./tests/packaging
+	TICKETING_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 15m ./internal/... ./cmd/... ./tests/packaging
 
 # Real cluster processes on 127.0.0.x: crashes, clock offsets, stalled disks (budget: 8 minutes).
 # With the race detector on the tests' own goroutines (the servers are separate processes): it

@@ -48,3 +48,8 @@ replace (
 // linking them ran the initialisers of net/rpc, encoding/gob, html/template and go/parser at
 // every start and kept about 400 KiB of the binary resident (third_party/go-msgpack/README.md).
 replace github.com/hashicorp/go-msgpack/v2 => ./third_party/go-msgpack
+
+// go-metrics (Raft's metrics, through hashicorp/go-metrics/compat) without the one method that
+// imports net/http (InmemSink.DisplayMetrics, an HTTP handler nothing here calls): linking it put
+// net/http's packages and initialisers in every process (third_party/armon-go-metrics/README.md).
+replace github.com/armon/go-metrics => ./third_party/armon-go-metrics

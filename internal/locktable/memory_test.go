@@ -2,6 +2,7 @@ package locktable
 
 import (
 	"encoding/binary"
+	"fmt"
 	"runtime"
 	"strconv"
 	"testing"
@@ -118,55 +119,68 @@ func TestMemoryPerSession(t *testing.T) {
 // (PROTOCOL.md, "Retries and stored outcomes"); its stored outcomes must stay within two ACK
 // intervals, and the slice holding them must not grow past that after warm-up.
 func TestMemoryBusySessionOutcomes(t *testing.T) {
-	tb := New(Config{})
-	tb.Ceiling(0, 1<<62, 1<<62)
-	tb.Attach(0, sessionID(0), 1, 60e9)
-	owner := tb.Outs()[0].Owner
-	tb.ClearOuts()
-	i := tb.sess.slotOf(owner)
-	s := &tb.sess.slots[i]
-	key := []byte("tenant-3/order-1234")
-	var id uint64
-	reqs := make([]wire.Request, 0, 64)
-	answers := 0
-	maxStored, capAfterWarmup := 0, 0
-	for round := 0; round < 4000; round++ {
-		// 32 pairs in flight per batch, as the benchmark's pipelining driver sends them.
-		reqs = reqs[:0]
-		for p := 0; p < 32; p++ {
-			id++
-			reqs = append(reqs, wire.Request{Op: wire.OpAcquire, ID: id, Key: key, Lease: 30000})
-			id++
-			reqs = append(reqs, wire.Request{Op: wire.OpRelease, ID: id, Key: key, Token: tb.LastToken() + uint64(p) + 1})
-		}
-		tb.Requests(int64(round), owner, 1, reqs)
-		for _, o := range tb.Outs() {
-			if o.Resp.Status != wire.StatusOK {
-				t.Fatalf("round %d: %+v", round, o.Resp)
+	// An ACK every 256 answers covering every answer so far; then one every 320 covering all but
+	// the last batch, as the benchmark's driver and the clients send it over a real connection
+	// (the lowest request id still awaited while a window is in flight, and an ACK waits while the
+	// previous one is unanswered), which keeps a few dozen more.
+	for _, tc := range []struct {
+		every     int
+		lag       uint64
+		maxStored int // measured: 224 and 288
+		maxBytes  float64
+	}{{256, 0, 256, 8 << 10}, {320, 64, 320, 10 << 10}} {
+		tb := New(Config{})
+		tb.Ceiling(0, 1<<62, 1<<62)
+		tb.Attach(0, sessionID(0), 1, 60e9)
+		owner := tb.Outs()[0].Owner
+		tb.ClearOuts()
+		i := tb.sess.slotOf(owner)
+		s := &tb.sess.slots[i]
+		key := []byte("tenant-3/order-1234")
+		var id uint64
+		reqs := make([]wire.Request, 0, 64)
+		answers := 0
+		maxStored, capAfterWarmup := 0, 0
+		for round := 0; round < 4000; round++ {
+			// 32 pairs in flight per batch, as the benchmark's pipelining driver sends them.
+			reqs = reqs[:0]
+			for p := 0; p < 32; p++ {
+				id++
+				reqs = append(reqs, wire.Request{Op: wire.OpAcquire, ID: id, Key: key, Lease: 30000})
+				id++
+				reqs = append(reqs, wire.Request{Op: wire.OpRelease, ID: id, Key: key, Token: tb.LastToken() + uint64(p) + 1})
+			}
+			tb.Requests(int64(round), owner, 1, reqs)
+			for _, o := range tb.Outs() {
+				if o.Resp.Status != wire.StatusOK {
+					t.Fatalf("round %d: %+v", round, o.Resp)
+				}
+			}
+			answers += len(tb.Outs())
+			tb.ClearOuts()
+			if answers >= tc.every {
+				answers = 0
+				id++
+				tb.Requests(int64(round), owner, 1, []wire.Request{{Op: wire.OpAck, ID: id, Token: id - tc.lag}})
+				tb.ClearOuts()
+			}
+			maxStored = max(maxStored, len(s.records))
+			if round == 100 {
+				capAfterWarmup = cap(s.records)
 			}
 		}
-		answers += len(tb.Outs())
-		tb.ClearOuts()
-		if answers >= 256 {
-			answers = 0
-			id++
-			tb.Requests(int64(round), owner, 1, []wire.Request{{Op: wire.OpAck, ID: id, Token: id}})
-			tb.ClearOuts()
+		bytes := float64(cap(s.records)) * float64(unsafe.Sizeof(record{}))
+		t.Logf("busy session, ACK every %d answers lagging %d ids: at most %d stored outcomes, slice capacity %d (%.0f bytes)", tc.every, tc.lag, maxStored, cap(s.records), bytes)
+		// One record per pair here: what PROTOCOL.md allows is two ACK intervals (512 answers'
+		// records); keeping more than measured would be a change of this code.
+		if maxStored > tc.maxStored {
+			t.Errorf("ACK every %d lagging %d: a busy session kept %d stored outcomes; %d pinned", tc.every, tc.lag, maxStored, tc.maxStored)
 		}
-		maxStored = max(maxStored, len(s.records))
-		if round == 100 {
-			capAfterWarmup = cap(s.records)
+		if cap(s.records) != capAfterWarmup {
+			t.Errorf("stored outcomes' slice grew after warm-up: %d -> %d", capAfterWarmup, cap(s.records))
 		}
+		// Past 256 records the slice grows by a quarter, not twice (session.grow): 288 records
+		// took a 512-record slice, 16 KiB, before.
+		bound(t, fmt.Sprintf("per busy session's stored outcomes (ACK every %d answers, lagging %d)", tc.every, tc.lag), bytes, tc.maxBytes)
 	}
-	bytes := float64(cap(s.records)) * float64(unsafe.Sizeof(record{}))
-	t.Logf("busy session: at most %d stored outcomes, slice capacity %d (%.0f bytes)", maxStored, cap(s.records), bytes)
-	// One record per pair here (224 at most, measured): what PROTOCOL.md allows is two ACK
-	// intervals (512 answers' records); keeping more than 256 would be a change of this code.
-	if maxStored > 256 {
-		t.Errorf("a busy session kept %d stored outcomes; 224 measured, 256 pinned", maxStored)
-	}
-	if cap(s.records) != capAfterWarmup {
-		t.Errorf("stored outcomes' slice grew after warm-up: %d -> %d", capAfterWarmup, cap(s.records))
-	}
-	bound(t, "per busy session's stored outcomes (ACK every 256 answers)", bytes, 8*1024)
 }

@@ -172,7 +172,10 @@ func (b *bench) buildClients() error {
 		if e.Folder == "" || p.skipped != "" {
 			continue
 		}
-		p.dir = filepath.Join(repo, e.Folder)
+		p.dir = e.Folder
+		if !filepath.IsAbs(p.dir) { // a registry row names a folder of the repository, or any absolute one
+			p.dir = filepath.Join(repo, e.Folder)
+		}
 		p.outDir = folderOut(progs, e.Folder)
 		why, done := built[e.Folder]
 		if !done {

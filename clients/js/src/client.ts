@@ -20,9 +20,10 @@ import {
   dataText,
   errorForStatus,
 } from './errors.js';
-import { Lock, type CallOptions, type LockOwner } from './lock.js';
-import { ExpiredReason, FrameError, InspectFlag, Op, Status, decodeInspectData, type Response } from './protocol.js';
-import { Session, whatText, type Answer, type Call, type CallSpec, type What } from './session.js';
+import { Lock, type CallOptions, type LockDone, type LockOwner } from './lock.js';
+import type { Reply } from './connection.js';
+import { ExpiredReason, FrameError, InspectFlag, Op, Status, decodeInspectData } from './protocol.js';
+import { Session, whatText, type Answer, type CallSpec, type OnDone, type What } from './session.js';
 import {
   boolOption,
   describeKey,
@@ -326,8 +327,6 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
   readonly #unrefWhileHeld: boolean;
   /** Locks held (not released, not lost), by token. */
   readonly #locks = new Map<bigint, Lock>();
-  /** Acquires waiting for their answer. */
-  readonly #waiting = new Set<Call>();
   #closing: Promise<void> | undefined;
   #closed = false;
 
@@ -442,85 +441,107 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
     return this.#acquire(key, options, true);
   }
 
-  /** acquire, or with `once` tryAcquire (a wait of 0; null where acquire rejects with {@link NotAcquiredError}). */
-  async #acquire(key: Key, options: AcquireOptions, once: boolean): Promise<Lock | null> {
-    const o = optionsArg<AcquireOptions>(once ? 'tryAcquire options' : 'acquire options', options, ACQUIRE_OPTIONS);
-    if (once && o.waitTimeoutMs !== undefined) throw new InvalidArgumentError('tryAcquire takes no waitTimeoutMs (it never waits); use acquire');
-    const keyBytes = keyToBytes(key);
-    const lease = leaseArg('leaseMs', o.leaseMs ?? DEFAULT_LEASE_MS);
-    const wait = once ? 0 : waitArg('waitTimeoutMs', o.waitTimeoutMs);
-    const signal = signalOption(o.signal);
-    const timeoutMs = o.timeoutMs === undefined ? this.#requestTimeoutMs : msOption('timeoutMs', o.timeoutMs, 1);
-    const keepAlive = boolOption('keepAlive', o.keepAlive, false);
-    const maxHoldMs = o.maxHoldMs === undefined ? 0 : msOption('maxHoldMs', o.maxHoldMs, 1);
-    const refuseHeld = boolOption('refuseHeld', o.refuseHeld, false);
-    const throwOnLost = boolOption('throwOnLost', o.throwOnLost, true);
-    // The request's name in messages, made only when one is needed (from the key as it is now).
-    const shown = typeof key === 'string' ? key : keyBytes;
-    const what = (): string => `acquire ${describeKey(shown)}`;
-    if (this.#closing) this.#checkOpen(what());
-    if (refuseHeld) {
-      for (const held of this.#locks.values()) {
-        if (held.keyBytes.equals(keyBytes)) throw new AlreadyHeldError(`${what()}: this client already holds it (token ${held.token}) and refuseHeld is set`);
-      }
-    }
-    if (signal?.aborted) throw new CancelledError(`${what()}: cancelled before it was sent`, { cause: signal.reason });
-    const call = this.#session.request({ op: Op.ACQUIRE, key: keyBytes, token: 0n, leaseMs: lease, waitMs: wait, what, timeoutMs });
-    let onAbort: (() => void) | undefined;
-    if (signal) {
-      onAbort = (): void => this.#session.abandon(call, new CancelledError(`${call.what}: cancelled`, { cause: signal.reason }), true);
-      signal.addEventListener('abort', onAbort, { once: true });
-    }
-    this.#waiting.add(call);
-    let a: Answer;
+  /**
+   * acquire, or with `once` tryAcquire (a wait of 0; null where acquire rejects with
+   * {@link NotAcquiredError}). Not an async function: the answer settles the returned promise
+   * from the session's callback, without a second promise and its hop, and the lock is
+   * registered (for EXPIRED notices) before the next frame of the same read is handled.
+   */
+  #acquire(key: Key, options: AcquireOptions, once: boolean): Promise<Lock | null> {
+    let spec: CallSpec;
+    let keyBytes: Buffer;
+    let lease: number;
+    let wait: number;
+    let signal: AbortSignal | undefined;
+    let keepAlive: boolean;
+    let maxHoldMs: number;
+    let throwOnLost: boolean;
     try {
-      a = await call.promise;
-    } finally {
-      if (onAbort) signal!.removeEventListener('abort', onAbort);
-      this.#waiting.delete(call);
-    }
-    const { res } = a;
-    if (res.status === Status.OK) {
-      if (signal?.aborted) {
-        // The grant arrived, but the caller had already given up: give it back.
-        await new Promise<void>((resolve) => this.#session.releaseToken(keyBytes, res.token, call.what, resolve));
-        throw new CancelledError(`${call.what}: cancelled (the grant that raced the cancel was released)`, { cause: signal.reason });
+      const o = optionsArg<AcquireOptions>(once ? 'tryAcquire options' : 'acquire options', options, ACQUIRE_OPTIONS);
+      if (once && o.waitTimeoutMs !== undefined) throw new InvalidArgumentError('tryAcquire takes no waitTimeoutMs (it never waits); use acquire');
+      keyBytes = keyToBytes(key);
+      lease = leaseArg('leaseMs', o.leaseMs ?? DEFAULT_LEASE_MS);
+      wait = once ? 0 : waitArg('waitTimeoutMs', o.waitTimeoutMs);
+      signal = signalOption(o.signal);
+      const timeoutMs = o.timeoutMs === undefined ? this.#requestTimeoutMs : msOption('timeoutMs', o.timeoutMs, 1);
+      keepAlive = boolOption('keepAlive', o.keepAlive, false);
+      maxHoldMs = o.maxHoldMs === undefined ? 0 : msOption('maxHoldMs', o.maxHoldMs, 1);
+      const refuseHeld = boolOption('refuseHeld', o.refuseHeld, false);
+      throwOnLost = boolOption('throwOnLost', o.throwOnLost, true);
+      // The request's name in messages, made only when one is needed (from the key as it is now).
+      const shown = typeof key === 'string' ? key : keyBytes;
+      const what = (): string => `acquire ${describeKey(shown)}`;
+      if (this.#closing) this.#checkOpen(what());
+      if (refuseHeld) {
+        for (const held of this.#locks.values()) {
+          if (held.keyBytes.equals(keyBytes)) throw new AlreadyHeldError(`${what()}: this client already holds it (token ${held.token}) and refuseHeld is set`);
+        }
       }
-      const lock = new Lock(this, {
-        key: typeof key === 'string' ? key : Buffer.from(keyBytes),
-        keyBytes,
-        token: res.token,
-        leaseMs: lease,
-        grantedMs: res.leaseMs || lease,
-        detailMs: res.detail,
-        queuedMs: a.retried ? 0 : res.detail,
-        tFirst: a.tFirst,
-        keepAlive,
-        maxHoldMs,
-        throwOnLost,
-        keepProcessAlive: !this.#unrefWhileHeld && !this.#closing,
-      });
-      this.#locks.set(lock.token, lock);
-      return lock;
+      if (signal?.aborted) throw new CancelledError(`${what()}: cancelled before it was sent`, { cause: signal.reason });
+      spec = { op: Op.ACQUIRE, key: keyBytes, token: 0n, leaseMs: lease, waitMs: wait, what, timeoutMs };
+    } catch (err) {
+      return Promise.reject(err);
     }
-    if (res.status === Status.TIMED_OUT) {
-      if (once) return null;
-      // The server says why when it has a reason beyond the wait (its start-up wait).
-      const why = dataText(res.data);
-      const msg = why
-        ? `${call.what}: not acquired${wait === 0 ? '' : ` within the wait timeout (${wait} ms)`}: ${why}`
-        : wait === 0
-          ? `${call.what}: not acquired: the key is taken`
-          : `${call.what}: not acquired within the wait timeout (${wait} ms)`;
-      throw new NotAcquiredError(msg, { detail: res.detail });
-    }
-    if (res.status === Status.NOT_HELD && a.retried) {
-      if (once) return null;
-      throw new NotAcquiredError(`${call.what}: not acquired: the lock was granted while the connection was down and has ended since`, { status: Status.NOT_HELD });
-    }
-    const err = errorForStatus(res.status, res.detail, res.data, call.what);
-    if (once && err instanceof NotAcquiredError) return null;
-    throw err;
+    return new Promise<Lock | null>((resolve, reject) => {
+      let onAbort: (() => void) | undefined;
+      // Runs once, synchronously, where the call settles (see OnDone): it must not throw.
+      const done: OnDone = (call, a, err) => {
+        if (onAbort) signal!.removeEventListener('abort', onAbort);
+        if (a === undefined) return reject(err);
+        try {
+          const res = a.res;
+          if (res.status === Status.OK) {
+            if (signal?.aborted) {
+              // The grant arrived, but the caller had already given up: give it back.
+              const cancelled = new CancelledError(`${call.what}: cancelled (the grant that raced the cancel was released)`, { cause: signal.reason });
+              this.#session.releaseToken(keyBytes, res.token, call.what, () => reject(cancelled));
+              return;
+            }
+            const lock = new Lock(this, {
+              key: typeof key === 'string' ? key : Buffer.from(keyBytes),
+              keyBytes,
+              token: res.token,
+              leaseMs: lease,
+              grantedMs: res.leaseMs || lease,
+              detailMs: res.detail,
+              queuedMs: a.retried ? 0 : res.detail,
+              tFirst: a.tFirst,
+              keepAlive,
+              maxHoldMs,
+              throwOnLost,
+              keepProcessAlive: !this.#unrefWhileHeld && !this.#closing,
+            });
+            this.#locks.set(lock.token, lock);
+            return resolve(lock);
+          }
+          if (res.status === Status.TIMED_OUT) {
+            if (once) return resolve(null);
+            // The server says why when it has a reason beyond the wait (its start-up wait).
+            const why = dataText(res.data);
+            const msg = why
+              ? `${call.what}: not acquired${wait === 0 ? '' : ` within the wait timeout (${wait} ms)`}: ${why}`
+              : wait === 0
+                ? `${call.what}: not acquired: the key is taken`
+                : `${call.what}: not acquired within the wait timeout (${wait} ms)`;
+            return reject(new NotAcquiredError(msg, { detail: res.detail }));
+          }
+          if (res.status === Status.NOT_HELD && a.retried) {
+            if (once) return resolve(null);
+            return reject(new NotAcquiredError(`${call.what}: not acquired: the lock was granted while the connection was down and has ended since`, { status: Status.NOT_HELD }));
+          }
+          const e = errorForStatus(res.status, res.detail, res.data, call.what);
+          if (once && e instanceof NotAcquiredError) return resolve(null);
+          reject(e);
+        } catch (e) {
+          reject(e);
+        }
+      };
+      const call = this.#session.request(spec, done);
+      if (signal && !call.settled) {
+        onAbort = (): void => this.#session.abandon(call, new CancelledError(`${call.what}: cancelled`, { cause: signal!.reason }), true);
+        signal.addEventListener('abort', onAbort, { once: true });
+      }
+    });
   }
 
   /**
@@ -617,7 +638,7 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
     if (this.#closing) return this.#closing;
     this.#closing = (async () => {
       for (const lock of this.#locks.values()) lock.clientClosing();
-      for (const call of [...this.#waiting]) {
+      for (const call of this.#session.waitingAcquires()) {
         this.#session.abandon(call, new ClientClosedError(`${call.what}: the client was closed; the queued acquire was withdrawn`), false);
       }
       if (this.#releaseOnClose) {
@@ -652,6 +673,19 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
       return this.#session.request({ op, key: lock.keyBytes, token: lock.token, leaseMs, waitMs: 0, what, timeoutMs: this.#requestTimeoutMs }).promise;
     }
     return this.#call({ op, key: lock.keyBytes, token: lock.token, leaseMs, what }, options);
+  }
+
+  /** @internal */
+  lockCall(lock: Lock, op: number, what: What, options: CallOptions | undefined, done: LockDone): void {
+    if (options !== undefined || this.#closed || this.#closing) {
+      // The uncommon cases (a signal or timeout of its own, a closing client): through the promise.
+      this.lockRequest(lock, op, 0, what, options).then(
+        (a) => done(undefined, a),
+        (err: unknown) => done(undefined, undefined, err),
+      );
+      return;
+    }
+    this.#session.request({ op, key: lock.keyBytes, token: lock.token, leaseMs: 0, waitMs: 0, what, timeoutMs: this.#requestTimeoutMs }, done);
   }
 
   /** @internal */
@@ -694,13 +728,13 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
     return lock && lock.keyBytes.equals(key) ? lock : undefined;
   }
 
-  #onPush(r: Response): void {
+  #onPush(r: Reply): void {
     if (r.op !== Op.EXPIRED) return; // an unknown push: ignored (PROTOCOL.md, Compatibility)
     this.#handle(r.data, r.token)?.markLost(r.detail === ExpiredReason.STOPPING ? 'server stopping' : 'expired');
   }
 }
 
-function keyInfo(res: Response, what: string): KeyInfo {
+function keyInfo(res: Reply, what: string): KeyInfo {
   if (res.status !== Status.OK) throw errorForStatus(res.status, res.detail, res.data, what);
   let d: { heldForMs: number; lockDelayMs: number; flags: number };
   try {

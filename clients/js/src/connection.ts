@@ -54,21 +54,31 @@ function getU64(b: Buffer, off: number): bigint {
 }
 
 /**
- * A whole response frame (the reader checked its length field against the limits), as
- * {@link decodeResponse} decodes it, with its data copied out of the read buffer.
+ * A response frame as the session sees it: a {@link Response} whose request id is a number (the
+ * session's ids start at 1 and would need centuries to pass 2^53; an id at or above it cannot be
+ * one of ours, and reads as -1).
  */
-function readResponse(frame: Buffer): Response {
-  const n = frame.length - HEADER_SIZE;
-  if (frame.readUInt16BE(6) !== n) throw new FrameError('length', 'key/data length disagrees with the frame length');
+export interface Reply extends Omit<Response, 'id'> {
+  id: number;
+}
+
+/**
+ * The whole response frame of `size` bytes at `off` in `b` (the reader checked its length field
+ * against the limits), as {@link decodeResponse} decodes it, with its data copied out of `b`.
+ */
+function readReply(b: Buffer, off: number, size: number): Reply {
+  const n = size - HEADER_SIZE;
+  if (b.readUInt16BE(off + 6) !== n) throw new FrameError('length', 'key/data length disagrees with the frame length');
+  const hi = b.readUInt32BE(off + 8);
   return {
-    op: frame[4]!,
-    status: frame[5]!,
-    id: getU64(frame, 8),
-    token: getU64(frame, 16),
-    leaseMs: frame.readUInt32BE(24),
-    detail: frame.readUInt32BE(28),
+    op: b[off + 4]!,
+    status: b[off + 5]!,
+    id: hi < 0x200000 ? hi * 0x100000000 + b.readUInt32BE(off + 12) : -1,
+    token: getU64(b, off + 16),
+    leaseMs: b.readUInt32BE(off + 24),
+    detail: b.readUInt32BE(off + 28),
     // The data is a view into the read buffer: copy it for whoever keeps it.
-    data: n > 0 ? Buffer.from(frame.subarray(HEADER_SIZE)) : NO_DATA,
+    data: n > 0 ? Buffer.from(b.subarray(off + HEADER_SIZE, off + size)) : NO_DATA,
   };
 }
 
@@ -192,9 +202,12 @@ export class Connection {
   #state: State = 'tcp';
   #tcpUp = false;
   #secure = false;
-  /** Frames written in this tick, and whether their write is queued (process.nextTick). */
-  readonly #pending: Buffer[] = [];
-  #flushQueued = false;
+  /**
+   * Frames written in this tick, whose write is queued (process.nextTick): the first, and the
+   * others after it (usually none: no array to grow and empty for one caller's frame).
+   */
+  #first: Buffer | undefined;
+  #more: Buffer[] | undefined;
   #closeReason: TicketingError | undefined;
   #handshakeTimer: NodeJS.Timeout | undefined;
   /** Whether the socket and the handshake timer keep the process alive. */
@@ -204,8 +217,8 @@ export class Connection {
   #serverNonce: Buffer = Buffer.alloc(Sizes.NONCE);
   #authRequired = false;
   // Frames (and the close) that arrive after WELCOME but before the session attached.
-  #early: Response[] = [];
-  #onFrame: ((r: Response) => void) | undefined;
+  #early: Reply[] = [];
+  #onFrame: ((r: Reply) => void) | undefined;
   #onClose: ((err: TicketingError) => void) | undefined;
   readonly #closed: Promise<void>;
 
@@ -321,7 +334,7 @@ export class Connection {
    * Receives frames after the handshake: first those that arrived early, then each as it
    * comes. `onClose` is called once, when the connection closes (at once if it already has).
    */
-  attach(onFrame: (r: Response) => void, onClose: (err: TicketingError) => void): void {
+  attach(onFrame: (r: Reply) => void, onClose: (err: TicketingError) => void): void {
     this.#onFrame = onFrame;
     this.#onClose = onClose;
     const early = this.#early;
@@ -348,6 +361,28 @@ export class Connection {
 
   /** `n` bytes were read into `buf`, which the next read reuses: the reader copies what it keeps past this call. */
   #read(n: number, buf: Buffer): void {
+    if (this.#state === 'ready' && this.#reader.buffered === 0) {
+      // The usual read after the handshake: whole answers, decoded where they lie (no view per
+      // read or per frame); only a frame cut off at the end goes to the reader, as a copy.
+      this.lastReceived = performance.now();
+      let off = 0;
+      try {
+        while (n - off >= 4) {
+          const l = buf.readUInt32BE(off);
+          if (l < HEADER_SIZE - 4) throw new FrameError('length', `frame length ${l} is below the header`);
+          if (l > HEADER_SIZE - 4 + Sizes.MAX_DATA_LEN) throw new FrameError('too_large', `frame length ${l} is above the limit`);
+          if (n - off < 4 + l) break;
+          this.#reply(buf, off, 4 + l);
+          if (this.#state !== 'ready') return; // closed by what the frame said (or by its handler)
+          off += 4 + l;
+        }
+        if (off < n) this.#reader.push(Buffer.from(buf.subarray(off, n)));
+      } catch (err) {
+        const msg = err instanceof Error ? err.message : String(err);
+        this.destroy(new ProtocolError(`bad frame from ${this.name}: ${msg}`, { cause: err }));
+      }
+      return;
+    }
     const chunk = buf.subarray(0, n);
     // A frame begun in an earlier read is kept in parts: this one joins it, so it must be a copy.
     this.#data(this.#reader.buffered > 0 ? Buffer.from(chunk) : chunk);
@@ -377,12 +412,8 @@ export class Connection {
           return this.#onChallenge(frame);
         case 'welcome':
           return this.#onWelcome(frame);
-        case 'ready': {
-          const r = readResponse(frame);
-          if (this.#onFrame) this.#onFrame(r);
-          else this.#early.push(r);
-          return;
-        }
+        case 'ready':
+          return this.#reply(frame, 0, frame.length);
         default:
           return;
       }
@@ -393,6 +424,13 @@ export class Connection {
       }
       throw err;
     }
+  }
+
+  /** Hands the answer of `size` bytes at `off` in `b` to the session (or keeps it until the session attaches). */
+  #reply(b: Buffer, off: number, size: number): void {
+    const r = readReply(b, off, size);
+    if (this.#onFrame) this.#onFrame(r);
+    else this.#early.push(r);
   }
 
   #onChallenge(frame: Buffer): void {
@@ -525,20 +563,19 @@ export class Connection {
   /** Queues a frame for the wire. Frames written in one tick go out in one write, in order. */
   write(frame: Buffer): void {
     if (this.#state !== 'ready') return;
-    this.#pending.push(frame);
-    if (!this.#flushQueued) {
-      this.#flushQueued = true;
+    if (this.#first === undefined) {
+      this.#first = frame;
       process.nextTick(this.#flush);
-    }
+    } else (this.#more ??= []).push(frame);
   }
 
   /** Writes the frames queued in this tick: one buffer, one write (a closed connection drops them). */
   readonly #flush = (): void => {
-    this.#flushQueued = false;
-    const p = this.#pending;
-    if (p.length === 0) return;
-    const data = p.length === 1 ? p[0]! : Buffer.concat(p);
-    p.length = 0;
+    const first = this.#first;
+    if (first === undefined) return;
+    const more = this.#more;
+    this.#first = this.#more = undefined;
+    const data = more === undefined ? first : Buffer.concat([first, ...more]);
     if (this.#state === 'ready') this.#socket.write(data);
   };
 

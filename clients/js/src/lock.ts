@@ -9,7 +9,7 @@ import { performance } from 'node:perf_hooks';
 import { clock } from './clock.js';
 import { LockLostError, NotHeldError, ProtocolError, errorForStatus, type LostReason } from './errors.js';
 import { ClientRules, InspectFlag, Op, Status, decodeInspectData } from './protocol.js';
-import type { Answer, What } from './session.js';
+import type { Answer, Call, What } from './session.js';
 import { describeKey, leaseArg, type Key } from './validate.js';
 
 // Node 20 may lack Symbol.asyncDispose; Node itself uses this registered symbol.
@@ -30,10 +30,18 @@ export interface CallOptions {
   timeoutMs?: number;
 }
 
+/** @internal How a lock's request ends: with its answer, or with the error when none came (the call is not always given). */
+export type LockDone = (call: Call | undefined, a: Answer | undefined, err?: unknown) => void;
+
 /** @internal What a {@link Lock} needs from its client. */
 export interface LockOwner {
   /** Sends a request about this lock; rejects only when no answer came (timeout, closed, connection lost). */
   lockRequest(lock: Lock, op: number, leaseMs: number, what: What, options: CallOptions | undefined): Promise<Answer>;
+  /**
+   * The same for a request without a lease (a RELEASE), ending in `done` instead of a promise:
+   * called once, possibly before lockCall returns (a closed client), and never throwing into it.
+   */
+  lockCall(lock: Lock, op: number, what: What, options: CallOptions | undefined, done: LockDone): void;
   /** The lock is released or lost: it no longer needs EXPIRED notices. */
   forget(lock: Lock): void;
   /** Tells the server, in the background and best effort, to release a lock known lost (nobody waits for the answer). */
@@ -134,7 +142,7 @@ export class Lock extends EventEmitter {
   #deadline = 0;
   #lostAt = 0;
   /** The request id of the EXTEND whose answer set the deadline (0: the grant's). */
-  #extendId = 0n;
+  #extendId = 0;
   /** The lock's place in {@link Lock.#heap} (-1: not there: released, lost, or not yet armed). */
   #heapIndex = -1;
   /** The lock counts in {@link Lock.#refs}. */
@@ -283,30 +291,36 @@ export class Lock extends EventEmitter {
       }
       return Promise.reject(this.#lostFor(what()));
     }
-    const p = (async () => {
-      let a: Answer;
-      try {
-        a = await this.#owner.lockRequest(this, Op.RELEASE, 0, what, options);
-      } catch (err) {
+    // Not an async function: the answer settles the promise from the session's callback (one
+    // promise per release, no hop). The callback may run before lockCall returns (a closed client).
+    let settled = false;
+    const p = new Promise<void>((resolve, reject) => {
+      this.#owner.lockCall(this, Op.RELEASE, what, options, (_call, a, err) => {
+        settled = true;
         this.#releasing = undefined;
-        if (this.#lostError) throw this.#lostFor(what(), err);
-        if (this.#keepAlive) this.#scheduleKeepAlive();
-        throw err;
-      }
-      this.#releasing = undefined;
-      const { res } = a;
-      if (res.status === Status.OK && !this.#lostError) {
-        this.markReleased();
-        return;
-      }
-      if (res.status === Status.OK || res.status === Status.NOT_HELD) {
-        this.markLost('not held');
-        throw this.#lostFor(what(), res.status === Status.NOT_HELD ? errorForStatus(res.status, res.detail, res.data, what()) : undefined);
-      }
-      if (this.#keepAlive && this.isHeld) this.#scheduleKeepAlive();
-      throw errorForStatus(res.status, res.detail, res.data, what());
-    })();
-    this.#releasing = p;
+        try {
+          if (a === undefined) {
+            if (this.#lostError) return reject(this.#lostFor(what(), err));
+            if (this.#keepAlive) this.#scheduleKeepAlive();
+            return reject(err);
+          }
+          const { res } = a;
+          if (res.status === Status.OK && !this.#lostError) {
+            this.markReleased();
+            return resolve();
+          }
+          if (res.status === Status.OK || res.status === Status.NOT_HELD) {
+            this.markLost('not held');
+            return reject(this.#lostFor(what(), res.status === Status.NOT_HELD ? errorForStatus(res.status, res.detail, res.data, what()) : undefined));
+          }
+          if (this.#keepAlive && this.isHeld) this.#scheduleKeepAlive();
+          reject(errorForStatus(res.status, res.detail, res.data, what()));
+        } catch (e) {
+          reject(e);
+        }
+      });
+    });
+    if (!settled) this.#releasing = p;
     return p;
   }
 
@@ -392,7 +406,7 @@ export class Lock extends EventEmitter {
    * clock), was granted `grantedMs`; later extends ask for `leaseMs`. The server applies extends
    * in request-id order, so the answer to an older one, read after a newer one's, changes nothing.
    */
-  markExtended(id: bigint, tFirst: number, grantedMs: number, leaseMs: number): void {
+  markExtended(id: number, tFirst: number, grantedMs: number, leaseMs: number): void {
     if (this.#released || this.#lostError || id < this.#extendId) return;
     this.#extendId = id;
     this.#leaseMs = leaseMs;

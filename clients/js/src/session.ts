@@ -30,7 +30,7 @@ import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type * as tls from 'node:tls';
 import { clock } from './clock.js';
-import { Connection, formatEndpoint, tryParseEndpoint, type Endpoint } from './connection.js';
+import { Connection, formatEndpoint, tryParseEndpoint, type Endpoint, type Reply } from './connection.js';
 import {
   AuthFailedError,
   CancelledError,
@@ -43,7 +43,7 @@ import {
   UnavailableError,
   UnsupportedVersionError,
 } from './errors.js';
-import { ClientRules, GoawayReason, HEADER_SIZE, Op, Sizes, Status, encodeRequest, type Response } from './protocol.js';
+import { ClientRules, GoawayReason, HEADER_SIZE, Op, Sizes, Status, encodeRequest } from './protocol.js';
 
 /** Send ACK after this many answers (half of ACK_EVERY, so that a slow ACK never breaks the rule). */
 const ACK_AFTER = ClientRules.ACK_EVERY / 2;
@@ -82,7 +82,7 @@ export interface SessionOptions {
 /** What the session tells its client. */
 export interface SessionHooks {
   /** An EXPIRED push (or any push other than GOAWAY). */
-  onPush(r: Response): void;
+  onPush(r: Reply): void;
   /** The server's state id changed: every lock is lost. Called before the failed calls reject. */
   onRestarted(endpoint: string): void;
   /** True while the client holds locks (so the session reconnects after a drop). */
@@ -111,16 +111,24 @@ export interface CallSpec {
 
 /** An answer and how it was obtained. */
 export interface Answer {
-  res: Response;
-  /** The request id the answer is for. */
-  id: bigint;
+  res: Reply;
+  /** The request id the answer is for (ids stay far below 2^53: a number). */
+  id: number;
   /** When the request was first written, on the deadline clock (clock.ts); re-sends keep it. */
   tFirst: number;
   /** True when the answer is to a re-sent request (after a resume). */
   retried: boolean;
 }
 
-type Done = (res: Response | undefined, err?: TicketingError) => void;
+type Done = (res: Reply | undefined, err?: TicketingError) => void;
+
+/**
+ * How a caller's call ends when it has no promise: called once, synchronously, from wherever the
+ * call settles (an answer being read, a timer, an abort, the close), with the answer or the
+ * error. It must not throw. Saves a promise and a microtask hop per call on the hot path (and
+ * runs before the next frame of the same read is handled).
+ */
+export type OnDone = (call: Call, a: Answer | undefined, err?: unknown) => void;
 
 /** A request's name in messages, or a function that makes it when one is needed. */
 export type What = string | (() => string);
@@ -139,7 +147,8 @@ interface ConnectWaiter {
 
 /** One request's life: queued (no id), sent (an id, in `#sent`), done. */
 export class Call {
-  id = 0n;
+  /** The request id (0: not written yet). A number: a session would need centuries to pass 2^53. */
+  id = 0;
   state: 'queued' | 'sent' | 'done' = 'queued';
   /** When it was first written (0: not yet), on the deadline clock: the time a lock's deadline counts from. */
   tFirst = 0;
@@ -156,7 +165,8 @@ export class Call {
   dprev: Call | undefined = undefined;
   dnext: Call | undefined = undefined;
   settled = false;
-  readonly promise: Promise<Answer>;
+  /** The caller's promise: made only for a caller's call without {@link OnDone}. */
+  readonly promise!: Promise<Answer>;
   resolve!: (a: Answer) => void;
   reject!: (e: unknown) => void;
   /** Set for an abandoned acquire whose caller waits for the clean-up. */
@@ -167,12 +177,14 @@ export class Call {
     readonly spec: CallSpec,
     /** Internal calls (heartbeat, ACK, CANCEL, clean-up RELEASE) have a callback instead of a caller. */
     readonly internal: Done | undefined,
+    /** A caller's call that ends in this callback instead of a promise. */
+    readonly onDone?: OnDone,
   ) {
+    if (internal || onDone) return;
     this.promise = new Promise<Answer>((res, rej) => {
       this.resolve = res;
       this.reject = rej;
     });
-    if (internal) this.promise.catch(() => {});
   }
 
   #what: string | undefined;
@@ -288,7 +300,7 @@ class Deadlines {
 /** The longest delay a runtime timer takes (a longer one fires after 1 ms). */
 const MAX_TIMER_MS = 0x7fffffff;
 
-/** 2^53: ids and tokens below it are written as two 32-bit halves of a number (no bigint arithmetic). */
+/** 2^53: tokens below it are written as two 32-bit halves of a number (no bigint arithmetic). */
 const SAFE = 0x20000000000000n;
 
 /** Writes a u64 at `off`. */
@@ -307,9 +319,9 @@ function putU64(b: Buffer, off: number, v: bigint): void {
  * A request frame, as {@link encodeRequest} makes it, from fields the client has already checked
  * (ids, tokens, leases, waits and keys within their widths): no object, no range checks.
  */
-function encodeFrame(op: number, id: bigint, token: bigint, leaseMs: number, waitMs: number, key: Buffer | undefined): Buffer {
-  if (id >= SAFE || token >= SAFE || (key !== undefined && key.length > Sizes.MAX_KEY_LEN)) {
-    return encodeRequest({ op, id, token, leaseMs, waitMs, key }); // (never, in practice) the checked way
+function encodeFrame(op: number, id: number, token: bigint, leaseMs: number, waitMs: number, key: Buffer | undefined): Buffer {
+  if (token >= SAFE || (key !== undefined && key.length > Sizes.MAX_KEY_LEN)) {
+    return encodeRequest({ op, id: BigInt(id), token, leaseMs, waitMs, key }); // (never, in practice) the checked way
   }
   const n = key === undefined ? 0 : key.length;
   const b = Buffer.allocUnsafe(HEADER_SIZE + n);
@@ -317,7 +329,8 @@ function encodeFrame(op: number, id: bigint, token: bigint, leaseMs: number, wai
   b[4] = op;
   b[5] = 0;
   b.writeUInt16BE(n, 6);
-  putU64(b, 8, id);
+  b.writeUInt32BE(Math.floor(id / 0x100000000), 8);
+  b.writeUInt32BE(id >>> 0, 12);
   putU64(b, 16, token);
   b.writeUInt32BE(leaseMs, 24);
   b.writeUInt32BE(waitMs, 28);
@@ -333,9 +346,9 @@ function jitter(ms: number): number {
 export class Session {
   /** The session id sent in every HELLO; a new one after the server restarted. */
   sessionId: Buffer = newSessionId();
-  #nextId = 1n;
+  #nextId = 1;
   readonly #queue: Call[] = [];
-  readonly #sent = new Map<bigint, Call>();
+  readonly #sent = new Map<number, Call>();
   #conn: Connection | undefined;
   #dialing: Promise<void> | undefined;
   #dialAbort: AbortController | undefined;
@@ -396,11 +409,13 @@ export class Session {
   // ---- requests ----
 
   /** Sends a request for a caller: `call.promise` settles with its answer (any status) or rejects. */
-  request(spec: CallSpec): Call {
-    const call = new Call(spec, undefined);
+  request(spec: CallSpec, onDone?: OnDone): Call {
+    const call = new Call(spec, undefined, onDone);
     if (this.#closed) {
       call.settled = true;
-      call.reject(new ClientClosedError(`${whatText(spec.what)}: the client is closed`));
+      const err = new ClientClosedError(`${whatText(spec.what)}: the client is closed`);
+      if (onDone) onDone(call, undefined, err);
+      else call.reject(err);
       return call;
     }
     this.#pendingUser++;
@@ -433,7 +448,7 @@ export class Session {
   #send(call: Call, retry: boolean): void {
     const conn = this.#conn!;
     const first = call.state === 'queued';
-    if (call.id === 0n) call.id = this.#nextId++;
+    if (call.id === 0) call.id = this.#nextId++;
     call.state = 'sent';
     // A re-send (after a resume, to the leader, or to another endpoint as a new request) keeps
     // the first send: the server counts a grant's lease from the request's first arrival.
@@ -504,7 +519,8 @@ export class Session {
     this.#deadlines.disarm(call);
     if (call.cleanupTimer) clearTimeout(call.cleanupTimer);
     call.cleanupTimer = undefined;
-    if (answer) call.resolve(answer);
+    if (call.onDone) call.onDone(call, answer, err);
+    else if (answer) call.resolve(answer);
     else call.reject(err);
     this.#pendingUser--;
     this.#updateRef();
@@ -513,6 +529,14 @@ export class Session {
 
   #reject(call: Call, err: unknown): void {
     this.#settle(call, undefined, err);
+  }
+
+  /** The callers' acquires still waiting for their answer (neither settled nor given up). */
+  waitingAcquires(): Call[] {
+    const out: Call[] = [];
+    for (const c of this.#queue) if (!c.internal && !c.settled && c.spec.op === Op.ACQUIRE) out.push(c);
+    for (const c of this.#sent.values()) if (!c.internal && !c.settled && !c.abandoned && c.spec.op === Op.ACQUIRE) out.push(c);
+    return out;
   }
 
   /** Gives up a call that is not an ACQUIRE: it rejects with `err`; its answer, if it comes, is ignored. */
@@ -549,7 +573,7 @@ export class Session {
     } else {
       this.#reject(call, err);
     }
-    this.#internal({ op: Op.CANCEL, token: call.id, what: `cancel ${call.what}`, timeoutMs: this.opts.requestTimeoutMs }, () => {
+    this.#internal({ op: Op.CANCEL, token: BigInt(call.id), what: `cancel ${call.what}`, timeoutMs: this.opts.requestTimeoutMs }, () => {
       // The ACQUIRE's answer (CANCELLED, or OK to release) comes first; if it is still missing,
       // give it the cleanup timeout and then forget it (a grant then runs out its lease).
       if (this.#sent.get(call.id) === call) {
@@ -567,7 +591,7 @@ export class Session {
   }
 
   /** The answer to an abandoned ACQUIRE: release a grant, then let the caller go. */
-  #abandonedAnswer(call: Call, r: Response): void {
+  #abandonedAnswer(call: Call, r: Reply): void {
     const finish = (): void => {
       this.#cleanupDone();
       if (call.cleanupError) this.#reject(call, call.cleanupError);
@@ -588,9 +612,9 @@ export class Session {
 
   // ---- answers ----
 
-  #onFrame(conn: Connection, r: Response): void {
+  #onFrame(conn: Connection, r: Reply): void {
     if (conn !== this.#conn) return;
-    if (r.id === 0n) {
+    if (r.id === 0) {
       if (r.op === Op.GOAWAY) return this.#goaway(conn, r);
       return this.hooks.onPush(r);
     }
@@ -615,7 +639,7 @@ export class Session {
       // Refused (nothing ran): ask another endpoint, as a new request.
       this.#sent.delete(r.id);
       call.redirects++;
-      call.id = 0n;
+      call.id = 0;
       call.state = 'queued';
       this.#queue.unshift(call);
       this.#moveOn(conn);
@@ -634,7 +658,7 @@ export class Session {
     this.#maybeAck();
   }
 
-  #goaway(conn: Connection, r: Response): void {
+  #goaway(conn: Connection, r: Reply): void {
     const hint = r.data.toString('utf8');
     this.#leaderHint = hint ? tryParseEndpoint(hint) : undefined;
     if (!this.#leaderHint) this.#moveOn(conn);
@@ -651,13 +675,13 @@ export class Session {
 
   #maybeAck(): void {
     if (this.#answersSinceAck < ACK_AFTER || this.#ack || !this.#conn) return;
-    let x = 0n;
+    let x = 0;
     for (const c of this.#sent.values()) {
-      if (c.spec.op !== Op.ACQUIRE && (x === 0n || c.id < x)) x = c.id;
+      if (c.spec.op !== Op.ACQUIRE && (x === 0 || c.id < x)) x = c.id;
     }
-    if (x === 0n) x = this.#nextId; // nothing awaited: the id the ACK itself takes
+    if (x === 0) x = this.#nextId; // nothing awaited: the id the ACK itself takes
     this.#answersSinceAck = 0;
-    this.#ack = this.#internal({ op: Op.ACK, token: x, what: 'ack', timeoutMs: this.opts.requestTimeoutMs }, () => (this.#ack = undefined));
+    this.#ack = this.#internal({ op: Op.ACK, token: BigInt(x), what: 'ack', timeoutMs: this.opts.requestTimeoutMs }, () => (this.#ack = undefined));
   }
 
   // ---- connections ----
@@ -926,7 +950,7 @@ export class Session {
     this.#answersSinceAck = 0;
     this.#ack = undefined;
     this.sessionId = newSessionId();
-    this.#nextId = 1n;
+    this.#nextId = 1;
     const sent = [...this.#sent.values()];
     this.#sent.clear();
     const internals = this.#queue.filter((c) => c.internal);
@@ -1063,7 +1087,7 @@ export class Session {
   }
 
   #checkIdle(): void {
-    if (this.#pendingUser === 0 && this.#cleanups <= 0) {
+    if (this.#idleWaiters.length > 0 && this.#pendingUser === 0 && this.#cleanups <= 0) {
       const w = this.#idleWaiters.splice(0);
       for (const f of w) f();
     }

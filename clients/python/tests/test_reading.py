@@ -5,6 +5,8 @@ callers stop, for pushes and heartbeats."""
 
 from __future__ import annotations
 
+import socket
+import sys
 import threading
 import time
 
@@ -191,3 +193,165 @@ def test_on_lost_callbacks_found_by_a_reading_caller_run_on_a_client_thread() ->
         assert ran.wait(5)
         assert ran_on[0] is not t and ran_on[0].name.startswith("ticketing-")
         assert fake.ops()
+
+
+# --- a leading caller blocks in recv() (SO_RCVTIMEO, Linux) -------------------------------------
+
+needs_rcvtimeo = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                    reason="the blocking-recv path needs SO_RCVTIMEO (Linux)")
+
+
+class _SockSpy:
+    """Wraps a connection's socket: records every recv() a caller makes (its flags, and whether
+    the receive timeout ended it) and passes everything through."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.recvs: list[tuple[int, str]] = []  # (flags, "data" | "eof" | "timeout")
+
+    def recv(self, n: int, flags: int = 0) -> bytes:
+        try:
+            data = self._sock.recv(n, flags)
+        except BlockingIOError:
+            self.recvs.append((flags, "timeout"))
+            raise
+        self.recvs.append((flags, "data" if data else "eof"))
+        return data
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._sock, name)
+
+
+def _spy_on(client: ticketing.Client) -> _SockSpy:
+    conn = client._conn
+    assert conn is not None and conn._direct_sock is not None
+    spy = _SockSpy(conn._direct_sock)
+    conn._direct_sock = spy  # type: ignore[assignment]
+    return spy
+
+
+@needs_rcvtimeo
+def test_a_leading_caller_blocks_in_recv_and_its_timeout_still_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A caller with more time left than the socket's receive timeout reads with a blocking recv
+    # (flags 0); each receive timeout ends one recv, and the caller's own deadline still ends
+    # the call, on time.
+    monkeypatch.setattr(connection, "_RCV_TIMEOUT", 0.05)
+
+    def frozen(c: FakeConn) -> None:
+        c.handshake()
+        c.answer(c.recv(answer_pings=False))  # connect()'s PING
+        while True:
+            c.recv(answer_pings=False)  # never answers
+
+    with FakeServer(frozen) as fake:
+        client = ticketing.Client(fake.addr, request_timeout=0.6, connect_timeout=1, heartbeat=0)
+        client.connect()
+        assert client._conn is not None and client._conn._blocking_after == 0.05
+        spy = _spy_on(client)
+        t0 = time.monotonic()
+        t, out = in_thread(client.ping)
+        t.join(5)
+        took = time.monotonic() - t0
+        assert len(out) == 1 and isinstance(out[0], ticketing.RequestTimeout)
+        assert 0.55 < took < 3
+        blocking_timeouts = [r for r in spy.recvs if r == (0, "timeout")]
+        assert len(blocking_timeouts) >= 2  # woken by the receive timeout, then read on
+        # the last part of the wait (under 50 ms left) polled with the caller's own timeout
+        assert not [r for r in spy.recvs if r[1] == "data"]
+        client.close()
+
+
+@needs_rcvtimeo
+def test_a_blocking_caller_reads_its_answer_and_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Answers arriving while a caller blocks in recv are handled as with poll: its own, and
+    # a push for a lock held (the lost signal fires).
+    monkeypatch.setattr(connection, "_RCV_TIMEOUT", 0.05)
+    monkeypatch.setattr(connection, "_LINGER", 5.0)  # the reader thread stays out meanwhile
+    go = threading.Event()
+
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        c.answer(c.recv(answer_pings=False))  # connect()'s PING
+        acq = c.recv()
+        c.answer(acq, token=9, lease_ms=acq.lease_ms)
+        ping = c.recv(answer_pings=False)
+        go.wait(5)
+        time.sleep(0.2)  # a few receive timeouts pass
+        c.send(Response(op=Op.EXPIRED, status=Status.OK, id=0, token=9, detail=ExpiredReason.LEASE, data=acq.key))
+        c.answer(ping)
+        serve(c)
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr, heartbeat=0) as client:
+        spy = _spy_on(client)
+
+        def work() -> ticketing.Lock:
+            lock = client.acquire("k", 60)
+            go.set()
+            client.ping()
+            return lock
+
+        t, out = in_thread(work)
+        t.join(10)
+        assert len(out) == 1 and isinstance(out[0], ticketing.Lock)
+        assert out[0].lost_reason is LostReason.EXPIRED
+        assert (0, "data") in spy.recvs and (0, "timeout") in spy.recvs
+
+
+@needs_rcvtimeo
+def test_close_wakes_a_caller_blocked_in_recv(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The receive timeout far away: close() (shutdown of the socket) is what ends the recv.
+    monkeypatch.setattr(connection, "_RCV_TIMEOUT", 30.0)
+    monkeypatch.setattr(connection, "_LINGER", 5.0)  # the reader thread stays out meanwhile
+
+    def frozen(c: FakeConn) -> None:
+        c.handshake()
+        c.answer(c.recv(answer_pings=False))  # connect()'s PING
+        acq = c.recv(answer_pings=False)
+        c.answer(acq, token=5, lease_ms=acq.lease_ms)  # read by the reader thread, which then yields
+        while True:
+            c.recv(answer_pings=False)
+
+    with FakeServer(frozen) as fake:
+        client = ticketing.Client(fake.addr, request_timeout=120, heartbeat=0)
+        client.connect()
+        spy = _spy_on(client)
+
+        def work() -> None:
+            client.acquire("k", 60)
+            client.ping()
+
+        t, out = in_thread(work)
+        conn = client._conn
+        assert conn is not None
+        wait_for(lambda: fake.ops().count(Op.PING) == 2 and conn._leader == connection._CALLER)
+        t0 = time.monotonic()
+        client.close()
+        t.join(5)
+        assert time.monotonic() - t0 < 3
+        assert len(out) == 1 and isinstance(out[0], ticketing.ClientClosed)
+        assert (0, "eof") in spy.recvs  # the blocking recv ended by the shutdown
+
+
+@needs_rcvtimeo
+def test_the_reader_thread_reads_on_after_receive_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An idle connection: the reader thread's blocking recv ends with the receive timeout again
+    # and again; it is no error, and the reader goes on serving the main thread and pushes.
+    monkeypatch.setattr(connection, "_RCV_TIMEOUT", 0.02)
+    timeouts = [0]
+    real_recv = connection._PlainTransport.recv
+
+    def recv(self: connection._PlainTransport) -> bytes:
+        try:
+            return real_recv(self)
+        except BlockingIOError:
+            timeouts[0] += 1
+            raise
+
+    monkeypatch.setattr(connection._PlainTransport, "recv", recv)
+    with FakeServer(leader) as fake, ticketing.Client(fake.addr, heartbeat=0) as client:
+        lock = client.acquire("k", 60)  # the main thread: the reader thread reads its answers
+        wait_for(lambda: timeouts[0] >= 5)
+        assert client.connected and lock.held
+        assert client.ping() >= 0
+        lock.release()
+        assert len(fake.conns) == 1

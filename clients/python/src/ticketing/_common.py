@@ -343,6 +343,10 @@ class RecentTokens:
         """Forget every token."""
         self._items.clear()
 
+    def __len__(self) -> int:
+        """How many tokens are remembered (``if recent:`` skips :meth:`pop` when none)."""
+        return len(self._items)
+
 
 # --- inspect --------------------------------------------------------------------------------
 

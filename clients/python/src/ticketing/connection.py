@@ -10,7 +10,11 @@ callers one send carries the requests of several.
 On a plain connection a waiting caller may also read the socket itself while no other thread
 reads it (:meth:`Connection.wait_answer`, leader/follower): it handles every frame that arrives,
 and once its own answer is in it hands the reading role to another waiting caller, or leaves it
-free. The reader thread then stays out of the socket while callers keep coming (it takes the role
+free. On Linux the socket has a receive timeout (``SO_RCVTIMEO``, ``_RCV_TIMEOUT``): a caller
+whose deadline is further away than that blocks in ``recv`` itself, one system call instead of
+``poll`` then ``recv`` (the timeout bounds the wait, and it looks at its deadline again); a
+caller with less time left polls with its own timeout. The reader thread takes the timeout as a
+quiet interval and reads on. The reader thread then stays out of the socket while callers keep coming (it takes the role
 back after ``_LINGER`` without a reading caller, or at once when :meth:`Connection.write` queues
 bytes that no caller waits for: heartbeats, ACKs, clean-up), so a call costs no thread hand-off
 at all. Only threads other than the main thread read: a ``KeyboardInterrupt`` (or any exception
@@ -28,6 +32,8 @@ import logging
 import select
 import socket
 import ssl as _ssl
+import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -60,6 +66,10 @@ _DONTWAIT: int = getattr(socket, "MSG_DONTWAIT", 0)
 #: coming read their own answers); it then takes the reading role back when it is free.
 _LINGER = 0.02
 _POLLIN = getattr(select, "POLLIN", 1)
+#: The socket's receive timeout (``SO_RCVTIMEO``, Linux only), seconds: a leading caller with more
+#: time left than this reads with a blocking ``recv``, woken by the timeout at the latest. It also
+#: wakes the reader thread of an idle connection this often.
+_RCV_TIMEOUT = 1.0
 #: The reading role's holders (Connection._leader).
 _READER = 1
 _CALLER = 2
@@ -286,6 +296,21 @@ def _probe_tls(endpoint: Endpoint, deadline: float | None) -> bool:
     return speaks_tls(answer)
 
 
+def _set_recv_timeout(sock: socket.socket, seconds: float) -> float | None:
+    """Give ``sock`` a receive timeout (``SO_RCVTIMEO``) of ``seconds``: a blocking recv then
+    raises BlockingIOError after that long without data. Returns ``seconds``, or None where it
+    is not set (not Linux, where the option's ``struct timeval`` layout is known, or refused)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    sec = int(seconds)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                        struct.pack("@ll", sec, int((seconds - sec) * 1_000_000)))
+    except OSError:
+        return None
+    return seconds
+
+
 def _set_remaining(sock: socket.socket, deadline: float | None) -> None:
     if deadline is None:
         sock.settimeout(None)
@@ -345,6 +370,11 @@ class Connection:
         if self._direct_sock is not None and hasattr(select, "poll"):
             self._poller = select.poll()
             self._poller.register(self._direct_sock, _POLLIN)
+        # A caller may block in recv() when its deadline is further away than this (None: always
+        # poll first): see the module doc.
+        self._blocking_after: float | None = None
+        if self._poller is not None and self._direct_sock is not None:
+            self._blocking_after = _set_recv_timeout(self._direct_sock, _RCV_TIMEOUT)
         name = format_endpoint(endpoint)
         self._reader = threading.Thread(target=self._read_loop, name=f"ticketing-reader-{name}", daemon=True)
         self._writer = threading.Thread(target=self._write_loop, name=f"ticketing-writer-{name}", daemon=True)
@@ -429,21 +459,30 @@ class Connection:
         poller = self._poller
         assert sock is not None and poller is not None
         reason = ""
+        blocking_after = self._blocking_after
         try:
+            if blocking_after is not None and (left is None or left > blocking_after):
+                # Blocking recv: returns what arrives, b"" at the end (also once close() shut
+                # the socket down), or raises BlockingIOError when the receive timeout passed.
+                data = sock.recv(_RECV_SIZE)
             # (at most a minute per poll: the caller's loop looks at its deadline again)
-            if poller.poll(-1 if left is None else int(min(left, 60.0) * 1000) + 1):
+            elif poller.poll(-1 if left is None else int(min(left, 60.0) * 1000) + 1):
                 data = sock.recv(_RECV_SIZE, _DONTWAIT)
+            else:
+                data = None
+            if data is not None:
                 if not data:
                     reason = "the server closed the connection"
                 else:
                     self.last_received = _clock.now()
                     frames = self._frames.feed(data)
                     if frames:
-                        _caller_handling.on = True
+                        handling = _caller_handling
+                        handling.on = True
                         try:
                             self._on_frames(self, frames)
                         finally:
-                            _caller_handling.on = False
+                            handling.on = False
         except BlockingIOError:
             pass
         except ProtocolError as e:
@@ -457,7 +496,8 @@ class Connection:
         finally:
             with self._rl:
                 self._leader = 0
-                self._hand_off_locked()
+                if self._followers:
+                    self._hand_off_locked()
         if reason:
             self.close(reason)
 
@@ -608,7 +648,11 @@ class Connection:
                     return
                 if self._poller is not None and not self._take_turn():
                     return
-                data = self._transport.recv()
+                try:
+                    data = self._transport.recv()
+                except BlockingIOError:  # the socket's receive timeout (_RCV_TIMEOUT): quiet
+                    data = b""
+                    continue
                 if not data:
                     break
         except ProtocolError as e:

@@ -28,6 +28,11 @@ __all__ = ["Lock", "LockContext"]
 
 log = logging.getLogger("ticketing")
 
+#: Enum members as module globals: a class attribute of an Enum costs several times a global
+#: lookup, and these are read for every request.
+_RELEASE = Op.RELEASE
+_OK = Status.OK
+
 
 class Lock:
     """A lock held with fencing token :attr:`token`, returned by :meth:`Client.acquire`. Used
@@ -149,26 +154,38 @@ class Lock:
         with self._release_mutex:
             if self._released:
                 return
-            self._check_deadline()
             with self._mutex:
-                lost = self._lost_reason
-                tell = lost is not None and not self._told_server
-                if tell:
-                    self._told_server = True
-                if lost is None:
+                # Held and before its deadline (the usual case): release now, in one turn of the
+                # mutex (_check_deadline, then the look at the lost reason, and _stop_keepalive).
+                fast = self._lost_reason is None and _clock.now() < self._fire_at
+                if fast:
                     self._releasing = True
-            if lost is not None:
-                if tell and lost not in (LostReason.SERVER_RESTARTED, LostReason.NOT_HELD):
-                    self._client._release_in_background(self._key_bytes, self._token)
-                raise LockLost(lost, self._key_bytes, self._token)
-            self._stop_keepalive()
+                    self._stop_requested = True
+                    stop = self._stop
+            if fast:
+                if stop is not None:
+                    stop.set()
+            else:
+                self._check_deadline()
+                with self._mutex:
+                    lost = self._lost_reason
+                    tell = lost is not None and not self._told_server
+                    if tell:
+                        self._told_server = True
+                    if lost is None:
+                        self._releasing = True
+                if lost is not None:
+                    if tell and lost not in (LostReason.SERVER_RESTARTED, LostReason.NOT_HELD):
+                        self._client._release_in_background(self._key_bytes, self._token)
+                    raise LockLost(lost, self._key_bytes, self._token)
+                self._stop_keepalive()
             try:
-                resp = self._client._request(Call(Op.RELEASE, key=self._key_bytes, token=self._token),
+                resp = self._client._request(Call(_RELEASE, self._key_bytes, self._token),
                                              self._client._request_timeout)
             except BaseException:
                 self._end_release(ok=False)
                 raise
-            if resp.status == Status.OK:
+            if resp.status == _OK:
                 reason = self._end_release(ok=True)
                 if reason is not None:
                     raise LockLost(reason, self._key_bytes, self._token)
@@ -251,7 +268,10 @@ class Lock:
 
     def _start(self, keepalive: bool, max_hold: float | None) -> None:
         with self._mutex:
-            self._schedule_locked()
+            if self._timer is None:  # _schedule_locked, inlined for every acquire
+                self._timer = self._client._timers.call_at(self._fire_at, self._on_deadline)
+            else:
+                self._schedule_locked()
             if keepalive:
                 self._stop = threading.Event()
                 if self._stop_requested:

@@ -1211,3 +1211,78 @@ def test_timeouts_share_one_timer_in_any_order() -> None:
 
     with FakeServer(frozen) as fake:
         run(main)
+
+
+@pytest.mark.parametrize("first", ["answered", "cancelled"])
+def test_concurrent_releases_of_one_lock(first: str) -> None:
+    # release() runs once at a time per lock: tasks that find one running wait for its end and
+    # then look again (a released lock: nothing to do; else they release it themselves); a
+    # waiting task cancelled meanwhile leaves the others unharmed.
+    sent = threading.Event()
+    go = threading.Event()
+
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        acq = c.recv()
+        c.answer(acq, token=7, lease_ms=acq.lease_ms)
+        rel = c.recv()
+        sent.set()
+        if first == "answered":
+            go.wait(5)
+            c.answer(rel)
+        else:  # the first release's task is cancelled: the next waiter sends its own
+            again = c.recv()
+            c.answer(rel)
+            c.answer(again)
+        serve(c)
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr, heartbeat=0) as client:
+            lock = await client.acquire("k", 30)
+            one = asyncio.create_task(lock.release())
+            await wait_for(sent.is_set)
+            two = asyncio.create_task(lock.release())
+            gone = asyncio.create_task(lock.release())
+            await wait_for(lambda: len(lock._release_waiters or ()) == 2)
+            gone.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await gone
+            if first == "answered":
+                go.set()
+                await one
+            else:
+                one.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await one
+            await asyncio.wait_for(two, 5)
+            assert lock.released and not lock._in_release and lock._release_waiters is None
+            await lock.release()  # released: nothing sent
+        assert fake.ops().count(Op.RELEASE) == (1 if first == "answered" else 2)
+
+    with FakeServer(script) as fake:
+        run(main)
+        assert not fake.errors
+
+
+def test_lost_event_made_after_the_loss_is_set() -> None:
+    # ``lock.lost`` is made on first use: one asked for only after the loss is set at once.
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        acq = c.recv()
+        c.answer(acq, token=51, lease_ms=acq.lease_ms)
+        c.send(Response(op=Op.EXPIRED, status=Status.OK, id=0, token=51, detail=ExpiredReason.LEASE, data=acq.key))
+        serve(c)
+
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr, heartbeat=0) as client:
+            lock = await client.acquire("k", 30)
+            await wait_for(lambda: lock.lost_reason is not None)
+            assert lock._lost is None and lock.lost.is_set()
+            held = await client.acquire("k2", 30)
+            assert not held.lost.is_set()
+            await held.release()
+            assert not held.lost.is_set()
+
+    with FakeServer(script) as fake:
+        run(main)
+        assert not fake.errors

@@ -77,6 +77,12 @@ __all__ = ["Client"]
 
 log = logging.getLogger("ticketing")
 
+#: Enum members as module globals: a class attribute of an Enum costs several times a global
+#: lookup, and these are read for every request.
+_ACQUIRE = Op.ACQUIRE
+_OK = Status.OK
+_TIMED_OUT = Status.TIMED_OUT
+
 
 class Client(ForkAware):
     """A Ticketing client for asyncio: one session and one connection, shared by any number of
@@ -307,10 +313,10 @@ class Client(ForkAware):
         cap = seconds_option("max_hold", max_hold)
         if refuse_held and self._holds(k):
             raise AlreadyHeld(f"this client already holds key {describe_key(k)} (refuse_held=True)")
-        call = Call(Op.ACQUIRE, key=k, lease_ms=lm, wait_ms=wm)
+        call = Call(_ACQUIRE, k, 0, lm, wm)
         timeout = None if wait_timeout is None or self._request_timeout is None else wait_timeout + self._request_timeout
         resp = await self._request(call, timeout, cleanup_on_cancel=True)
-        if resp.status != Status.OK:
+        if resp.status != _OK:
             raise error_for_status(resp.status, resp.detail, resp.data,
                                    f"key {describe_key(k)}, lease {lm / 1000:g} s, {describe_wait(wait_timeout)}")
         return self._new_lock(key, k, call, resp, lm, keepalive, cap)
@@ -323,11 +329,11 @@ class Client(ForkAware):
         cap = seconds_option("max_hold", max_hold)
         if refuse_held and self._holds(k):
             raise AlreadyHeld(f"this client already holds key {describe_key(k)} (refuse_held=True)")
-        call = Call(Op.ACQUIRE, key=k, lease_ms=lm, wait_ms=0)
+        call = Call(_ACQUIRE, k, 0, lm, 0)
         resp = await self._request(call, self._request_timeout, cleanup_on_cancel=True)
-        if resp.status == Status.TIMED_OUT:
+        if resp.status == _TIMED_OUT:
             return None
-        if resp.status != Status.OK:
+        if resp.status != _OK:
             raise error_for_status(resp.status, resp.detail, resp.data, f"key {describe_key(k)}, try once")
         return self._new_lock(key, k, call, resp, lm, keepalive, cap)
 
@@ -419,7 +425,7 @@ class Client(ForkAware):
         if self._session.restarts != call.epoch:
             reason: str | None = LostReason.SERVER_RESTARTED
         else:
-            reason = self._early_lost.pop(resp.token)
+            reason = self._early_lost.pop(resp.token) if self._early_lost else None
         self._locks[resp.token] = lock
         if self._lost_watch is None:
             self._lost_watch = asyncio.get_running_loop().call_later(LOST_CHECK_MS / 1000, self._watch_locks)
@@ -519,15 +525,21 @@ class Client(ForkAware):
     def _submit(self, call: Call, *, connect: bool = False) -> None:
         if self._closed or (self._closing and call.op != Op.RELEASE):
             raise ClientClosed(f"the client is closed ({call.describe()})")
-        self._session.submit(call, _clock.now())
-        if not self._session.ready:
+        session = self._session
+        session.submit(call, _clock.now())
+        if not session.ready:
             # Before the first connection a call starts a round at once (and fails with it,
             # unless a node answered NOT_LEADER: an election, see _election_pause);
             # later it waits for the reconnect loop, which keeps its backoff (connect() excepted).
             if connect:
                 self._connect_calls.append(call)
             self._ensure_connector(wake=connect or not self._ever_connected)
-        self._flush_and_handle()
+        # _flush_and_handle, inlined for every request: usually only the write.
+        conn = self._conn
+        if session.out and conn is not None:
+            conn.write(session.take_out())
+        if session.finished or session.events:
+            self._handle(session.take_finished(), session.take_events(), conn)
 
     def _flush_and_handle(self) -> None:
         """Write what the session queued, then run what finished."""
@@ -569,11 +581,24 @@ class Client(ForkAware):
         """Reader task: frames received on ``conn``."""
         if self._conn is not conn:
             return
+        session = self._session
         now = _clock.now()
         for frame in frames:
-            self._session.on_response(frame, now)
-        self._flush()
-        self._handle(self._session.take_finished(), self._session.take_events(), conn)
+            session.on_response(frame, now)
+        if session.out:
+            conn.write(session.take_out())
+        finished = session.finished
+        session.finished = []
+        if session.events:
+            self._handle(finished, session.take_events(), conn)
+        else:
+            # _handle without events, inlined: this runs for every answer.
+            for call in finished:
+                for cb in call.callbacks:
+                    try:
+                        cb(call)
+                    except Exception:
+                        log.exception("callback failed")
         if self._settle is not None:
             self._settle.set()
 

@@ -28,6 +28,11 @@ __all__ = ["Lock", "LockContext"]
 
 log = logging.getLogger("ticketing")
 
+#: Enum members as module globals: a class attribute of an Enum costs several times a global
+#: lookup, and these are read for every request.
+_RELEASE = Op.RELEASE
+_OK = Status.OK
+
 
 class Lock:
     """A lock held with fencing token :attr:`token`, returned by :meth:`Client.acquire`. Used
@@ -54,13 +59,17 @@ class Lock:
         self._deadline = deadline  # on the lock clock (ticketing._clock)
         self._fire_at = deadline - lost_margin(granted_ms)  # when the lost signal fires
         self._extend_id = 0  # the request id of the EXTEND whose answer set the deadline
-        self._lost = asyncio.Event()
+        # Made on first use (``lost``): most locks are released without anybody asking.
+        self._lost: asyncio.Event | None = None
         self._lost_reason: LostReason | None = None
         self._deferred_lost: LostReason | None = None
         self._released = False
         self._releasing = False
         self._told_server = False  # release() of the lost lock sent its RELEASE in the background
-        self._release_mutex = asyncio.Lock()
+        # One release() at a time (as an asyncio.Lock would, without its cost per release when
+        # nobody else releases the lock): the tasks that find one running wait for it to end.
+        self._in_release = False
+        self._release_waiters: list[asyncio.Future[None]] | None = None
         self._callbacks: list[Callable[[Lock], object]] = []
         self._timer: _Timed | None = None
         self._keepalive: asyncio.Task[None] | None = None
@@ -95,7 +104,12 @@ class Lock:
     def lost(self) -> asyncio.Event:
         """Set when the lock is lost (never by a release)."""
         self._check_deadline()
-        return self._lost
+        ev = self._lost
+        if ev is None:
+            ev = self._lost = asyncio.Event()
+            if self._lost_reason is not None:
+                ev.set()
+        return ev
 
     @property
     def lost_reason(self) -> LostReason | None:
@@ -134,34 +148,54 @@ class Lock:
         answer raises :class:`LockLost` (reason ``"not held"``, unless it was lost earlier for
         another reason).
         """
-        async with self._release_mutex:
-            if self._released:
-                return
-            self._check_deadline()
-            lost = self._lost_reason
-            if lost is not None:
-                if not self._told_server and lost not in (LostReason.SERVER_RESTARTED, LostReason.NOT_HELD):
-                    self._client._release_in_background(self._key_bytes, self._token)
-                self._told_server = True
-                raise LockLost(lost, self._key_bytes, self._token)
-            self._releasing = True
-            self._stop_keepalive()
+        while self._in_release:  # another task's release() runs: wait for its end, then look again
+            fut = asyncio.get_running_loop().create_future()
+            if self._release_waiters is None:
+                self._release_waiters = []
+            self._release_waiters.append(fut)
             try:
-                resp = await self._client._request(Call(Op.RELEASE, key=self._key_bytes, token=self._token),
-                                                   self._client._request_timeout)
-            except BaseException:
-                self._end_release(ok=False)
-                raise
-            if resp.status == Status.OK:
-                reason = self._end_release(ok=True)
-                if reason is not None:
-                    raise LockLost(reason, self._key_bytes, self._token)
-                return
+                await fut
+            finally:
+                if not fut.done():
+                    fut.cancel()
+        self._in_release = True
+        try:
+            await self._release_once()
+        finally:
+            self._in_release = False
+            waiters, self._release_waiters = self._release_waiters, None
+            for w in waiters or ():
+                if not w.done():
+                    w.set_result(None)
+
+    async def _release_once(self) -> None:
+        if self._released:
+            return
+        self._check_deadline()
+        lost = self._lost_reason
+        if lost is not None:
+            if not self._told_server and lost not in (LostReason.SERVER_RESTARTED, LostReason.NOT_HELD):
+                self._client._release_in_background(self._key_bytes, self._token)
+            self._told_server = True
+            raise LockLost(lost, self._key_bytes, self._token)
+        self._releasing = True
+        self._stop_keepalive()
+        try:
+            resp = await self._client._request(Call(_RELEASE, self._key_bytes, self._token),
+                                               self._client._request_timeout)
+        except BaseException:
             self._end_release(ok=False)
-            if resp.status == Status.NOT_HELD:
-                self._set_lost(LostReason.NOT_HELD)
-                raise LockLost(self._lost_reason or LostReason.NOT_HELD, self._key_bytes, self._token)
-            raise error_for_status(resp.status, resp.detail, resp.data, self._context())
+            raise
+        if resp.status == _OK:
+            reason = self._end_release(ok=True)
+            if reason is not None:
+                raise LockLost(reason, self._key_bytes, self._token)
+            return
+        self._end_release(ok=False)
+        if resp.status == Status.NOT_HELD:
+            self._set_lost(LostReason.NOT_HELD)
+            raise LockLost(self._lost_reason or LostReason.NOT_HELD, self._key_bytes, self._token)
+        raise error_for_status(resp.status, resp.detail, resp.data, self._context())
 
     async def extend(self, lease: float | None = None) -> float:
         """Set the lease to ``lease`` seconds from now (default: the lease asked for at acquire);
@@ -308,7 +342,8 @@ class Lock:
         self._cancel_timer()
         self._stop_keepalive()
         self._client._unregister(self)
-        self._lost.set()
+        if self._lost is not None:
+            self._lost.set()
         log.info("lock on %s (token %d) lost: %s", describe_key(self._key_bytes), self._token, reason)
         callbacks, self._callbacks = self._callbacks, []
         for cb in callbacks:

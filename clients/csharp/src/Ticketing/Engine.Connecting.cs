@@ -295,7 +295,7 @@ namespace Ticketing
                         {
                             FailLocked(r, e, after);
                         }
-                        foreach (Request r in _inflight.Values.ToList())
+                        foreach (Request r in InflightInOrder())
                         {
                             if (!r.Abandoned)
                             {
@@ -371,7 +371,7 @@ namespace Ticketing
                 // client's own clean-up of it. A request not sent yet, or answered NOT_LEADER (it
                 // never ran), goes to the new state as a new request.
                 var requeue = new List<Request>();
-                foreach (Request r in _inflight.Values.ToList())
+                foreach (Request r in InflightInOrder())
                 {
                     if (r.NotRun && !r.Internal && !r.Abandoned)
                     {
@@ -418,12 +418,12 @@ namespace Ticketing
             _conn.Start();
             if (w.Resumed)
             {
-                foreach (Request r in _inflight.Values)
+                foreach (Request r in InflightInOrder())
                 {
                     r.NotRun = false;
                     _conn.Enqueue(r.Encode());
                 }
-                foreach (Request r in _inflight.Values.ToList())
+                foreach (Request r in InflightInOrder())
                 {
                     if (r.Abandoned && !r.CancelSent && r.Op == Op.Acquire)
                     {
@@ -435,7 +435,7 @@ namespace Ticketing
             {
                 var e = new ConnectionLostException("the connection to the server dropped and the session could not be resumed;"
                     + " the outcome of the request is unknown");
-                foreach (Request r in _inflight.Values.ToList())
+                foreach (Request r in InflightInOrder())
                 {
                     if (r.NotRun)
                     {
@@ -452,7 +452,7 @@ namespace Ticketing
                         }
                         if (r.Abandoned)
                         {
-                            after.Add(() => r.Settled.TrySetResult(true));
+                            after.Add(() => r.SetSettled());
                         }
                         else
                         {
@@ -540,7 +540,7 @@ namespace Ticketing
                 }
                 var e = new ConnectionLostException("the connection dropped and was not back within the session grace ("
                     + _graceMs + " ms); the outcome of the request is unknown");
-                foreach (Request r in _inflight.Values.ToList())
+                foreach (Request r in InflightInOrder())
                 {
                     if (r.Abandoned)
                     {
@@ -685,16 +685,16 @@ namespace Ticketing
                         FailLocked(r, e, after);
                     }
                 }
-                foreach (Request r in _inflight.Values.ToList())
+                foreach (Request r in InflightInOrder())
                 {
                     if (r.Op == Op.Acquire && !r.Done)
                     {
                         AbandonLocked(r, e, after);
-                        waits.Add(r.Settled.Task);
+                        waits.Add(r.Settled);
                     }
                     else if (r.Abandoned)
                     {
-                        waits.Add(r.Settled.Task);
+                        waits.Add(r.Settled);
                     }
                 }
                 if (Opts.ReleaseOnClose)
@@ -721,10 +721,11 @@ namespace Ticketing
                 {
                     FailLocked(r, e, after);
                 }
-                foreach (Request r in _inflight.Values.ToList())
+                foreach (Request r in InflightInOrder())
                 {
                     FailLocked(r, e, after);
                 }
+                _timeouts.Clear(); // every request on it was failed above
                 stillHeld = _held.Values.ToList(); // their keep-alive stops (below); their deadlines still fire
                 _held.Clear();
                 if (_conn != null)

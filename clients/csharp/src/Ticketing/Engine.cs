@@ -16,9 +16,11 @@ namespace Ticketing
     /// </summary>
     /// <remarks>
     /// Locking: one monitor, <c>_mu</c>, guards the engine's state. No I/O and no user code runs
-    /// under it: frames are queued to the connection's writer, and completions are collected in an
-    /// "after" list run once <c>_mu</c> is released (their continuations then run on the pool). A
-    /// <see cref="TicketingLock"/>'s own monitor is never held while taking <c>_mu</c>.
+    /// under it: frames are queued to the connection, and written once <c>_mu</c> is released (by
+    /// the caller, or from the pool); completions are collected and posted once <c>_mu</c> is
+    /// released (<see cref="Completions"/>: their continuations run on the reader thread after
+    /// its frame, or on the pool). A <see cref="TicketingLock"/>'s own monitor is never held while
+    /// taking <c>_mu</c>.
     /// </remarks>
     internal sealed partial class Engine : IConnectionListener
     {
@@ -40,8 +42,11 @@ namespace Ticketing
         private long _generation; // bumped when the state id changes
         private uint _graceMs;
         private ulong _nextId = 1;
-        private readonly SortedDictionary<ulong, Request> _inflight = new SortedDictionary<ulong, Request>();
+        // By id; not sorted (a sorted map cost a tree node and a rebalance per request): the few
+        // paths that need the id order (re-sends, ACK) sort with InflightInOrder.
+        private readonly Dictionary<ulong, Request> _inflight = new Dictionary<ulong, Request>();
         private readonly List<Request> _unsent = new List<Request>();
+        private readonly TimeoutList _timeouts; // the request timeouts of most requests (Request.cs)
         private readonly Dictionary<ulong, TicketingLock> _held = new Dictionary<ulong, TicketingLock>();
         private Connection _conn;
         private bool _connecting;
@@ -65,6 +70,7 @@ namespace Ticketing
         internal Engine(Settings opts)
         {
             Opts = opts;
+            _timeouts = new TimeoutList(OnTimeoutsDue);
             Watch = new LostWatch(opts.DeadlineClock);
             _sessionId = NewSessionId();
         }
@@ -116,27 +122,25 @@ namespace Ticketing
         /// <summary>Sends (or queues until connected) a request; returns its answer.</summary>
         internal Task<ResponseFrame> Submit(Request r)
         {
-            var after = new List<Action>();
+            Connection flush = null;
+            bool closed = false;
             lock (_mu)
             {
                 if (_closed || (_closing && !r.Internal))
                 {
                     r.Done = true;
-                    after.Add(() =>
-                    {
-                        r.Answer.TrySetException(new ClosedException("the client is closed"));
-                        r.Settled.TrySetResult(true);
-                    });
+                    closed = true;
                 }
                 else
                 {
                     if (r.Op != Op.Acquire || _conn == null)
                     {
-                        r.Timer = Clock.Once(Opts.RequestTimeout.TotalMilliseconds, () => OnTimeout(r));
+                        _timeouts.Add(r, Opts.RequestTimeout.TotalMilliseconds);
                     }
                     if (_conn != null)
                     {
-                        SendLocked(r);
+                        SendLocked(r, true);
+                        flush = _conn;
                     }
                     else
                     {
@@ -145,12 +149,30 @@ namespace Ticketing
                     }
                 }
             }
-            Run(after);
+            if (closed)
+            {
+                // Nobody awaits the task yet: completed here, its awaiter goes on at once.
+                r.Answer.TrySetException(new ClosedException("the client is closed"));
+                r.SetSettled();
+            }
+            // The caller's own thread writes the frame (and any queued with it), off _mu: no
+            // thread switch before it reaches the socket (Connection's remarks).
+            flush?.Flush();
             return r.Answer.Task;
         }
 
         /// <summary>_mu must be held and _conn set. Takes the next id (unless it has one) and queues the frame.</summary>
         private void SendLocked(Request r)
+        {
+            SendLocked(r, false);
+        }
+
+        /// <summary>
+        /// _mu must be held and _conn set. Takes the next id (unless it has one) and queues the
+        /// frame; with <paramref name="callerFlushes"/> the caller calls <see cref="Connection.Flush"/>
+        /// once it let _mu go, else the frame is flushed from the pool.
+        /// </summary>
+        private void SendLocked(Request r, bool callerFlushes)
         {
             if (r.Id == 0)
             {
@@ -160,15 +182,52 @@ namespace Ticketing
                 if (r.Op == Op.Acquire)
                 {
                     r.CancelTimer();
-                    if (r.WaitMs != Wire.WaitForever)
+                    if (r.WaitMs == 0)
+                    {
+                        _timeouts.Add(r, Opts.RequestTimeout.TotalMilliseconds); // a single try: the request timeout only
+                    }
+                    else if (r.WaitMs != Wire.WaitForever)
                     {
                         // Queued time is bounded by the wait timeout, the answer by the request timeout.
-                        r.Timer = Clock.Once(r.WaitMs + Opts.RequestTimeout.TotalMilliseconds, () => OnTimeout(r));
+                        r.Timer = Clock.Once(r.WaitMs + Opts.RequestTimeout.TotalMilliseconds, TimeoutAction(r));
                     }
                 }
             }
             _inflight[r.Id] = r;
-            _conn.Enqueue(r.Encode());
+            if (callerFlushes)
+            {
+                _conn.EnqueueForFlush(r.Encode());
+            }
+            else
+            {
+                _conn.Enqueue(r.Encode());
+            }
+        }
+
+        /// <summary>
+        /// The action that times <paramref name="r"/> out: a method of its own, as a lambda in
+        /// <see cref="SendLocked(Request, bool)"/> made the compiler allocate its closure on every call.
+        /// </summary>
+        private Action TimeoutAction(Request r)
+        {
+            return () => OnTimeout(r);
+        }
+
+        /// <summary>On the timer thread: the requests of <see cref="_timeouts"/> that are due time out.</summary>
+        private void OnTimeoutsDue()
+        {
+            List<Request> due;
+            lock (_mu)
+            {
+                due = _timeouts.TakeDue();
+            }
+            if (due != null)
+            {
+                foreach (Request r in due)
+                {
+                    OnTimeout(r);
+                }
+            }
         }
 
         private void OnTimeout(Request r)
@@ -223,9 +282,9 @@ namespace Ticketing
             {
                 if (answer)
                 {
-                    r.Answer.TrySetException(e);
+                    r.PostError(e);
                 }
-                r.Settled.TrySetResult(true);
+                r.SetSettled();
             });
         }
 
@@ -253,10 +312,10 @@ namespace Ticketing
             r.Done = true;
             r.Abandoned = true;
             r.CancelTimer();
-            after.Add(() => r.Answer.TrySetException(cause));
+            after.Add(() => r.PostError(cause));
             if (_unsent.Remove(r) || r.Id == 0 || !_inflight.ContainsKey(r.Id))
             {
-                after.Add(() => r.Settled.TrySetResult(true));
+                after.Add(() => r.SetSettled());
                 return;
             }
             if (_conn != null)
@@ -269,7 +328,7 @@ namespace Ticketing
         {
             acquire.CancelSent = true;
             var c = new Request(Op.Cancel, null, acquire.Id, 0, 0, true);
-            c.Timer = Clock.Once(Opts.RequestTimeout.TotalMilliseconds, () => OnTimeout(c));
+            _timeouts.Add(c, Opts.RequestTimeout.TotalMilliseconds);
             SendLocked(c);
         }
 
@@ -277,8 +336,8 @@ namespace Ticketing
         private void ReleaseGrantLocked(byte[] key, ulong token, Request acquire)
         {
             var rel = new Request(Op.Release, key, token, 0, 0, true);
-            rel.Answer.Task.ContinueWith(_ => acquire.Settled.TrySetResult(true), TaskContinuationOptions.ExecuteSynchronously);
-            rel.Timer = Clock.Once(Opts.RequestTimeout.TotalMilliseconds, () => OnTimeout(rel));
+            rel.Answer.Task.ContinueWith(_ => acquire.SetSettled(), TaskContinuationOptions.ExecuteSynchronously);
+            _timeouts.Add(rel, Opts.RequestTimeout.TotalMilliseconds);
             if (_conn != null)
             {
                 SendLocked(rel);
@@ -294,7 +353,8 @@ namespace Ticketing
 
         public void OnFrame(Connection c, ResponseFrame f)
         {
-            var after = new List<Action>();
+            List<Action> after = null;
+            Request answered = null;
             string failWhy = null;
             lock (_mu)
             {
@@ -304,6 +364,7 @@ namespace Ticketing
                 }
                 if (f.RequestId == 0)
                 {
+                    after = new List<Action>();
                     failWhy = PushLocked(c, f, after);
                 }
                 else
@@ -319,20 +380,35 @@ namespace Ticketing
                         _leaderHint = f.Data.Length == 0 ? null : Args.Utf8(f.Data);
                         failWhy = c.Endpoint + " is not the leader" + (_leaderHint == null ? "" : "; the leader is " + _leaderHint);
                     }
-                    else
+                    else if (AnsweredLocked(r, f, ref after))
                     {
-                        AnsweredLocked(r, f, after);
+                        answered = r;
                     }
                 }
             }
-            Run(after);
+            if (answered != null)
+            {
+                // The common case, without a closure: the caller's answer (its continuation runs
+                // after this frame, on this reader thread: Completions).
+                answered.PostAnswer(f);
+                answered.SetSettled();
+            }
+            if (after != null)
+            {
+                Run(after);
+            }
             if (failWhy != null)
             {
                 OnFailure(c, new ConnectionLostException(failWhy));
             }
         }
 
-        private void AnsweredLocked(Request r, ResponseFrame f, List<Action> after)
+        /// <summary>
+        /// _mu must be held. Takes <paramref name="r"/> out of the table; true when its caller is to
+        /// get <paramref name="f"/> (then complete it, once _mu is let go); other follow-ups go to
+        /// <paramref name="after"/> (made when needed).
+        /// </summary>
+        private bool AnsweredLocked(Request r, ResponseFrame f, ref List<Action> after)
         {
             _inflight.Remove(r.Id);
             r.CancelTimer();
@@ -348,6 +424,7 @@ namespace Ticketing
             {
                 _heartbeat = null;
             }
+            bool answer = false;
             if (r.Abandoned)
             {
                 if (r.Op == Op.Acquire && f.Status == Status.Ok)
@@ -356,19 +433,25 @@ namespace Ticketing
                 }
                 else
                 {
-                    after.Add(() => r.Settled.TrySetResult(true));
+                    (after = after ?? new List<Action>()).Add(SettleAction(r));
                 }
             }
             else if (!r.Done)
             {
                 r.Done = true;
-                after.Add(() =>
-                {
-                    r.Answer.TrySetResult(f);
-                    r.Settled.TrySetResult(true);
-                });
+                answer = true;
             }
             MaybeAckLocked();
+            return answer;
+        }
+
+        /// <summary>
+        /// An action that settles <paramref name="r"/>: a method of its own, as a lambda in
+        /// <see cref="AnsweredLocked"/> made the compiler allocate its closure on every call.
+        /// </summary>
+        private static Action SettleAction(Request r)
+        {
+            return r.SetSettled;
         }
 
         /// <summary>_mu must be held. Handles <c>EXPIRED</c> and <c>GOAWAY</c>; returns why to drop the connection, or null.</summary>
@@ -397,6 +480,14 @@ namespace Ticketing
             return null;
         }
 
+        /// <summary>_mu must be held. The requests in flight, in id order (the order they were sent).</summary>
+        private List<Request> InflightInOrder()
+        {
+            List<Request> l = _inflight.Values.ToList();
+            l.Sort((a, b) => a.Id.CompareTo(b.Id));
+            return l;
+        }
+
         /// <summary>_mu must be held. Sends <c>ACK</c> when due and none is unanswered.</summary>
         private void MaybeAckLocked()
         {
@@ -407,14 +498,13 @@ namespace Ticketing
             ulong x = _nextId;
             foreach (Request r in _inflight.Values)
             {
-                if (r.Op != Op.Acquire)
+                if (r.Op != Op.Acquire && r.Id < x)
                 {
-                    x = r.Id;
-                    break;
+                    x = r.Id; // the lowest id of a request other than ACQUIRE still in flight
                 }
             }
             var ack = new Request(Op.Ack, null, x, 0, 0, true);
-            ack.Timer = Clock.Once(Opts.RequestTimeout.TotalMilliseconds, () => OnTimeout(ack));
+            _timeouts.Add(ack, Opts.RequestTimeout.TotalMilliseconds);
             _ackInFlight = true;
             _answersSinceAck = 0;
             SendLocked(ack);

@@ -16,7 +16,7 @@ namespace Ticketing
     {
         private readonly SuspendClock _clock;
         private readonly HashSet<TicketingLock> _locks = new HashSet<TicketingLock>(); // guarded by itself
-        private TimerEntry _timer; // guarded by _locks; pending while _locks is not empty
+        private TimerEntry _timer; // guarded by _locks; pending while _locks is not empty (and up to one check after)
 
         internal LostWatch(SuspendClock clock)
         {
@@ -38,11 +38,10 @@ namespace Ticketing
         {
             lock (_locks)
             {
-                if (_locks.Remove(l) && _locks.Count == 0 && _timer != null)
-                {
-                    _timer.Dispose();
-                    _timer = null;
-                }
+                // The pending check stays: it ends the chain if no lock is left by then. Stopping it
+                // here and starting another with the next lock (a client that takes and releases
+                // locks one after another) woke the timer thread for each lock.
+                _locks.Remove(l);
             }
         }
 
@@ -61,7 +60,12 @@ namespace Ticketing
             {
                 if (_timer != self)
                 {
-                    return; // stopped (no lock left) since it was scheduled
+                    return; // replaced since it was scheduled
+                }
+                if (_locks.Count == 0)
+                {
+                    _timer = null; // the next Add starts the chain again
+                    return;
                 }
                 locks = _locks.ToArray();
                 ScheduleLocked();

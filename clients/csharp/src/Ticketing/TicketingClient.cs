@@ -177,7 +177,7 @@ namespace Ticketing
         /// <returns>the lock, or null</returns>
         public Task<TicketingLock> TryAcquireAsync(string key, AcquireOptions options, CancellationToken cancellationToken = default(CancellationToken))
         {
-            return OrNull(AcquireCoreAsync(Args.Key(key), Check(options), cancellationToken));
+            return AcquireCoreAsync(Args.Key(key), Check(options), cancellationToken, true);
         }
 
         /// <summary>Tries to acquire a binary key: null when not acquired.</summary>
@@ -187,7 +187,7 @@ namespace Ticketing
         /// <returns>the lock, or null</returns>
         public Task<TicketingLock> TryAcquireAsync(byte[] key, AcquireOptions options, CancellationToken cancellationToken = default(CancellationToken))
         {
-            return OrNull(AcquireCoreAsync(Args.Key(key), Check(options), cancellationToken));
+            return AcquireCoreAsync(Args.Key(key), Check(options), cancellationToken, true);
         }
 
         /// <summary>Acquires and blocks; see <see cref="AcquireAsync(string, TimeSpan, TimeSpan?, CancellationToken)"/>.</summary>
@@ -313,24 +313,15 @@ namespace Ticketing
             return o;
         }
 
-        private static async Task<TicketingLock> OrNull(Task<TicketingLock> acquire)
+        /// <summary>
+        /// Acquires; when not acquired within the wait timeout, throws <see cref="NotAcquiredException"/>,
+        /// or returns null with <paramref name="orNull"/> (the try forms: no exception thrown and caught).
+        /// </summary>
+        private async Task<TicketingLock> AcquireCoreAsync(byte[] key, AcquireOptions o, CancellationToken ct, bool orNull = false)
         {
-            try
-            {
-                return await acquire.ConfigureAwait(false);
-            }
-            catch (NotAcquiredException)
-            {
-                return null;
-            }
-        }
-
-        private async Task<TicketingLock> AcquireCoreAsync(byte[] key, AcquireOptions o, CancellationToken ct)
-        {
-            string text = Args.Printable(key);
             if (o.RefuseHeld && _engine.Holds(key))
             {
-                throw new AlreadyHeldException("this client already holds " + text + " (RefuseHeld)");
+                throw new AlreadyHeldException("this client already holds " + Args.Printable(key) + " (RefuseHeld)");
             }
             ct.ThrowIfCancellationRequested();
             uint leaseMs = Args.LeaseMs(o.Lease);
@@ -338,9 +329,7 @@ namespace Ticketing
             var r = new Request(Op.Acquire, key, 0, leaseMs, waitMs, false);
             Task<ResponseFrame> answer = _engine.Submit(r);
             ResponseFrame f;
-            CancellationTokenRegistration reg = ct.CanBeCanceled
-                ? ct.Register(() => _engine.Abandon(r, new OperationCanceledException("acquire of " + text + " was cancelled", ct)))
-                : default(CancellationTokenRegistration);
+            CancellationTokenRegistration reg = ct.CanBeCanceled ? AbandonOnCancel(r, key, ct) : default(CancellationTokenRegistration);
             try
             {
                 f = await answer.ConfigureAwait(false);
@@ -348,8 +337,8 @@ namespace Ticketing
             catch (OperationCanceledException) when (ct.IsCancellationRequested)
             {
                 // Wait (bounded) for the withdrawal, so that the caller may acquire again at once.
-                await TimerQueue.Shared.WaitAsync(r.Settled.Task, _engine.Opts.CleanupTimeout).ConfigureAwait(false);
-                throw new OperationCanceledException("acquire of " + text + " was cancelled; the wait was withdrawn", ct);
+                await TimerQueue.Shared.WaitAsync(r.Settled, _engine.Opts.CleanupTimeout).ConfigureAwait(false);
+                throw new OperationCanceledException("acquire of " + Args.Printable(key) + " was cancelled; the wait was withdrawn", ct);
             }
             finally
             {
@@ -357,8 +346,14 @@ namespace Ticketing
             }
             if (f.Status != Status.Ok)
             {
+                // The key's text only now: formatting it for every call cost more than the rest of a call's own work.
+                string text = Args.Printable(key);
                 if (f.Status == Status.TimedOut)
                 {
+                    if (orNull)
+                    {
+                        return null;
+                    }
                     string why = Args.Utf8(f.Data);
                     throw new NotAcquiredException(text + " not acquired within "
                         + (waitMs == 0 ? "a single try (wait 0)" : waitMs + " ms") + "; "
@@ -371,12 +366,22 @@ namespace Ticketing
                 }
                 throw StatusError(f, "acquire of " + text);
             }
-            return Adopt(key, text, r, f, o);
+            return Adopt(key, null, r, f, o);
+        }
+
+        /// <summary>
+        /// Withdraws <paramref name="r"/> when <paramref name="ct"/> is cancelled: a method of its own,
+        /// as a lambda in <see cref="AcquireCoreAsync"/> made the compiler allocate its closure on every call.
+        /// </summary>
+        private CancellationTokenRegistration AbandonOnCancel(Request r, byte[] key, CancellationToken ct)
+        {
+            return ct.Register(() => _engine.Abandon(r, new OperationCanceledException("acquire of " + Args.Printable(key) + " was cancelled", ct)));
         }
 
         /// <summary>
         /// Turns an acquire's grant into a held lock, unless the client closed or the server
-        /// restarted between the answer and this continuation.
+        /// restarted between the answer and this continuation. <paramref name="text"/>: the key for
+        /// messages (null: formatted from <paramref name="key"/> when needed).
         /// </summary>
         internal TicketingLock Adopt(byte[] key, string text, Request r, ResponseFrame f, AcquireOptions o)
         {
@@ -386,6 +391,7 @@ namespace Ticketing
             switch (_engine.Register(l, r.Generation))
             {
                 case Engine.Refusal.Closed:
+                    text = text ?? Args.Printable(key);
                     // Close took its list of held locks before this grant was adopted: the lock
                     // runs out its lease on the server, or is released here when the client was
                     // to release on close and its connection is still open (best effort).
@@ -404,6 +410,7 @@ namespace Ticketing
                         + (_engine.Opts.ReleaseOnClose ? "is released if the connection is still open, else it " : "")
                         + "runs out its lease on the server");
                 case Engine.Refusal.Restarted:
+                    text = text ?? Args.Printable(key);
                     l.MarkLost(LostReason.ServerRestarted);
                     throw new ServerRestartedException("the server restarted while acquire of " + text + " was answered");
             }
@@ -426,7 +433,7 @@ namespace Ticketing
         {
             byte[] k = Args.Key(key);
             Args.Token(token);
-            return WithCancellation(ByTokenAsync(Op.Release, k, token, 0), cancellationToken, "release of " + Args.Printable(k));
+            return WithCancellation(ByTokenAsync(Op.Release, k, token, 0), cancellationToken, () => "release of " + Args.Printable(k));
         }
 
         /// <summary>Sets the lease of the lock on <paramref name="key"/> held by <paramref name="token"/> to <paramref name="lease"/> from now.</summary>
@@ -441,7 +448,7 @@ namespace Ticketing
             byte[] k = Args.Key(key);
             Args.Token(token);
             uint ms = Args.LeaseMs(lease);
-            return WithCancellation(ExtendCoreAsync(k, token, ms), cancellationToken, "extend of " + Args.Printable(k));
+            return WithCancellation(ExtendCoreAsync(k, token, ms), cancellationToken, () => "extend of " + Args.Printable(k));
         }
 
         private async Task<TimeSpan> ExtendCoreAsync(byte[] key, ulong token, uint leaseMs)
@@ -471,7 +478,7 @@ namespace Ticketing
         public Task<LockInfo> InspectAsync(string key, ulong token = 0, CancellationToken cancellationToken = default(CancellationToken))
         {
             byte[] k = Args.Key(key);
-            return WithCancellation(InspectCoreAsync(_engine, k, token), cancellationToken, "inspect of " + Args.Printable(k));
+            return WithCancellation(InspectCoreAsync(_engine, k, token), cancellationToken, () => "inspect of " + Args.Printable(k));
         }
 
         internal static async Task<LockInfo> InspectCoreAsync(Engine engine, byte[] key, ulong token)
@@ -491,7 +498,7 @@ namespace Ticketing
         public async Task<TimeSpan> PingAsync(CancellationToken cancellationToken = default(CancellationToken))
         {
             long t0 = Clock.Now;
-            ResponseFrame f = await WithCancellation(_engine.Submit(new Request(Op.Ping, null, 0, 0, 0, false)), cancellationToken, "ping").ConfigureAwait(false);
+            ResponseFrame f = await WithCancellation(_engine.Submit(new Request(Op.Ping, null, 0, 0, 0, false)), cancellationToken, () => "ping").ConfigureAwait(false);
             if (f.Status != Status.Ok)
             {
                 throw StatusError(f, "ping");
@@ -535,39 +542,46 @@ namespace Ticketing
 
         // ---- helpers ----
 
-        /// <summary>Awaits <paramref name="task"/>, or throws <see cref="OperationCanceledException"/> when the token fires first (the request goes on).</summary>
-        internal static async Task<T> WithCancellation<T>(Task<T> task, CancellationToken ct, string what)
+        /// <summary>
+        /// <paramref name="task"/>, or a task that throws <see cref="OperationCanceledException"/>
+        /// when the token fires first (the request goes on). Without a token that can be
+        /// cancelled, the task itself: no extra async layer. <paramref name="what"/> names the
+        /// call in the message (formatted only then).
+        /// </summary>
+        internal static Task<T> WithCancellation<T>(Task<T> task, CancellationToken ct, Func<string> what)
         {
-            if (!ct.CanBeCanceled || task.IsCompleted)
-            {
-                return await task.ConfigureAwait(false);
-            }
+            return !ct.CanBeCanceled || task.IsCompleted ? task : WithCancellationCore(task, ct, what);
+        }
+
+        /// <summary>See <see cref="WithCancellation{T}(Task{T}, CancellationToken, Func{string})"/>.</summary>
+        internal static Task WithCancellation(Task task, CancellationToken ct, Func<string> what)
+        {
+            return !ct.CanBeCanceled || task.IsCompleted ? task : WithCancellationCore(task, ct, what);
+        }
+
+        private static async Task<T> WithCancellationCore<T>(Task<T> task, CancellationToken ct, Func<string> what)
+        {
             var cancelled = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
             using (ct.Register(() => cancelled.TrySetResult(true)))
             {
                 if (await Task.WhenAny(task, cancelled.Task).ConfigureAwait(false) != task)
                 {
                     Observe(task);
-                    throw new OperationCanceledException(what + " was cancelled (the request may still complete on the server)", ct);
+                    throw new OperationCanceledException(what() + " was cancelled (the request may still complete on the server)", ct);
                 }
             }
             return await task.ConfigureAwait(false);
         }
 
-        internal static async Task WithCancellation(Task task, CancellationToken ct, string what)
+        private static async Task WithCancellationCore(Task task, CancellationToken ct, Func<string> what)
         {
-            if (!ct.CanBeCanceled || task.IsCompleted)
-            {
-                await task.ConfigureAwait(false);
-                return;
-            }
             var cancelled = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
             using (ct.Register(() => cancelled.TrySetResult(true)))
             {
                 if (await Task.WhenAny(task, cancelled.Task).ConfigureAwait(false) != task)
                 {
                     Observe(task);
-                    throw new OperationCanceledException(what + " was cancelled (the request may still complete on the server)", ct);
+                    throw new OperationCanceledException(what() + " was cancelled (the request may still complete on the server)", ct);
                 }
             }
             await task.ConfigureAwait(false);

@@ -56,7 +56,6 @@ namespace Ticketing
             _engine = engine;
             _clock = engine.Opts.DeadlineClock;
             _key = key;
-            Key = Args.Text(key);
             Token = token;
             _leaseMs = leaseMs;
             _options = options;
@@ -65,7 +64,9 @@ namespace Ticketing
         }
 
         /// <summary>The key as text (the string given to acquire; a binary key that is not UTF-8 as "0x" and hex).</summary>
-        public string Key { get; }
+        public string Key => _keyText ?? (_keyText = Args.Text(_key)); // decoded when first asked for: most callers never do
+
+        private string _keyText;
 
         /// <summary>A copy of the key's bytes.</summary>
         public byte[] KeyBytes => (byte[])_key.Clone();
@@ -235,7 +236,8 @@ namespace Ticketing
         /// <exception cref="TicketingException">a timeout, a closed client, a lost connection...</exception>
         public Task ReleaseAsync(CancellationToken cancellationToken = default(CancellationToken))
         {
-            return TicketingClient.WithCancellation(ReleaseInternalAsync(false), cancellationToken, "release of " + Describe());
+            Task release = ReleaseInternalAsync(false);
+            return cancellationToken.CanBeCanceled ? TicketingClient.WithCancellation(release, cancellationToken, () => "release of " + Describe()) : release;
         }
 
         /// <summary>Releases the lock and blocks until the server answered; see <see cref="ReleaseAsync"/>.</summary>
@@ -273,7 +275,10 @@ namespace Ticketing
                 else
                 {
                     StopKeepAliveLocked();
-                    done = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
+                    // Completed (ReleaseCoreAsync) where the release's answer is handled (the
+                    // reader thread, or the pool: Completions), or here on the caller's thread
+                    // before the task is returned; never under a lock, so continuations may run inline.
+                    done = new TaskCompletionSource<bool>();
                     _releasing = done.Task;
                     lostBefore = null;
                 }
@@ -290,56 +295,55 @@ namespace Ticketing
                 failed.SetException(LostError(reason));
                 return failed.Task;
             }
-            ReleaseCoreAsync(isInternal).ContinueWith(t =>
-            {
-                if (t.IsFaulted)
-                {
-                    done.TrySetException(t.Exception.InnerExceptions);
-                }
-                else
-                {
-                    done.TrySetResult(true);
-                }
-            }, TaskContinuationOptions.ExecuteSynchronously);
+            _ = ReleaseCoreAsync(done, isInternal);
             return done.Task;
         }
 
-        private async Task ReleaseCoreAsync(bool isInternal)
+        /// <summary>Sends the release and completes <paramref name="done"/> with its outcome; the returned task never faults.</summary>
+        private async Task ReleaseCoreAsync(TaskCompletionSource<bool> done, bool isInternal)
         {
-            ResponseFrame f;
             try
             {
-                f = await _engine.Submit(new Request(Op.Release, _key, Token, 0, 0, isInternal)).ConfigureAwait(false);
-            }
-            catch (Exception)
-            {
+                ResponseFrame f;
+                try
+                {
+                    f = await _engine.Submit(new Request(Op.Release, _key, Token, 0, 0, isInternal)).ConfigureAwait(false);
+                }
+                catch (Exception)
+                {
+                    lock (_gate)
+                    {
+                        _releasing = null; // may be retried
+                    }
+                    throw;
+                }
+                if (f.Status == Status.Ok)
+                {
+                    FinishRelease();
+                    done.TrySetResult(true);
+                    return;
+                }
+                if (f.Status == Status.NotHeld)
+                {
+                    MarkLost(Ticketing.LostReason.NotHeld);
+                    FinishRelease();
+                    LostReason? reason;
+                    lock (_gate)
+                    {
+                        reason = _lostReason;
+                    }
+                    throw LostError(reason ?? Ticketing.LostReason.NotHeld);
+                }
                 lock (_gate)
                 {
-                    _releasing = null; // may be retried
+                    _releasing = null;
                 }
-                throw;
+                throw TicketingClient.StatusError(f, "release of " + Describe());
             }
-            if (f.Status == Status.Ok)
+            catch (Exception e)
             {
-                FinishRelease();
-                return;
+                done.TrySetException(e);
             }
-            if (f.Status == Status.NotHeld)
-            {
-                MarkLost(Ticketing.LostReason.NotHeld);
-                FinishRelease();
-                LostReason? reason;
-                lock (_gate)
-                {
-                    reason = _lostReason;
-                }
-                throw LostError(reason ?? Ticketing.LostReason.NotHeld);
-            }
-            lock (_gate)
-            {
-                _releasing = null;
-            }
-            throw TicketingClient.StatusError(f, "release of " + Describe());
         }
 
         private void FinishRelease()
@@ -367,7 +371,7 @@ namespace Ticketing
         public Task<TimeSpan> ExtendAsync(TimeSpan lease, CancellationToken cancellationToken = default(CancellationToken))
         {
             uint ms = Args.LeaseMs(lease);
-            return TicketingClient.WithCancellation(ExtendInternalAsync(ms), cancellationToken, "extend of " + Describe());
+            return TicketingClient.WithCancellation(ExtendInternalAsync(ms), cancellationToken, () => "extend of " + Describe());
         }
 
         private async Task<TimeSpan> ExtendInternalAsync(uint ms)
@@ -422,7 +426,7 @@ namespace Ticketing
         public async Task<bool> VerifyAsync(CancellationToken cancellationToken = default(CancellationToken))
         {
             LockInfo info = await TicketingClient.WithCancellation(
-                TicketingClient.InspectCoreAsync(_engine, _key, Token), cancellationToken, "verify of " + Describe()).ConfigureAwait(false);
+                TicketingClient.InspectCoreAsync(_engine, _key, Token), cancellationToken, () => "verify of " + Describe()).ConfigureAwait(false);
             return info.TokenMatches && info.Token == Token;
         }
 

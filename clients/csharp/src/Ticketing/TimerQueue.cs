@@ -201,8 +201,15 @@ namespace Ticketing
             }
         }
 
+        /// <summary>Tells whether this thread is a timer queue's (whose actions must not block: <see cref="Connection.Flush"/> leaves its writes to the pool).</summary>
+        internal static bool OnTimerThread => _isTimerThread;
+
+        [ThreadStatic]
+        private static bool _isTimerThread;
+
         private void Loop()
         {
+            _isTimerThread = true;
             while (true)
             {
                 TimerEntry due = null;

@@ -88,8 +88,15 @@ namespace Ticketing.Protocol
             return n;
         }
 
+        /// <summary>The empty data and key, shared (a zero-length array cannot change).</summary>
+        internal static readonly byte[] Empty = new byte[0];
+
         internal static byte[] Slice(byte[] buffer, int offset, int count)
         {
+            if (count == 0)
+            {
+                return Empty;
+            }
             byte[] b = new byte[count];
             Buffer.BlockCopy(buffer, offset, b, 0, count);
             return b;
@@ -114,7 +121,7 @@ namespace Ticketing.Protocol
             Token = token;
             LeaseMs = leaseMs;
             WaitMs = waitMs;
-            Key = key ?? new byte[0];
+            Key = key ?? Frames.Empty;
             Flags = flags;
             if (Key.Length > Wire.MaxKeyLen)
             {
@@ -147,16 +154,22 @@ namespace Ticketing.Protocol
         /// <returns>32 + key length bytes</returns>
         public byte[] Encode()
         {
-            byte[] b = new byte[Wire.Header + Key.Length];
+            return Encode(Op, Flags, RequestId, Token, LeaseMs, WaitMs, Key);
+        }
+
+        /// <summary>The bytes of a request with these fields (the key's length checked by the caller), without a frame object.</summary>
+        internal static byte[] Encode(Op op, byte flags, ulong requestId, ulong token, uint leaseMs, uint waitMs, byte[] key)
+        {
+            byte[] b = new byte[Wire.Header + key.Length];
             BigEndian.WriteUInt32(b, 0, (uint)(b.Length - 4));
-            b[4] = (byte)Op;
-            b[5] = Flags;
-            BigEndian.WriteUInt16(b, 6, (ushort)Key.Length);
-            BigEndian.WriteUInt64(b, 8, RequestId);
-            BigEndian.WriteUInt64(b, 16, Token);
-            BigEndian.WriteUInt32(b, 24, LeaseMs);
-            BigEndian.WriteUInt32(b, 28, WaitMs);
-            Buffer.BlockCopy(Key, 0, b, Wire.Header, Key.Length);
+            b[4] = (byte)op;
+            b[5] = flags;
+            BigEndian.WriteUInt16(b, 6, (ushort)key.Length);
+            BigEndian.WriteUInt64(b, 8, requestId);
+            BigEndian.WriteUInt64(b, 16, token);
+            BigEndian.WriteUInt32(b, 24, leaseMs);
+            BigEndian.WriteUInt32(b, 28, waitMs);
+            Buffer.BlockCopy(key, 0, b, Wire.Header, key.Length);
             return b;
         }
 
@@ -200,7 +213,7 @@ namespace Ticketing.Protocol
             Token = token;
             LeaseMs = leaseMs;
             Detail = detail;
-            Data = data ?? new byte[0];
+            Data = data ?? Frames.Empty;
             if (Data.Length > Wire.MaxDataLen)
             {
                 throw new ArgumentOutOfRangeException(nameof(data), "data is longer than " + Wire.MaxDataLen + " bytes");

@@ -35,6 +35,15 @@ final class CallbackExecutor implements Executor {
     private java.util.concurrent.CompletableFuture<Void> taskCame; // guarded by lock: completed by execute
     private volatile boolean busy; // a callback thread is running tasks (it reads when it runs out)
     private volatile long started; // tasks started so far (the stall check's measure of progress)
+    /**
+     * Writes the frames that tasks queued without writing them ({@link #cork}): set by the engine,
+     * run by a callback thread (it may block on a full socket). Null: never corked.
+     */
+    volatile Runnable flushCorked;
+    /** As {@link #flushCorked}, for the timer thread: hands the frames to the writer thread (never blocks). */
+    volatile Runnable wakeWriter;
+    /** Frames were queued by tasks and not written yet: whoever takes the last task writes them. */
+    private volatile boolean corked;
 
     // guarded by lock
     private int active; // threads draining the queue (or woken to)
@@ -77,6 +86,38 @@ final class CallbackExecutor implements Executor {
                 addDrainerLocked();
             } else if (!checkPending) {
                 scheduleCheckLocked();
+            }
+        }
+    }
+
+    /**
+     * A task on a callback thread sent a request while other tasks wait in the queue: instead of a
+     * socket write per task, the frames of a run of tasks go out in one write, by the thread that
+     * takes the last queued task (before running it) or finds the queue empty. Returns false (the
+     * caller writes now) unless other tasks are queued. Should the task block before the run ends
+     * (waiting on the answer to the frame it queued, say), the stall check writes the frames
+     * within {@link #STALL_NANOS}: a corked frame never waits for a blocked task.
+     */
+    boolean cork() {
+        if (tasks.isEmpty() || flushCorked == null) {
+            return false;
+        }
+        corked = true;
+        synchronized (lock) {
+            if (!checkPending && !shutdown) {
+                scheduleCheckLocked();
+            }
+        }
+        return true;
+    }
+
+    /** Writes the corked frames, if any, in this (callback) thread. */
+    private void uncork() {
+        if (corked) {
+            corked = false;
+            Runnable f = flushCorked;
+            if (f != null) {
+                f.run();
             }
         }
     }
@@ -125,9 +166,22 @@ final class CallbackExecutor implements Executor {
 
     /** Tasks waited a whole interval and none started: every draining thread is blocked. */
     private void stallCheck() {
+        // No longer pending before corked is read: a cork() that this check misses (it set corked
+        // after the read below) finds no check pending and schedules the next one.
         synchronized (lock) {
             checkPending = false;
-            if (shutdown || tasks.isEmpty()) {
+        }
+        if (corked) {
+            // Frames corked for a whole interval: the task that queued them may be blocked. The
+            // writer thread writes them (a write of frames already written meanwhile is a no-op).
+            corked = false;
+            Runnable w = wakeWriter;
+            if (w != null) {
+                w.run();
+            }
+        }
+        synchronized (lock) {
+            if (checkPending || shutdown || tasks.isEmpty()) {
                 return;
             }
             if (started == checkedAt) {
@@ -141,6 +195,9 @@ final class CallbackExecutor implements Executor {
         busy = true;
         while (true) {
             Runnable r = tasks.poll();
+            if (r == null || tasks.isEmpty()) {
+                uncork(); // the run of tasks ends: its frames go out in one write
+            }
             if (r == null && idleRead != null) {
                 r = readWhileIdle();
             }

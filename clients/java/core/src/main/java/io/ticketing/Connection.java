@@ -181,12 +181,30 @@ final class Connection {
         }
     }
 
+    /** Has the writer thread write what is queued, unless a thread is writing now (never blocks). */
+    void wakeWriter() {
+        synchronized (queue) {
+            if (!writing && !closed && !queue.isEmpty()) {
+                queue.notifyAll();
+            }
+        }
+    }
+
     /**
      * Writes what is queued in the calling thread, unless another thread is writing (it writes
      * these frames too, before it lets go). Never call it holding a lock, nor from the client's own
      * threads: a full socket blocks it.
      */
     void flush() {
+        flush(false);
+    }
+
+    /**
+     * As {@link #flush()}; with {@code gather} (many requests in flight: other callers are about to
+     * queue theirs) it takes the writer's claim, then yields the CPU once before writing, so that
+     * the frames the threads that run meanwhile queue go out in the same write.
+     */
+    void flush(boolean gather) {
         synchronized (queue) {
             if (writing || closed || queue.isEmpty()) {
                 return;
@@ -194,6 +212,9 @@ final class Connection {
             writing = true;
         }
         try {
+            if (gather) {
+                Thread.yield();
+            }
             drain();
         } catch (IOException e) {
             listener.onFailure(this, new ConnectionLostException("connection to " + endpoint + " lost: " + e.getMessage(), e));

@@ -76,6 +76,7 @@ final class Engine implements Connection.Listener {
     private TicketingException lastConnectError; // of the last failed round since the connection dropped
     private boolean election; // a node answered NOT_LEADER in the last round
     private int answersSinceAck;
+    private int sentSinceAnswer; // requests sent since the last answer came: callers active right now
     private boolean ackInFlight;
     private boolean closing;
     private boolean closed;
@@ -99,6 +100,20 @@ final class Engine implements Connection.Listener {
             Connection c = current;
             return c != null && c.leaderFollower() && !c.isDead()
                     && c.tryLead(new Connection.Waiter(f), Connection.IDLE_NANOS);
+        };
+        // Frames corked by a run of callback tasks (CallbackExecutor.cork): written by the thread
+        // that ends the run, or by the writer thread when the run stalls.
+        this.callbacks.flushCorked = () -> {
+            Connection c = current;
+            if (c != null) {
+                c.flush();
+            }
+        };
+        this.callbacks.wakeWriter = () -> {
+            Connection c = current;
+            if (c != null) {
+                c.wakeWriter();
+            }
         };
         this.sessionId = newSessionId();
     }
@@ -550,6 +565,7 @@ final class Engine implements Connection.Listener {
         List<Runnable> after = null;
         Connection flush = null;
         boolean nudge = false;
+        boolean gather = false;
         synchronized (mu) {
             if (closed || (closing && !r.internal)) {
                 r.done = true;
@@ -569,6 +585,7 @@ final class Engine implements Connection.Listener {
                     sendLocked(r, !here);
                     if (here) {
                         flush = conn;
+                        gather = inflight.size() > GATHER && sentSinceAnswer > 1;
                         // No nudge where a callback thread reads when it runs out of tasks.
                         nudge = !r.awaited && !CallbackExecutor.isCallbackThread(me, this) && !callbacks.busy();
                     }
@@ -582,7 +599,12 @@ final class Engine implements Connection.Listener {
             after.forEach(Runnable::run);
         }
         if (flush != null) {
-            flush.flush();
+            if (!r.awaited && CallbackExecutor.isCallbackThread(Thread.currentThread(), this) && callbacks.cork()) {
+                // A callback task among others queued (a burst of answers): the frames of the run
+                // go out in one write when it ends (no caller blocks on this one's answer).
+                return r.answer;
+            }
+            flush.flush(gather);
             if (nudge) {
                 flush.nudge(); // no caller reads for this answer: the reader thread does
             }
@@ -616,6 +638,15 @@ final class Engine implements Connection.Listener {
         return f.get();
     }
 
+    /**
+     * With more than this many requests in flight (besides the one sent), and another sent since
+     * the last answer came, a caller that writes its own frame yields the CPU once first
+     * ({@link Connection#flush(boolean)}): other callers queue theirs meanwhile, and one write
+     * carries them all. (The second condition keeps a lone active caller from yielding while
+     * acquires wait in the queues of held keys: those are in flight, but nobody is sending.)
+     */
+    static final int GATHER = 3;
+
     /** mu must be held and conn set. Takes the next id (unless it has one) and queues the frame. */
     private void sendLocked(Req r) {
         sendLocked(r, true);
@@ -624,6 +655,7 @@ final class Engine implements Connection.Listener {
     /** As {@link #sendLocked(Req)}; with {@code wake} false the caller flushes the connection after mu. */
     private void sendLocked(Req r, boolean wake) {
         if (r.id == 0) {
+            sentSinceAnswer++;
             r.id = nextId++;
             r.firstSent = clock.now();
             r.generation = generation;
@@ -792,6 +824,7 @@ final class Engine implements Connection.Listener {
     }
 
     private void answeredLocked(Req r, ResponseFrame f, List<Runnable> after) {
+        sentSinceAnswer = 0;
         inflight.remove(r.id);
         r.cancelTimer();
         if (r.op == Op.ACK) {

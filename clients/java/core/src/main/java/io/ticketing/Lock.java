@@ -202,7 +202,7 @@ public final class Lock implements AutoCloseable {
      */
     public void release() {
         // This thread only waits on the future: completed with no hop through the callback threads.
-        TicketingClient.await(engine, releaseAsync(false, true), "release of " + Bytes.forMessage(key));
+        TicketingClient.await(engine, releaseAsync(false, true), "release of ", key);
     }
 
     /**

@@ -241,7 +241,6 @@ public final class TicketingClient implements AutoCloseable {
         // The future is this thread's alone (nothing else can chain on it): it is completed where
         // the answer is handled, with no hop through the callback threads.
         Pending p = start(key, text, options, true);
-        String shown = Bytes.forMessage(key);
         try {
             return engine.await(p.lock);
         } catch (InterruptedException e) {
@@ -261,11 +260,11 @@ public final class TicketingClient implements AutoCloseable {
             } finally {
                 Thread.currentThread().interrupt();
             }
-            throw new CancelledException("acquire of " + shown + " interrupted; the wait was withdrawn");
+            throw new CancelledException("acquire of " + Bytes.forMessage(key) + " interrupted; the wait was withdrawn");
         } catch (ExecutionException e) {
             throw rethrow(e.getCause());
         } catch (CancellationException e) {
-            throw new CancelledException("acquire of " + shown + " was cancelled");
+            throw new CancelledException("acquire of " + Bytes.forMessage(key) + " was cancelled");
         }
     }
 
@@ -445,9 +444,9 @@ public final class TicketingClient implements AutoCloseable {
         if (options == null) {
             throw new InvalidArgumentException("acquire options are required (AcquireOptions.builder(lease))");
         }
-        String shown = Bytes.forMessage(key);
+        // (The key as messages show it is built only for a message: not on the path of every call.)
         if (options.refuseHeld() && engine.holds(key)) {
-            throw new AlreadyHeldException("this client already holds " + shown + " (refuseHeld)");
+            throw new AlreadyHeldException("this client already holds " + Bytes.forMessage(key) + " (refuseHeld)");
         }
         Req r = new Req(Op.ACQUIRE, key, 0, options.leaseMs(), options.waitMs(), false);
         r.awaited = direct;
@@ -455,7 +454,7 @@ public final class TicketingClient implements AutoCloseable {
         CompletableFuture<Lock> user = new CompletableFuture<>();
         user.whenComplete((v, e) -> {
             if (e instanceof CancellationException) {
-                engine.abandon(r, new CancelledException("acquire of " + shown + " was cancelled"));
+                engine.abandon(r, new CancelledException("acquire of " + Bytes.forMessage(key) + " was cancelled"));
             }
         });
         engine.submit(r).whenComplete((f, ex) -> {
@@ -465,6 +464,7 @@ public final class TicketingClient implements AutoCloseable {
                 return;
             }
             if (f.status() != Status.OK.code()) {
+                String shown = Bytes.forMessage(key);
                 TicketingException t = f.status() == Status.TIMED_OUT.code()
                         ? notAcquired(f, shown, options.waitMs())
                         : f.status() == Status.NOT_HELD.code()
@@ -476,7 +476,7 @@ public final class TicketingClient implements AutoCloseable {
             }
             Lock lock;
             try {
-                lock = adopt(key, text, shown, r, f, options);
+                lock = adopt(key, text, r, f, options);
             } catch (TicketingException t) {
                 deliver.execute(() -> user.completeExceptionally(t));
                 return;
@@ -494,7 +494,7 @@ public final class TicketingClient implements AutoCloseable {
      * Turns an acquire's grant into a held lock, unless the client closed or the server restarted
      * between the answer and this completion (it runs after the answer, so either may come first).
      */
-    Lock adopt(byte[] key, String text, String shown, Req r, ResponseFrame f, AcquireOptions options) {
+    Lock adopt(byte[] key, String text, Req r, ResponseFrame f, AcquireOptions options) {
         Lock lock = new Lock(engine, key, text, f.token(), f.leaseMs(), f.detail(), r.firstSent, options);
         switch (engine.register(lock, r.generation)) {
             case CLOSED -> {
@@ -504,13 +504,14 @@ public final class TicketingClient implements AutoCloseable {
                 if (engine.opts.releaseOnClose()) {
                     lock.releaseAsync(true);
                 }
-                throw new ClosedException("the client was closed while acquire of " + shown + " was answered; the lock "
+                throw new ClosedException("the client was closed while acquire of " + Bytes.forMessage(key) + " was answered; the lock "
                         + (engine.opts.releaseOnClose() ? "is released if the connection is still open, else it " : "")
                         + "runs out its lease on the server");
             }
             case RESTARTED -> {
                 lock.markLost(LostReason.SERVER_RESTARTED);
-                throw new ServerRestartedException("the server restarted while acquire of " + shown + " was answered");
+                throw new ServerRestartedException("the server restarted while acquire of " + Bytes.forMessage(key)
+                        + " was answered");
             }
             case NONE -> lock.start();
         }
@@ -760,17 +761,29 @@ public final class TicketingClient implements AutoCloseable {
      * waits on, completed where the answer is handled: the thread may read its answer itself.
      */
     static <T> T await(Engine engine, CompletableFuture<T> f, String what) {
+        return await(engine, f, what, null);
+    }
+
+    /**
+     * As {@link #await(Engine, CompletableFuture, String)}, the call named {@code what} followed by
+     * the key as messages show it ({@code key} not null): built only for a message.
+     */
+    static <T> T await(Engine engine, CompletableFuture<T> f, String what, byte[] key) {
         try {
             return engine == null ? f.get() : engine.await(f);
         } catch (InterruptedException e) {
             f.cancel(false);
             Thread.currentThread().interrupt();
-            throw new CancelledException(what + " interrupted");
+            throw new CancelledException(named(what, key) + " interrupted");
         } catch (ExecutionException e) {
             throw rethrow(e.getCause());
         } catch (CancellationException e) {
-            throw new CancelledException(what + " was cancelled");
+            throw new CancelledException(named(what, key) + " was cancelled");
         }
+    }
+
+    private static String named(String what, byte[] key) {
+        return key == null ? what : what + Bytes.forMessage(key);
     }
 
     static TicketingException unwrap(Throwable t) {

@@ -1364,4 +1364,117 @@ class FakeServerTest {
         assertFalse(m.contains("\n"), m);
         assertEquals(m.indexOf(why), m.lastIndexOf(why), m);
     }
+
+    // ---- a burst of answers whose callbacks send requests (CallbackExecutor.cork) ----
+
+    /** Answers every received INSPECT of {@code rs} in one write (one burst of answers for the client). */
+    private static void answerInOneWrite(List<FakeServer.Received> rs) {
+        java.io.ByteArrayOutputStream b = new java.io.ByteArrayOutputStream();
+        for (FakeServer.Received r : rs) {
+            b.writeBytes(new ResponseFrame(Op.INSPECT.code(), 0, r.id(), 0, 0, 0, new byte[12]).encode());
+        }
+        rs.get(0).conn().sendRaw(b.toByteArray());
+    }
+
+    private List<FakeServer.Received> inspects(int n) throws Exception {
+        List<FakeServer.Received> rs = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            rs.add(server.expect(Op.INSPECT));
+        }
+        return rs;
+    }
+
+    /**
+     * A burst of answers queues a run of callback tasks; the requests those tasks send are written
+     * together when the run ends (corked meanwhile): every one of them reaches the server.
+     */
+    @Test
+    void requestsSentByARunOfCallbacksAllGoOut() throws Exception {
+        TicketingClient c = connect();
+        int n = 8;
+        List<CompletableFuture<LockInfo>> chains = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            String second = "second-" + i;
+            chains.add(c.inspectAsync("first-" + i, 0).thenCompose(x -> c.inspectAsync(second, 0)));
+        }
+        answerInOneWrite(inspects(n));
+        List<FakeServer.Received> seconds = inspects(n);
+        java.util.Set<String> keys = new java.util.HashSet<>();
+        for (FakeServer.Received r : seconds) {
+            keys.add(new String(r.frame().key(), StandardCharsets.UTF_8));
+        }
+        assertEquals(n, keys.size(), keys.toString());
+        answerInOneWrite(seconds);
+        for (CompletableFuture<LockInfo> f : chains) {
+            f.get(10, TimeUnit.SECONDS);
+        }
+    }
+
+    /**
+     * A callback that sends a request while others are queued, then blocks on its answer, is not
+     * left with its frame corked behind the tasks it holds up: the stall check has it written (and
+     * adds a callback thread for the rest). Every callback of the burst does so here, and the
+     * server answers only once it has received all of their requests.
+     */
+    @Test
+    void aCallbackBlockedOnItsOwnAnswerIsNotLeftCorked() throws Exception {
+        TicketingClient c = connect(b -> b.requestTimeout(Duration.ofSeconds(20)).heartbeatInterval(Duration.ZERO));
+        int n = 4;
+        List<CompletableFuture<LockInfo>> chains = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            String second = "second-" + i;
+            chains.add(c.inspectAsync("first-" + i, 0).thenApply(x -> {
+                try {
+                    return c.inspectAsync(second, 0).get(20, TimeUnit.SECONDS);
+                } catch (Exception e) {
+                    throw new java.util.concurrent.CompletionException(e);
+                }
+            }));
+        }
+        answerInOneWrite(inspects(n));
+        List<FakeServer.Received> seconds = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            FakeServer.Received r = server.next(Duration.ofSeconds(10));
+            assertTrue(r != null && r.op() == Op.INSPECT, "request " + i + " of the blocked callbacks never came: " + r);
+            seconds.add(r);
+        }
+        answerInOneWrite(seconds);
+        for (CompletableFuture<LockInfo> f : chains) {
+            f.get(10, TimeUnit.SECONDS);
+        }
+    }
+
+    /**
+     * Only the first callback of a burst sends a request, then blocks on its answer; the tasks
+     * after it send nothing: its frame, corked because they were queued, is still written (by the
+     * stall check's writer, or by the callback thread that takes the last task).
+     */
+    @Test
+    void aCorkedFrameGoesOutWhenNoLaterCallbackSends() throws Exception {
+        // (no heartbeat: its PING would carry the frame out within 250 ms)
+        TicketingClient c = connect(b -> b.requestTimeout(Duration.ofSeconds(20)).heartbeatInterval(Duration.ZERO));
+        int n = 6;
+        List<CompletableFuture<LockInfo>> chains = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            boolean sends = i == 0;
+            chains.add(c.inspectAsync("first-" + i, 0).thenApply(x -> {
+                if (!sends) {
+                    return x;
+                }
+                try {
+                    return c.inspectAsync("second", 0).get(20, TimeUnit.SECONDS);
+                } catch (Exception e) {
+                    throw new java.util.concurrent.CompletionException(e);
+                }
+            }));
+        }
+        answerInOneWrite(inspects(n));
+        FakeServer.Received r = server.next(Duration.ofSeconds(10));
+        assertEquals(Op.INSPECT, r.op());
+        assertEquals("second", new String(r.frame().key(), StandardCharsets.UTF_8));
+        answerInOneWrite(List.of(r));
+        for (CompletableFuture<LockInfo> f : chains) {
+            f.get(10, TimeUnit.SECONDS);
+        }
+    }
 }

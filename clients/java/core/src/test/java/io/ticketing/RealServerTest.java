@@ -68,6 +68,67 @@ class RealServerTest {
         Poll.until(Duration.ofSeconds(5), () -> observer.inspect(key).waiters() == n, n + " waiters on " + key);
     }
 
+    /**
+     * Many callers on one client at once: blocking threads (whose writes gather when many requests
+     * are in flight, Connection.flush(true)) and CompletableFuture chains (whose callbacks' requests
+     * are corked into one write per burst of answers) each get every lock and give it back, with
+     * tokens that never repeat.
+     */
+    @Test
+    void manyCallersOnOneClientEachGetEveryLock() throws Exception {
+        TicketingClient c = client();
+        int n = 16;
+        int rounds = 150;
+        java.util.Set<Long> tokens = java.util.concurrent.ConcurrentHashMap.newKeySet();
+        java.util.concurrent.atomic.AtomicInteger pairs = new java.util.concurrent.atomic.AtomicInteger();
+        List<Thread> threads = new ArrayList<>();
+        List<Throwable> errors = java.util.Collections.synchronizedList(new ArrayList<>());
+        for (int i = 0; i < n; i++) {
+            String key = "many-threads-" + i;
+            Thread t = new Thread(() -> {
+                try {
+                    for (int r = 0; r < rounds; r++) {
+                        Lock l = c.tryAcquire(key, Duration.ofSeconds(10)).orElseThrow();
+                        tokens.add(l.token());
+                        l.release();
+                        pairs.incrementAndGet();
+                    }
+                } catch (Throwable e) {
+                    errors.add(e);
+                }
+            });
+            t.start();
+            threads.add(t);
+        }
+        List<CompletableFuture<Void>> chains = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            chains.add(chain(c, "many-async-" + i, rounds, tokens, pairs));
+        }
+        for (Thread t : threads) {
+            t.join(40_000);
+        }
+        for (CompletableFuture<Void> f : chains) {
+            f.get(40, TimeUnit.SECONDS);
+        }
+        assertTrue(errors.isEmpty(), errors.toString());
+        assertEquals(2 * n * rounds, pairs.get());
+        assertEquals(2 * n * rounds, tokens.size(), "a token was granted twice");
+    }
+
+    private static CompletableFuture<Void> chain(TicketingClient c, String key, int left, java.util.Set<Long> tokens,
+            java.util.concurrent.atomic.AtomicInteger pairs) {
+        if (left == 0) {
+            return CompletableFuture.completedFuture(null);
+        }
+        return c.tryAcquireAsync(key, Duration.ofSeconds(10)).thenCompose(l -> {
+            tokens.add(l.orElseThrow().token());
+            return l.get().releaseAsync();
+        }).thenCompose(v -> {
+            pairs.incrementAndGet();
+            return chain(c, key, left - 1, tokens, pairs);
+        });
+    }
+
     @Test
     void acquireInspectRelease() {
         TicketingClient a = client();
@@ -102,8 +163,8 @@ class RealServerTest {
         var f = new io.ticketing.protocol.ResponseFrame(io.ticketing.protocol.Op.ACQUIRE.code(),
                 io.ticketing.protocol.Status.OK.code(), 1, 7, 5000, 0, new byte[0]);
         c.close();
-        ClosedException e = assertThrows(ClosedException.class, () -> c.adopt(key, "adopt-after-close",
-                "\"adopt-after-close\"", r, f, AcquireOptions.of(Duration.ofSeconds(5), Duration.ZERO)));
+        ClosedException e = assertThrows(ClosedException.class, () -> c.adopt(key, "adopt-after-close", r, f,
+                AcquireOptions.of(Duration.ofSeconds(5), Duration.ZERO)));
         assertTrue(e.getMessage().contains("closed while acquire of"), e.getMessage());
     }
 

@@ -306,19 +306,25 @@ namespace Ticketing
                     _listener.OnFrame(this, f);
                 }
             }
-            catch (FrameException e)
-            {
-                failure = new ProtocolException("malformed frame from " + Endpoint + ": " + e.Message, e);
-            }
-            catch (Exception e) when (e is IOException || e is SocketException || e is ObjectDisposedException)
-            {
-                failure = new ConnectionLostException("connection to " + Endpoint + " lost: " + e.Message, e);
-            }
             catch (Exception e)
             {
-                failure = new ProtocolException("cannot handle a frame from " + Endpoint + ": " + e.Message, e);
+                failure = ReadFailure(e);
             }
             _listener.OnFailure(this, failure);
+        }
+
+        /// <summary>What a read loop's exception means for the connection (both read loops).</summary>
+        private TicketingException ReadFailure(Exception e)
+        {
+            if (e is FrameException)
+            {
+                return new ProtocolException("malformed frame from " + Endpoint + ": " + e.Message, e);
+            }
+            if (e is IOException || e is SocketException || e is ObjectDisposedException)
+            {
+                return new ConnectionLostException("connection to " + Endpoint + " lost: " + e.Message, e);
+            }
+            return new ProtocolException("cannot handle a frame from " + Endpoint + ": " + e.Message, e);
         }
 
         /// <summary>_rd must be held. Starts a thread that holds the reader role from now on.</summary>
@@ -552,17 +558,9 @@ namespace Ticketing
                     while (_reader.HasFrame); // a whole batch first: its answers' frames go out together
                 }
             }
-            catch (FrameException e)
-            {
-                failure = new ProtocolException("malformed frame from " + Endpoint + ": " + e.Message, e);
-            }
-            catch (Exception e) when (e is IOException || e is SocketException || e is ObjectDisposedException)
-            {
-                failure = new ConnectionLostException("connection to " + Endpoint + " lost: " + e.Message, e);
-            }
             catch (Exception e)
             {
-                failure = new ProtocolException("cannot handle a frame from " + Endpoint + ": " + e.Message, e);
+                failure = ReadFailure(e);
             }
             failed:
             // The completions of the frames handled before the failure still run.

@@ -52,6 +52,17 @@ def new_session_id() -> bytes:
             return sid
 
 
+def run_callbacks(calls: list[Call]) -> None:
+    """Runs the callbacks of finished calls, in order; one that raises is logged and the others
+    still run. Both clients call it for every batch of answers."""
+    for call in calls:
+        for cb in call.callbacks:
+            try:
+                cb(call)
+            except Exception:
+                log.exception("callback failed")
+
+
 class Call:
     """One request of the session, from submit to its final answer.
 

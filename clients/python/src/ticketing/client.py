@@ -48,7 +48,7 @@ from ._common import (
     token_bytes,
     wait_ms,
 )
-from ._session import Call, Event, Expired, Follow, Restarted, Session, release_in_background
+from ._session import Call, Event, Expired, Follow, Restarted, Session, release_in_background, run_callbacks
 from ._timers import Scheduler, Timer
 from .connection import Connection, _Transport, dial
 from .constants import LOST_CHECK_MS, InspectFlag, LostReason, Op, Status
@@ -609,12 +609,7 @@ class Client(ForkAware):
                 log.warning("the server restarted (new state id): %d lock(s) lost", len(locks))
                 for lock in locks:
                     lock._set_lost(LostReason.SERVER_RESTARTED)
-        for call in finished:
-            for cb in call.callbacks:
-                try:
-                    cb(call)
-                except Exception:
-                    log.exception("callback failed")
+        run_callbacks(finished)
 
     # --- the connection -----------------------------------------------------------------------
 
@@ -639,13 +634,8 @@ class Client(ForkAware):
         if events:
             self._handle(finished, events, conn)
             return
-        # _handle without events, inlined: this runs for every answer.
-        for call in finished:
-            for cb in call.callbacks:
-                try:
-                    cb(call)
-                except Exception:
-                    log.exception("callback failed")
+        # Without events, only the callbacks (this runs for every answer).
+        run_callbacks(finished)
 
     def _on_conn_closed(self, conn: Connection, reason: str) -> None:
         with self._mu:

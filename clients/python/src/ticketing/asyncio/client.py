@@ -48,7 +48,7 @@ from .._common import (
     token_bytes,
     wait_ms,
 )
-from .._session import Call, Event, Expired, Follow, Restarted, Session, release_in_background
+from .._session import Call, Event, Expired, Follow, Restarted, Session, release_in_background, run_callbacks
 from ..client import (
     _MAX_HINTS,
     _after_failed_round,
@@ -568,12 +568,7 @@ class Client(ForkAware):
                 log.warning("the server restarted (new state id): %d lock(s) lost", len(locks))
                 for lock in locks:
                     lock._set_lost(LostReason.SERVER_RESTARTED)
-        for call in finished:
-            for cb in call.callbacks:
-                try:
-                    cb(call)
-                except Exception:
-                    log.exception("callback failed")
+        run_callbacks(finished)
 
     # --- the connection -----------------------------------------------------------------------
 
@@ -592,13 +587,8 @@ class Client(ForkAware):
         if session.events:
             self._handle(finished, session.take_events(), conn)
         else:
-            # _handle without events, inlined: this runs for every answer.
-            for call in finished:
-                for cb in call.callbacks:
-                    try:
-                        cb(call)
-                    except Exception:
-                        log.exception("callback failed")
+            # Without events, only the callbacks (this runs for every answer).
+            run_callbacks(finished)
         if self._settle is not None:
             self._settle.set()
 

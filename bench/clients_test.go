@@ -2,8 +2,11 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -229,6 +232,39 @@ func TestThousands(t *testing.T) {
 	for in, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 1234567.4: "1,234,567", -4500: "-4,500"} {
 		if got := thousands(in); got != want {
 			t.Errorf("thousands(%v) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestKeepAwake: -client-keep-awake's busy loops run at nice 19 while the workload measures and
+// are all gone once it stops.
+func TestKeepAwake(t *testing.T) {
+	pids, stop, err := keepAwake(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pids) != 2 {
+		stop()
+		t.Fatalf("%d busy loops, want 2", len(pids))
+	}
+	for _, p := range pids {
+		// nice(1) sets the priority, then execs sh: poll until it has (bounded).
+		ni := ""
+		for deadline := time.Now().Add(5 * time.Second); ni != "19" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			out, err := exec.Command("ps", "-o", "ni=", "-p", strconv.Itoa(p)).Output()
+			if err != nil {
+				break
+			}
+			ni = strings.TrimSpace(string(out))
+		}
+		if ni != "19" {
+			t.Errorf("busy loop %d at nice %q, want 19", p, ni)
+		}
+	}
+	stop()
+	for _, p := range pids {
+		if syscall.Kill(p, 0) == nil {
+			t.Errorf("busy loop %d still running after stop", p)
 		}
 	}
 }

@@ -81,6 +81,7 @@ type options struct {
 	clientRegistry     string
 	clientBuildTimeout time.Duration
 	clientBuildDir     string
+	clientKeepAwake    bool
 	clientDuration     time.Duration
 	serverCPUs         string
 
@@ -129,6 +130,7 @@ func main() {
 	flag.StringVar(&clients, "clients", "all", "clients workload: rows of -client-registry to run, comma-separated (all: every row)")
 	flag.StringVar(&callers, "callers", "1,16", "clients workload: concurrent callers on the one client object, comma-separated (go-raw: pairs in flight on its one connection)")
 	flag.StringVar(&o.clientRegistry, "client-registry", "clients.registry", "clients workload: the registry of benchmark programs")
+	flag.BoolVar(&o.clientKeepAwake, "client-keep-awake", false, "clients workload: run one busy loop per CPU at the lowest priority (nice 19) while it measures, so that no vCPU is idle between round trips (BENCHMARKS.md: on a VM a quiet 1-caller run otherwise measures the wake-up of halted vCPUs)")
 	flag.StringVar(&o.clientBuildDir, "client-build-dir", filepath.Join("results", "tmp", "progs"), "clients workload: where each folder's bench-build.sh builds (OUTDIR: this dir/FOLDER), kept between runs so that later builds are quick")
 	flag.DurationVar(&o.clientBuildTimeout, "client-build-timeout", 10*time.Minute, "clients workload: bound on each folder's bench-build.sh")
 	flag.DurationVar(&o.clientDuration, "client-duration", 0, "clients workload: counted time per run, after each program's 1 s of warm-up (default: -duration)")

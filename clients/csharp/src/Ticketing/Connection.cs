@@ -25,19 +25,25 @@ namespace Ticketing
             _stream = stream;
         }
 
+        /// <summary>Makes room for <paramref name="n"/> bytes from _start: the unread bytes move to the front, into a larger buffer if needed.</summary>
+        private void MakeRoom(int n)
+        {
+            if (_buf.Length - _start < n)
+            {
+                byte[] nb = _buf.Length >= n ? _buf : new byte[Math.Max(n, _buf.Length * 2)];
+                Buffer.BlockCopy(_buf, _start, nb, 0, _end - _start);
+                _end -= _start;
+                _start = 0;
+                _buf = nb;
+            }
+        }
+
         /// <summary>Makes <paramref name="n"/> bytes available; false at the end of the stream.</summary>
         private async Task<bool> FillAsync(int n)
         {
             while (_end - _start < n)
             {
-                if (_buf.Length - _start < n)
-                {
-                    byte[] nb = _buf.Length >= n ? _buf : new byte[Math.Max(n, _buf.Length * 2)];
-                    Buffer.BlockCopy(_buf, _start, nb, 0, _end - _start);
-                    _end -= _start;
-                    _start = 0;
-                    _buf = nb;
-                }
+                MakeRoom(n);
                 int got = await _stream.ReadAsync(_buf, _end, _buf.Length - _end).ConfigureAwait(false);
                 if (got <= 0)
                 {
@@ -57,14 +63,7 @@ namespace Ticketing
         {
             while (_end - _start < n)
             {
-                if (_buf.Length - _start < n)
-                {
-                    byte[] nb = _buf.Length >= n ? _buf : new byte[Math.Max(n, _buf.Length * 2)];
-                    Buffer.BlockCopy(_buf, _start, nb, 0, _end - _start);
-                    _end -= _start;
-                    _start = 0;
-                    _buf = nb;
-                }
+                MakeRoom(n);
                 int got = _stream.Read(_buf, _end, _buf.Length - _end);
                 if (got <= 0)
                 {

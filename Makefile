@@ -13,9 +13,11 @@ CLIENTS := go python js rust c java ruby csharp
 all: build
 
 # A static binary (no cgo: Go's own DNS resolver, no libc mapped): it starts anywhere and maps
-# about 1.5 MB less into memory.
+# about 1.5 MB less into memory. cmd/ticketing/gcflags.txt: inlining only where the server
+# spends its time (about 430 KiB less resident).
+SERVER_GCFLAGS := $(shell grep -v '^\#' cmd/ticketing/gcflags.txt)
 build:
-	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/ticketing
+	CGO_ENABLED=0 $(GO) build $(SERVER_GCFLAGS) -o $(BIN) ./cmd/ticketing
 
 run: build
 	./$(BIN) server

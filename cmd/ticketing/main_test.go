@@ -49,6 +49,55 @@ func TestLinkedPackages(t *testing.T) {
 	}
 }
 
+// TestBuildFlags: the release build (gcflags.txt, issue 28) turns inlining off only in packages
+// the request path does not run. For every package the server spends its time in, the last
+// pattern of gcflags.txt that matches it (the go command's rule) must leave inlining on; the
+// cold ones it was written for must have it off, or the file no longer does what it says.
+func TestBuildFlags(t *testing.T) {
+	b, err := os.ReadFile("gcflags.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type rule struct{ pattern, flags string }
+	var rules []rule
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		pf, ok := strings.CutPrefix(line, "-gcflags=")
+		pattern, flags, ok2 := strings.Cut(pf, "=")
+		if !ok || !ok2 || strings.ContainsAny(line, " '\"") {
+			t.Fatalf("gcflags.txt: %q is not -gcflags=PATTERN=FLAGS without spaces or quotes", line)
+		}
+		rules = append(rules, rule{pattern, flags})
+	}
+	flagsFor := func(pkg string) (string, bool) {
+		got, found := "", false
+		for _, r := range rules {
+			base, tree := strings.CutSuffix(r.pattern, "/...")
+			if r.pattern == "all" || pkg == r.pattern || (tree && (pkg == base || strings.HasPrefix(pkg, base+"/"))) {
+				got, found = r.flags, true
+			}
+		}
+		return got, found
+	}
+	for _, pkg := range []string{"runtime", "internal/runtime/maps", "sync", "sync/atomic", "net", "syscall",
+		"time", "os", "io", "bufio", "bytes", "strings", "slices", "encoding/binary", "math/bits",
+		"crypto/tls", "crypto/internal/fips140/aes/gcm", "vendor/golang.org/x/crypto/chacha20poly1305",
+		"github.com/ticketing/ticketing/internal/server", "github.com/ticketing/ticketing/internal/locktable",
+		"github.com/ticketing/ticketing/wire", "github.com/hashicorp/raft", "github.com/hashicorp/raft-wal",
+		"github.com/hashicorp/go-msgpack/v2/codec", "github.com/armon/go-metrics"} {
+		if f, _ := flagsFor(pkg); f != "" {
+			t.Errorf("gcflags.txt compiles %s with %q: the request path must keep inlining", pkg, f)
+		}
+	}
+	for _, pkg := range []string{"fmt", "flag", "encoding/json", "log/slog", "regexp", "go.etcd.io/bbolt"} {
+		if f, ok := flagsFor(pkg); !ok || f != "-l" {
+			t.Errorf("gcflags.txt compiles %s with %q, not -l", pkg, f)
+		}
+	}
+}
+
 // TestMain removes the binary that TestVersion builds (testserver.Binary).
 func TestMain(m *testing.M) {
 	code := m.Run()

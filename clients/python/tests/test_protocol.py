@@ -357,3 +357,37 @@ def test_not_acquired_gives_the_server_reason() -> None:
                         "(key 'k', wait timeout 0.3 s)")
     plain = ex.error_for_status(Status.TIMED_OUT, 0, b"", "key 'k', try once")
     assert str(plain) == "not acquired: the key is held and the wait timeout passed (key 'k', try once)"
+
+
+def test_one_whole_frame_per_read_takes_the_same_checks() -> None:
+    """FrameBuffer.feed's shortcut for a read of exactly one 32-byte frame (the usual answer)
+    gives what decode_response gives, and a 32-byte read that is not such a frame takes the
+    general path: refused, or kept until the rest of its frame arrives."""
+    frame = encode_response(Response(op=Op.ACQUIRE, status=Status.OK, id=9, token=77, lease_ms=5000, detail=3))
+    assert len(frame) == 32
+    fb = FrameBuffer()
+    assert fb.feed(frame) == [decode_response(frame)[0]] and len(fb) == 0
+    # A frame whose length field says more (a data part follows): kept, completed by the next read.
+    longer = encode_response(Response(op=Op.INSPECT, status=Status.OK, id=10, data=b"abcd"))
+    assert fb.feed(longer[:32]) == [] and len(fb) == 32
+    assert fb.feed(longer[32:]) == [decode_response(longer)[0]] and len(fb) == 0
+    # Length 28 but a data length that disagrees; a length below the header: refused as before.
+    bad_var = bytearray(frame)
+    bad_var[6:8] = (4).to_bytes(2, "big")
+    with pytest.raises(ex.ProtocolError) as e:
+        FrameBuffer().feed(bytes(bad_var))
+    assert e.value.reason == "length"
+    short = bytearray(frame)
+    short[0:4] = (20).to_bytes(4, "big")
+    with pytest.raises(ex.ProtocolError) as e:
+        FrameBuffer().feed(bytes(short))
+    assert e.value.reason == "length"
+    # Unknown op and status values pass through as ints, as on the general path.
+    odd = bytearray(frame)
+    odd[4], odd[5] = 0x7E, 0x7F
+    (r,) = FrameBuffer().feed(bytes(odd))
+    assert (r.op, r.status) == (0x7E, 0x7F) and r == decode_response(bytes(odd))[0]
+    # A partial frame buffered first: a following 32-byte read goes through the buffer.
+    fb = FrameBuffer()
+    assert fb.feed(frame[:10]) == [] and fb.feed(frame[10:] + frame[:10]) == [decode_response(frame)[0]]
+    assert fb.feed(frame[10:]) == [decode_response(frame)[0]]

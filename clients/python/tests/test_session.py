@@ -271,3 +271,20 @@ def test_shutting_down_moves_to_the_next_endpoint_when_there_is_one() -> None:
 def test_lock_deadline(detail: int, lease: int, deadline: float, margin: float) -> None:
     assert lock_deadline(100.0, detail, lease) == pytest.approx(100.0 + deadline)
     assert lost_margin(lease) == pytest.approx(margin)
+
+
+def test_submit_data_is_submit_without_the_queue() -> None:
+    """Session.submit_data (a ready session with nothing queued) returns the bytes submit would
+    queue, with the same id, pending entry and times."""
+    a, b = connected(), connected()
+    for i in range(3):
+        ca = Call(Op.ACQUIRE, b"k%d" % i, 0, 5000, 0)
+        cb = Call(Op.ACQUIRE, b"k%d" % i, 0, 5000, 0)
+        a.submit(ca, 2.0 + i)
+        data = b.submit_data(cb, 2.0 + i)
+        assert data == a.take_out() and b.out == bytearray()
+        assert (cb.id, cb.t_first, cb.t_send, cb.may_have_run, cb.epoch) == \
+            (ca.id, ca.t_first, ca.t_send, ca.may_have_run, ca.epoch) == (i + 1, 2.0 + i, 2.0 + i, True, 0)
+        assert b.pending[cb.id] is cb
+    b.on_response(Response(op=Op.ACQUIRE, status=Status.OK, id=2, token=5, lease_ms=5000), 3.0)
+    assert [c.id for c in b.take_finished()] == [2] and sorted(b.pending) == [1, 3]

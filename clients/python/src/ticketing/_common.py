@@ -252,6 +252,13 @@ def key_bytes(key: KeyLike) -> bytes:
 
 def lease_ms(lease: float) -> int:
     """A lease in float seconds -> whole milliseconds: at least 1 ms, below 2^32 ms."""
+    cls = lease.__class__
+    if cls is int or cls is float:
+        # The usual lease, in one comparison (NaN and infinities fail it and take the checks
+        # below for their messages; bool is neither class).
+        x = lease * 1000
+        if 1 <= x <= 0xFFFFFFFF:
+            return round(x)
     if isinstance(lease, bool) or not isinstance(lease, (int, float)):
         raise InvalidArgument(f"lease must be a number of seconds, not {type(lease).__name__}")
     if math.isnan(lease) or math.isinf(lease):

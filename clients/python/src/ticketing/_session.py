@@ -198,16 +198,22 @@ class Session:
     def submit(self, call: Call, now: float) -> None:
         """Send ``call`` now if the connection is ready, else keep it in the backlog."""
         if self.ready:
-            # _send and _write inlined: every request of every caller comes through here.
-            cid = call.id = self.next_id
-            self.next_id = cid + 1
-            self.pending[cid] = call
-            call.t_first = call.t_send = now
-            self.out += encode_request_fields(call.op, cid, call.token, call.lease_ms, call.wait_ms, call.key)
-            call.may_have_run = True
-            call.epoch = self.restarts
+            self.out += self.submit_data(call, now)
         else:
             self.backlog.append(call)
+
+    def submit_data(self, call: Call, now: float) -> bytes:
+        """:meth:`submit` for a ready session with nothing queued in :attr:`out` (the caller
+        checks both): returns the request's bytes instead of queueing them, for the caller to
+        write before anything else is queued (it holds its lock until it has handed them over).
+        Saves the copy in and out of :attr:`out` for every request."""
+        cid = call.id = self.next_id
+        self.next_id = cid + 1
+        self.pending[cid] = call
+        call.t_first = call.t_send = now
+        call.may_have_run = True
+        call.epoch = self.restarts
+        return encode_request_fields(call.op, cid, call.token, call.lease_ms, call.wait_ms, call.key)
 
     def _send(self, call: Call, now: float) -> None:
         call.id = self.next_id

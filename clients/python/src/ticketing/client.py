@@ -552,18 +552,25 @@ class Client(ForkAware):
             if self._closed or (self._closing and call.op != Op.RELEASE):
                 raise ClientClosed(f"the client is closed ({call.describe()})")
             session = self._session
-            session.submit(call, _clock.now())
-            if not session.ready:
-                # Before the first connection a call starts a round at once (and fails with it,
-                # unless a node answered NOT_LEADER: an election, see _election_pause);
-                # later it waits for the reconnect loop, which keeps its backoff (connect() excepted).
-                if connect:
-                    self._connect_calls.append(call)
-                self._ensure_connector_locked(wake=connect or not self._ever_connected)
             current = self._conn
-            data = None
-            if current is not None and session.out:
-                data = current.write_claim(session.take_out())
+            if current is not None and session.ready and not session.out:
+                # The usual request: its bytes go straight to the connection, in id order (this
+                # thread holds the lock until write_claim has them), without passing through
+                # session.out (Session.submit_data).
+                data = current.write_claim(session.submit_data(call, _clock.now()))
+            else:
+                session.submit(call, _clock.now())
+                if not session.ready:
+                    # Before the first connection a call starts a round at once (and fails with
+                    # it, unless a node answered NOT_LEADER: an election, see _election_pause);
+                    # later it waits for the reconnect loop, which keeps its backoff (connect()
+                    # excepted).
+                    if connect:
+                        self._connect_calls.append(call)
+                    self._ensure_connector_locked(wake=connect or not self._ever_connected)
+                data = None
+                if current is not None and session.out:
+                    data = current.write_claim(session.take_out())
         if data is not None:
             assert current is not None
             current.send_claimed(data)  # from this thread, outside the lock (Connection.write_claim)

@@ -131,6 +131,7 @@ class Response:
 
 #: The slot setters of :class:`Response`, in field order (FrameBuffer.feed's fast construction).
 _RESPONSE_SETTERS = tuple(getattr(Response, f).__set__ for f in Response.__slots__)
+_new = object.__new__
 assert Response.__slots__ == ("op", "status", "id", "token", "lease_ms", "detail", "data")
 
 
@@ -212,6 +213,22 @@ class FrameBuffer:
         The checks and the frames are those of :func:`frame_size` and :func:`decode_response`,
         inlined: this runs for every frame received."""
         buf = self._buf
+        if not buf and len(data) == HEADER_SIZE:
+            # The usual read: nothing buffered and exactly one frame without a variable part
+            # (every ACQUIRE, RELEASE, EXTEND... answer). The checks of the loop below, in short:
+            # its length field says 28 and its data length 0; anything else takes the loop.
+            f = _HEADER.unpack_from(data)
+            if f[0] == HEADER_SIZE - 4 and not f[3]:
+                r = _new(Response)
+                set_op, set_status, set_id, set_token, set_lease, set_detail, set_data = _RESPONSE_SETTERS
+                set_op(r, _OPS.get(f[1], f[1]))
+                set_status(r, _STATUSES.get(f[2], f[2]))
+                set_id(r, f[4])
+                set_token(r, f[5])
+                set_lease(r, f[6])
+                set_detail(r, f[7])
+                set_data(r, b"")
+                return [r]
         # Usually nothing is buffered: decode straight from ``data`` and keep only a partial
         # frame at its end.
         src: bytes | bytearray

@@ -478,7 +478,14 @@ class Client(ForkAware):
         it with the next connect round that fails, see :meth:`connect`)."""
         loop = asyncio.get_running_loop()
         end = None if timeout is None else loop.time() + timeout
-        fut = self._future_of(call)
+        # _future_of, inlined for every request (the call is not done before its submit)
+        fut: asyncio.Future[None] = loop.create_future()
+
+        def done(_call: Call) -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        call.callbacks.append(done)
         self._submit(call, connect=connect)
         conn = self._conn
         try:
@@ -526,6 +533,13 @@ class Client(ForkAware):
         if self._closed or (self._closing and call.op != Op.RELEASE):
             raise ClientClosed(f"the client is closed ({call.describe()})")
         session = self._session
+        conn = self._conn
+        if conn is not None and session.ready and not session.out:
+            # The usual request: its bytes straight to the transport (Session.submit_data).
+            conn.write(session.submit_data(call, _clock.now()))
+            if session.finished or session.events:  # as below (submit_data itself adds neither)
+                self._handle(session.take_finished(), session.take_events(), conn)
+            return
         session.submit(call, _clock.now())
         if not session.ready:
             # Before the first connection a call starts a round at once (and fails with it,
@@ -534,7 +548,7 @@ class Client(ForkAware):
             if connect:
                 self._connect_calls.append(call)
             self._ensure_connector(wake=connect or not self._ever_connected)
-        # _flush_and_handle, inlined for every request: usually only the write.
+        # _flush_and_handle, inlined: usually only the write.
         conn = self._conn
         if session.out and conn is not None:
             conn.write(session.take_out())

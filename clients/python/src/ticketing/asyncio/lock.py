@@ -159,43 +159,43 @@ class Lock:
                 if not fut.done():
                     fut.cancel()
         self._in_release = True
+        # The body of one release, in this coroutine (not a nested one: a frame less per release).
         try:
-            await self._release_once()
+            if self._released:
+                return
+            if self._lost_reason is None and _clock.now() >= self._fire_at:  # _check_deadline
+                self._set_lost(LostReason.EXPIRED)
+            lost = self._lost_reason
+            if lost is not None:
+                if not self._told_server and lost not in (LostReason.SERVER_RESTARTED, LostReason.NOT_HELD):
+                    self._client._release_in_background(self._key_bytes, self._token)
+                self._told_server = True
+                raise LockLost(lost, self._key_bytes, self._token)
+            self._releasing = True
+            if self._keepalive is not None:
+                self._stop_keepalive()
+            try:
+                resp = await self._client._request(Call(_RELEASE, self._key_bytes, self._token),
+                                                   self._client._request_timeout)
+            except BaseException:
+                self._end_release(ok=False)
+                raise
+            if resp.status == _OK:
+                reason = self._end_release(ok=True)
+                if reason is not None:
+                    raise LockLost(reason, self._key_bytes, self._token)
+                return
+            self._end_release(ok=False)
+            if resp.status == Status.NOT_HELD:
+                self._set_lost(LostReason.NOT_HELD)
+                raise LockLost(self._lost_reason or LostReason.NOT_HELD, self._key_bytes, self._token)
+            raise error_for_status(resp.status, resp.detail, resp.data, self._context())
         finally:
             self._in_release = False
             waiters, self._release_waiters = self._release_waiters, None
             for w in waiters or ():
                 if not w.done():
                     w.set_result(None)
-
-    async def _release_once(self) -> None:
-        if self._released:
-            return
-        self._check_deadline()
-        lost = self._lost_reason
-        if lost is not None:
-            if not self._told_server and lost not in (LostReason.SERVER_RESTARTED, LostReason.NOT_HELD):
-                self._client._release_in_background(self._key_bytes, self._token)
-            self._told_server = True
-            raise LockLost(lost, self._key_bytes, self._token)
-        self._releasing = True
-        self._stop_keepalive()
-        try:
-            resp = await self._client._request(Call(_RELEASE, self._key_bytes, self._token),
-                                               self._client._request_timeout)
-        except BaseException:
-            self._end_release(ok=False)
-            raise
-        if resp.status == _OK:
-            reason = self._end_release(ok=True)
-            if reason is not None:
-                raise LockLost(reason, self._key_bytes, self._token)
-            return
-        self._end_release(ok=False)
-        if resp.status == Status.NOT_HELD:
-            self._set_lost(LostReason.NOT_HELD)
-            raise LockLost(self._lost_reason or LostReason.NOT_HELD, self._key_bytes, self._token)
-        raise error_for_status(resp.status, resp.detail, resp.data, self._context())
 
     async def extend(self, lease: float | None = None) -> float:
         """Set the lease to ``lease`` seconds from now (default: the lease asked for at acquire);

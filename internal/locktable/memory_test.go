@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"testing"
 	"unsafe"
@@ -118,6 +119,39 @@ func TestMemoryPerSession(t *testing.T) {
 // session runs acquire+release pairs and acknowledges every 256 answers, as every client does
 // (PROTOCOL.md, "Retries and stored outcomes"); its stored outcomes must stay within two ACK
 // intervals, and the slice holding them must not grow past that after warm-up.
+// TestOutcomeGrowth: a session's stored outcomes grow in the steps grow documents, wherever the
+// records go (appended in id order, or inserted before the last), so that a busy session leaves
+// little outgrown memory behind (each step is garbage a collection may not come for).
+func TestOutcomeGrowth(t *testing.T) {
+	for _, inOrder := range []bool{true, false} {
+		var s session
+		var caps []int
+		for id := uint64(1); id <= 400; id++ {
+			r := id
+			if !inOrder && id%2 == 0 {
+				r = id - 1 // the odd one after it first: every second record is inserted
+			} else if !inOrder {
+				r = id + 1
+			}
+			*s.put(r) = record{id: r}
+			if len(caps) == 0 || caps[len(caps)-1] != cap(s.records) {
+				caps = append(caps, cap(s.records))
+			}
+		}
+		if want := []int{4, 16, 64, 256, 320, 416}; !slices.Equal(caps, want) {
+			t.Errorf("in order %v: capacities %v, want %v", inOrder, caps, want)
+		}
+		for i := 1; i < len(s.records); i++ {
+			if s.records[i-1].id >= s.records[i].id {
+				t.Fatalf("in order %v: records out of order at %d: %d, %d", inOrder, i, s.records[i-1].id, s.records[i].id)
+			}
+		}
+		if len(s.records) != 400 {
+			t.Fatalf("in order %v: %d records, want 400", inOrder, len(s.records))
+		}
+	}
+}
+
 func TestMemoryBusySessionOutcomes(t *testing.T) {
 	// An ACK every 256 answers covering every answer so far; then one every 320 covering all but
 	// the last batch, as the benchmark's driver and the clients send it over a real connection

@@ -303,10 +303,13 @@ def test_close_wakes_a_caller_blocked_in_recv(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(connection, "_RCV_TIMEOUT", 30.0)
     monkeypatch.setattr(connection, "_LINGER", 5.0)  # the reader thread stays out meanwhile
 
+    answer_acquire = threading.Event()
+
     def frozen(c: FakeConn) -> None:
         c.handshake()
         c.answer(c.recv(answer_pings=False))  # connect()'s PING
         acq = c.recv(answer_pings=False)
+        answer_acquire.wait(10)
         c.answer(acq, token=5, lease_ms=acq.lease_ms)  # read by the reader thread, which then yields
         while True:
             c.recv(answer_pings=False)
@@ -323,6 +326,12 @@ def test_close_wakes_a_caller_blocked_in_recv(monkeypatch: pytest.MonkeyPatch) -
         t, out = in_thread(work)
         conn = client._conn
         assert conn is not None
+        # The acquire is answered only once its caller waits behind the reader thread, which then
+        # yields the reading role to it. Answered sooner, the answer could be read before the
+        # caller waited (nobody asked for the role), the reader thread would keep it and sit in
+        # its 30 s recv, and the PING's caller would wait behind it instead of reading itself.
+        wait_for(lambda: bool(conn._followers))
+        answer_acquire.set()
         wait_for(lambda: fake.ops().count(Op.PING) == 2 and conn._leader == connection._CALLER)
         t0 = time.monotonic()
         client.close()

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from . import _clock
 from ._common import KeyLike, lease_ms, lock_deadline, lost_margin
@@ -32,6 +32,35 @@ log = logging.getLogger("ticketing")
 #: lookup, and these are read for every request.
 _RELEASE = Op.RELEASE
 _OK = Status.OK
+
+
+class _Releasing(Protocol):
+    """What :func:`release_outcome` needs of a lock (this module's and the asyncio one's)."""
+
+    @property
+    def _key_bytes(self) -> bytes: ...
+    @property
+    def _token(self) -> int: ...
+    @property
+    def _lost_reason(self) -> LostReason | None: ...
+    def _end_release(self, *, ok: bool) -> LostReason | None: ...
+    def _set_lost(self, reason: LostReason) -> None: ...
+    def _context(self) -> str: ...
+
+
+def release_outcome(lock: _Releasing, resp: Response) -> None:
+    """Ends a RELEASE that the server answered, for the sync and the asyncio lock alike: returns
+    on OK (raising LockLost if the lock was lost meanwhile), else raises what the answer says."""
+    if resp.status == _OK:
+        reason = lock._end_release(ok=True)
+        if reason is not None:
+            raise LockLost(reason, lock._key_bytes, lock._token)
+        return
+    lock._end_release(ok=False)
+    if resp.status == Status.NOT_HELD:
+        lock._set_lost(LostReason.NOT_HELD)
+        raise LockLost(lock._lost_reason or LostReason.NOT_HELD, lock._key_bytes, lock._token)
+    raise error_for_status(resp.status, resp.detail, resp.data, lock._context())
 
 
 class Lock:
@@ -185,16 +214,7 @@ class Lock:
             except BaseException:
                 self._end_release(ok=False)
                 raise
-            if resp.status == _OK:
-                reason = self._end_release(ok=True)
-                if reason is not None:
-                    raise LockLost(reason, self._key_bytes, self._token)
-                return
-            self._end_release(ok=False)
-            if resp.status == Status.NOT_HELD:
-                self._set_lost(LostReason.NOT_HELD)
-                raise LockLost(self._lost_reason or LostReason.NOT_HELD, self._key_bytes, self._token)
-            raise error_for_status(resp.status, resp.detail, resp.data, self._context())
+            release_outcome(self, resp)
 
     def extend(self, lease: float | None = None) -> float:
         """Set the lease to ``lease`` seconds from now (default: the lease asked for at acquire);

@@ -19,6 +19,7 @@ from .._common import KeyLike, lease_ms, lock_deadline, lost_margin
 from .._session import Call
 from ..constants import LostReason, Op, Status
 from ..exceptions import ClientClosed, LockLost, TicketingError, describe_key, error_for_status
+from ..lock import release_outcome
 from ..protocol import Response
 
 if TYPE_CHECKING:
@@ -180,16 +181,7 @@ class Lock:
             except BaseException:
                 self._end_release(ok=False)
                 raise
-            if resp.status == _OK:
-                reason = self._end_release(ok=True)
-                if reason is not None:
-                    raise LockLost(reason, self._key_bytes, self._token)
-                return
-            self._end_release(ok=False)
-            if resp.status == Status.NOT_HELD:
-                self._set_lost(LostReason.NOT_HELD)
-                raise LockLost(self._lost_reason or LostReason.NOT_HELD, self._key_bytes, self._token)
-            raise error_for_status(resp.status, resp.detail, resp.data, self._context())
+            release_outcome(self, resp)
         finally:
             self._in_release = False
             waiters, self._release_waiters = self._release_waiters, None

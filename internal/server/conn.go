@@ -118,7 +118,7 @@ func (c *conn) readFD(fd uintptr) bool {
 		c.takeRbuf()
 	}
 	for {
-		m, err := syscall.Read(int(fd), c.rbuf[c.roff:])
+		m, err := sockRead(int(fd), c.rbuf[c.roff:])
 		switch {
 		case err == syscall.EINTR:
 			continue

@@ -3,7 +3,6 @@ package server
 import (
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/ticketing/ticketing/wire"
@@ -274,7 +273,7 @@ func (c *conn) writeNow(buf []byte) int {
 // writeFD is writeNow's callback.
 func (c *conn) writeFD(fd uintptr) bool {
 	for c.wn < len(c.wbuf) {
-		m, err := syscall.Write(int(fd), c.wbuf[c.wn:])
+		m, err := sockWrite(int(fd), c.wbuf[c.wn:])
 		if m <= 0 || err != nil {
 			break
 		}

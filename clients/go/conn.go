@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ticketing/ticketing/wire"
@@ -54,6 +55,16 @@ type conn struct {
 	spare []byte // the buffer the next write takes (the one written last time)
 	wdl   int64  // the write deadline set on nc: time.Since(born), ns
 
+	// A plain TCP connection's socket, read and written with rawIO (sockio_linux.go); nil
+	// where net.Conn's Read and Write are used (TLS, other systems). rfn and wfn are made once
+	// (newConn) and work on the read role's rp/rn/rerr and the write role's wp/wn/werr, so
+	// that a read or write allocates nothing.
+	raw            syscall.RawConn
+	rfn, wfn       func(fd uintptr) bool
+	rp, wp         []byte
+	rn, wn         int
+	rerrno, werrno syscall.Errno
+
 	// Guarded by Client.mu.
 	hb        *call // the heartbeat PING in flight
 	hbSent    time.Time
@@ -82,6 +93,11 @@ func newConn(c *Client, nc net.Conn, addr string, idx int) *conn {
 	cn := &conn{c: c, nc: nc, addr: addr, idx: idx, wake: make(chan struct{}, 1), turn: make(chan struct{}, 1),
 		done: make(chan struct{}), born: time.Now(), reader: readByBG}
 	cn.fr.br = bufio.NewReaderSize(cn, 32<<10)
+	if tcp, ok := nc.(*net.TCPConn); ok && rawSockets {
+		if raw, err := tcp.SyscallConn(); err == nil {
+			cn.raw, cn.rfn, cn.wfn = raw, cn.readFD, cn.writeFD
+		}
+	}
 	cn.idle = time.AfterFunc(time.Hour, cn.idleFired)
 	cn.idle.Stop()
 	return cn
@@ -225,7 +241,12 @@ func (cn *conn) write(buf []byte) {
 		cn.wdl = int64(now.Sub(cn.born) + t + t/2)
 		cn.nc.SetWriteDeadline(now.Add(t + t/2))
 	}
-	_, err := cn.nc.Write(buf)
+	var err error
+	if cn.raw != nil {
+		err = cn.writeRaw(buf)
+	} else {
+		_, err = cn.nc.Write(buf)
+	}
 	if cap(buf) > 1<<20 {
 		buf = nil // do not keep a burst's buffer forever
 	}
@@ -359,12 +380,90 @@ func (cn *conn) heartbeat() (time.Duration, bool) {
 // Read reads from the socket for the read role's buffer, and notes when bytes arrived (once per
 // read, not per frame: a read usually brings many; on the monotonic clock alone, one clock read).
 func (cn *conn) Read(p []byte) (int, error) {
-	n, err := cn.nc.Read(p)
+	var n int
+	var err error
+	if cn.raw != nil {
+		n, err = cn.readRaw(p)
+	} else {
+		n, err = cn.nc.Read(p)
+	}
 	if n > 0 {
 		cn.readAt = int64(time.Since(cn.born))
 		cn.lastRecv.Store(cn.readAt)
 	}
 	return n, err
+}
+
+// readRaw is Read on a plain TCP socket: what the socket has, waiting (with the read deadline)
+// until it has something. Its answers are net.Conn's: io.EOF at the peer's close, a deadline
+// error once the deadline passed (interruptLocked), a *net.OpError otherwise.
+func (cn *conn) readRaw(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	cn.rp, cn.rn, cn.rerrno = p, 0, 0
+	err := cn.raw.Read(cn.rfn)
+	n, errno := cn.rn, cn.rerrno
+	cn.rp = nil
+	switch {
+	case err != nil:
+		return 0, err // past the deadline, or closed
+	case errno != 0:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: cn.nc.LocalAddr(), Addr: cn.nc.RemoteAddr(), Err: os.NewSyscallError("read", errno)}
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// readFD is readRaw's callback (false: nothing there yet, wait until the socket is readable).
+func (cn *conn) readFD(fd uintptr) bool {
+	for {
+		n, errno := rawIO(sysRead, int(fd), cn.rp)
+		switch errno {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		cn.rn, cn.rerrno = n, errno
+		return true
+	}
+}
+
+// writeRaw is Write on a plain TCP socket: all of buf, waiting (with the write deadline) while
+// the socket is full.
+func (cn *conn) writeRaw(buf []byte) error {
+	cn.wp, cn.wn, cn.werrno = buf, 0, 0
+	err := cn.raw.Write(cn.wfn)
+	errno := cn.werrno
+	cn.wp = nil
+	if err == nil && errno != 0 {
+		err = &net.OpError{Op: "write", Net: "tcp", Source: cn.nc.LocalAddr(), Addr: cn.nc.RemoteAddr(), Err: os.NewSyscallError("write", errno)}
+	}
+	return err
+}
+
+// writeFD is writeRaw's callback (false: the socket is full, wait until it is writable).
+func (cn *conn) writeFD(fd uintptr) bool {
+	for cn.wn < len(cn.wp) {
+		n, errno := rawIO(sysWrite, int(fd), cn.wp[cn.wn:])
+		switch errno {
+		case 0:
+			if n == 0 {
+				cn.werrno = syscall.EIO // write(2) takes at least a byte of a non-empty buffer
+				return true
+			}
+			cn.wn += n
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			cn.werrno = errno
+			return true
+		}
+	}
+	return true
 }
 
 // grantTime is when the bytes of the answer being handled arrived (readAt). The read role's

@@ -31,6 +31,7 @@ type fakeServer struct {
 	sessions  map[[16]byte]bool // sessions seen: a HELLO naming one is resumed
 	noResume  bool              // answer every HELLO with RESUMED clear
 	autoPing  bool              // new connections answer PING by themselves
+	noRead    bool              // new connections read nothing after the handshake
 	paused    chan struct{}     // non-nil: handshakes wait until it is closed
 	challenge func(h *wire.Hello) *wire.Challenge
 	hellos    []wire.Hello
@@ -178,8 +179,11 @@ func (fs *fakeServer) handshake(nc net.Conn) {
 	fs.mu.Lock()
 	fc.autoPing = fs.autoPing
 	fs.all = append(fs.all, fc)
+	noRead := fs.noRead
 	fs.mu.Unlock()
-	go fc.readLoop()
+	if !noRead {
+		go fc.readLoop()
+	}
 	fs.conns <- fc
 }
 

@@ -274,11 +274,13 @@ func TestOwnReadInterrupted(t *testing.T) {
 			}
 			waitReader(t, waiter, readByNone)
 			for i := 0; i < 3; i++ {
-				ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+				// Cancelled once its caller reads (a timeout could end it before waitReader
+				// saw the caller read, on a loaded machine).
+				ctx, cancel := context.WithCancel(context.Background())
 				acq := async(func() error { _, err := waiter.Acquire(ctx, k, time.Minute); return err })
 				waitReader(t, waiter, readByCaller)
-				err := waitErr(t, acq)
 				cancel()
+				err := waitErr(t, acq)
 				if !errors.Is(err, ErrCancelled) {
 					t.Fatalf("Acquire behind a held lock: %v, want ErrCancelled", err)
 				}

@@ -53,6 +53,7 @@ test: setup vet test-server test-fuzz test-cluster test-clients test-conformance
 test-server: setup build
 	$(GO) -C wire test -race -count=1 ./...
 	TICKETING_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 15m ./internal/... ./cmd/... ./tests/packaging
+	$(GO) test -count=1 -run '^TestSockIO$$' ./internal/server # the raw socket calls: built without -race only
 
 # Real cluster processes on 127.0.0.x: crashes, clock offsets, stalled disks (budget: 8 minutes).
 # With the race detector on the tests' own goroutines (the servers are separate processes): it

@@ -1,10 +1,12 @@
-//go:build !linux
+//go:build !linux || race
 
 package ticketing
 
 import "syscall"
 
-// Elsewhere a connection reads and writes through net.Conn (sockio_linux.go).
+// Elsewhere, and under the race detector (which learns the order a socket gives its two ends
+// from syscall.Read's and syscall.Write's annotations), a connection reads and writes through
+// net.Conn (sockio_linux.go).
 const rawSockets = false
 
 const (

@@ -35,6 +35,7 @@ final class CallbackExecutor implements Executor {
     private java.util.concurrent.CompletableFuture<Void> taskCame; // guarded by lock: completed by execute
     private volatile boolean busy; // a callback thread is running tasks (it reads when it runs out)
     private volatile long started; // tasks started so far (the stall check's measure of progress)
+    private volatile long taskStart; // System.nanoTime() when the running task started (readsSoon)
     /**
      * Writes the frames that tasks queued without writing them ({@link #cork}): set by the engine,
      * run by a callback thread (it may block on a full socket). Null: never corked.
@@ -127,6 +128,20 @@ final class CallbackExecutor implements Executor {
         return busy;
     }
 
+    /**
+     * How long a task may run and still count as one whose thread reads soon ({@link #readsSoon}):
+     * a task that runs longer may be blocked (in the application's code).
+     */
+    static final long SOON_NANOS = TimeUnit.MILLISECONDS.toNanos(1);
+
+    /**
+     * Tells whether a callback thread runs tasks now and started the current one less than
+     * {@link #SOON_NANOS} ago: it reads the connection when it runs out, soon, without a wake-up.
+     */
+    boolean readsSoon() {
+        return busy && idleRead != null && System.nanoTime() - taskStart < SOON_NANOS;
+    }
+
     /** Tells whether {@code t} is a callback thread of {@code owner}'s executor. */
     static boolean isCallbackThread(Thread t, Object owner) {
         return t instanceof CallbackThread c && c.owner == owner;
@@ -203,6 +218,7 @@ final class CallbackExecutor implements Executor {
             }
             if (r != null) {
                 busy = true;
+                taskStart = System.nanoTime();
                 started++; // (one writer at a time is not needed: a lost count only delays a check)
                 try {
                     r.run();

@@ -35,7 +35,9 @@ import java.util.concurrent.locks.LockSupport;
  * or the role is handed to it. The reader thread takes the role when it has been free for
  * {@link #IDLE_NANOS} (pushes, heartbeats and a lost connection while no call waits), or at once
  * when a frame no blocking caller waits on was sent while nobody reads ({@link #nudge}); while it
- * reads, a caller that starts waiting wakes it and it hands the role over. A reading caller waits
+ * reads, a caller that starts waiting wakes it and it hands the role over, and when it finds nothing
+ * to read while another thread will read soon unasked ({@link Listener#readerComing}: a callback
+ * thread running tasks) it lets the role go. A reading caller waits
  * in a selector, so {@link Thread#interrupt()} and its request's timeout (its future completed by
  * the timer thread, which wakes the selector) end its wait exactly as they end a future's.
  */
@@ -45,6 +47,15 @@ final class Connection {
         void onFrame(Connection c, ResponseFrame f);
 
         void onFailure(Connection c, Throwable cause);
+
+        /**
+         * Tells whether another thread will read the connection soon without being woken (a
+         * callback thread running tasks reads once it runs out): the reader thread, finding
+         * nothing to read, lets the role go instead of waiting for the next bytes itself.
+         */
+        default boolean readerComing() {
+            return false;
+        }
     }
 
     private static final int MAX_BATCH = 64 * 1024;
@@ -509,7 +520,7 @@ final class Connection {
                     }
                     continue; // (woken with nothing to read)
                 }
-                if (!readOnce(false)) { // (its answer is rarely in yet: wait first)
+                if (!readOnce()) {
                     return; // failed: the engine was told
                 }
             }
@@ -577,20 +588,19 @@ final class Connection {
     }
 
     /**
-     * One turn of the role's holder: handles the complete frames buffered, or else reads (with
-     * {@code tryFirst}, before waiting) and handles what came. Returns false once the connection failed (the engine was told) or closed.
+     * One turn of a waiting caller holding the role: handles the complete frames buffered, or else
+     * waits for bytes, reads and handles what came (its answer is rarely in yet: no read before
+     * the wait; the reader thread's turn is {@link #readerTurn}). Returns false once the connection
+     * failed (the engine was told) or closed.
      */
-    private boolean readOnce(boolean tryFirst) {
+    private boolean readOnce() {
         try {
             if (handleBuffered() > 0) {
                 return true;
             }
-            int n = tryFirst ? ch.read(rbuf) : 0;
-            if (n == 0) {
-                rsel.select();
-                rsel.selectedKeys().clear();
-                n = ch.read(rbuf);
-            }
+            rsel.select();
+            rsel.selectedKeys().clear();
+            int n = ch.read(rbuf);
             if (n < 0) {
                 fail(new ConnectionLostException("connection to " + endpoint + " closed by the server"));
                 return false;
@@ -603,6 +613,40 @@ final class Connection {
             failReading(e);
         }
         return false;
+    }
+
+    /**
+     * The reader thread's turn: handles the complete frames buffered, or else reads without
+     * waiting and handles what came, or else, unless another thread will read soon
+     * ({@link Listener#readerComing}), waits for bytes. Returns 1 when it handled or read
+     * something, 0 when nothing was there and it did not wait, -1 once dead or failed.
+     */
+    private int readerTurn() {
+        try {
+            if (handleBuffered() > 0) {
+                return 1;
+            }
+            int n = ch.read(rbuf);
+            if (n == 0) {
+                if (listener.readerComing()) {
+                    return 0;
+                }
+                rsel.select();
+                rsel.selectedKeys().clear();
+                n = ch.read(rbuf);
+            }
+            if (n < 0) {
+                fail(new ConnectionLostException("connection to " + endpoint + " closed by the server"));
+                return -1;
+            }
+            if (n > 0) {
+                handleBuffered();
+            }
+            return dead ? -1 : 1;
+        } catch (FrameException | IOException | RuntimeException e) {
+            failReading(e);
+        }
+        return -1;
     }
 
     /** As readOnce, waiting at most {@code nanos}: 1 when it read or handled, 0 when nothing came, -1 once dead. */
@@ -702,9 +746,9 @@ final class Connection {
                     }
                 }
                 while (true) {
-                    boolean ok = readOnce(true); // (many callers: bytes are often waiting)
+                    int got = readerTurn();
                     synchronized (rd) {
-                        if (!ok || dead) {
+                        if (got < 0 || dead) {
                             if (role == me) {
                                 releaseLocked(me);
                             }
@@ -713,6 +757,17 @@ final class Connection {
                         int n = waiting(me);
                         if (n > 0 && n < CROWD) {
                             releaseLocked(me); // a caller waits: it reads from now on
+                            break;
+                        }
+                        if (got == 0 && n == 0) {
+                            // Nothing to read, and a callback thread reads when its tasks run out:
+                            // it reads the answers to the requests its tasks send, so one thread
+                            // handles them and runs their completions, with no hand-off between
+                            // two (the pipelined driver's loop: read all, run all, write all). Not
+                            // handed back at once (readerNow cleared): this thread takes the role
+                            // again when it stays free for IDLE_NANOS.
+                            readerNow = false;
+                            releaseLocked(me);
                             break;
                         }
                     }

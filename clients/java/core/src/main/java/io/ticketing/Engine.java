@@ -60,6 +60,16 @@ final class Engine implements Connection.Listener {
     private final ArrayDeque<Req> unsent = new ArrayDeque<>();
     private final Map<Long, Lock> held = new HashMap<>();
     private ScheduledFuture<?> lostCheck; // runs while held is not empty
+    /**
+     * The requests whose timeout is the request timeout from when it was set (nearly all of them),
+     * in deadline order: set under mu, a constant added to System.nanoTime(), so the order they
+     * were set in. One timer task, due at or before the head's deadline, replaces a timer entry
+     * per request (a schedule and a cancel on the timer's queue, under its lock, for every request).
+     */
+    private Req timeoutsHead;
+    private Req timeoutsTail;
+    private ScheduledFuture<?> timeoutsTask; // set while the list is not empty
+    private final long requestTimeoutNanos;
     private long suspendSeen; // clock.suspended() at the last lost check
     private Connection conn;
     private volatile Connection current; // conn, for callers waiting on their answers (read without mu)
@@ -91,6 +101,7 @@ final class Engine implements Connection.Listener {
         }
         this.endpoints = List.copyOf(eps);
         this.ssl = opts.tls() == null ? null : Pem.context(opts.tls());
+        this.requestTimeoutNanos = opts.requestTimeout().toNanos();
         this.timer = new ScheduledThreadPoolExecutor(1, io("ticketing-timer-" + name));
         this.timer.setRemoveOnCancelPolicy(true);
         this.callbacks = new CallbackExecutor(callbackThreads("ticketing-callback-" + name), timer);
@@ -481,7 +492,7 @@ final class Engine implements Connection.Listener {
                 }
                 if (r.internal) {
                     unsent.remove(r);
-                    r.cancelTimer();
+                    cancelTimerLocked(r);
                     r.done = true;
                     after.add(() -> r.settled.complete(null));
                 } else {
@@ -574,7 +585,7 @@ final class Engine implements Connection.Listener {
                 after.add(() -> r.settled.complete(null));
             } else {
                 if (r.op != Op.ACQUIRE || conn == null) {
-                    r.timer = timer.schedule(() -> onTimeout(r), opts.requestTimeout().toNanos(), TimeUnit.NANOSECONDS);
+                    armRequestTimeoutLocked(r);
                 }
                 if (conn != null) {
                     // The caller writes the frame itself once out of mu, unless it is one of the
@@ -660,8 +671,10 @@ final class Engine implements Connection.Listener {
             r.firstSent = clock.now();
             r.generation = generation;
             if (r.op == Op.ACQUIRE) {
-                r.cancelTimer();
-                if (r.waitMs != AcquireOptions.WAIT_FOREVER_MS) {
+                cancelTimerLocked(r);
+                if (r.waitMs == 0) {
+                    armRequestTimeoutLocked(r); // a single try: the request timeout, as any request
+                } else if (r.waitMs != AcquireOptions.WAIT_FOREVER_MS) {
                     long ns = TimeUnit.MILLISECONDS.toNanos(r.waitMs) + opts.requestTimeout().toNanos();
                     r.timer = timer.schedule(() -> onTimeout(r), ns, TimeUnit.NANOSECONDS);
                 }
@@ -669,6 +682,84 @@ final class Engine implements Connection.Listener {
         }
         inflight.put(r.id, r);
         conn.enqueue(r.encode(), wake);
+    }
+
+    /**
+     * mu must be held. Sets {@code r}'s timeout to the request timeout from now: appended to the
+     * list in deadline order, and the list's timer task is scheduled only when there is none.
+     */
+    private void armRequestTimeoutLocked(Req r) {
+        long now = System.nanoTime();
+        r.timeoutAt = now + requestTimeoutNanos;
+        r.inTimeouts = true;
+        r.timeoutPrev = timeoutsTail;
+        r.timeoutNext = null;
+        if (timeoutsTail == null) {
+            timeoutsHead = r;
+        } else {
+            timeoutsTail.timeoutNext = r;
+        }
+        timeoutsTail = r;
+        if (timeoutsTask == null) {
+            scheduleTimeoutsLocked(requestTimeoutNanos);
+        }
+    }
+
+    /** mu must be held. Ends {@code r}'s timeout, its own timer or its place in the list. */
+    private void cancelTimerLocked(Req r) {
+        r.cancelTimer();
+        if (!r.inTimeouts) {
+            return;
+        }
+        r.inTimeouts = false;
+        Req p = r.timeoutPrev;
+        Req n = r.timeoutNext;
+        if (p == null) {
+            timeoutsHead = n;
+        } else {
+            p.timeoutNext = n;
+        }
+        if (n == null) {
+            timeoutsTail = p;
+        } else {
+            n.timeoutPrev = p;
+        }
+        r.timeoutPrev = null;
+        r.timeoutNext = null;
+        // (the task stays scheduled: when it fires it finds nothing due and moves to the new head)
+    }
+
+    private void scheduleTimeoutsLocked(long delayNanos) {
+        try {
+            timeoutsTask = timer.schedule(this::requestTimeoutsDue, delayNanos, TimeUnit.NANOSECONDS);
+        } catch (RejectedExecutionException e) {
+            timeoutsTask = null; // the client is closed
+        }
+    }
+
+    /** The list's timer task: times out every request due, then waits for the next head. */
+    private void requestTimeoutsDue() {
+        List<Req> due = null;
+        synchronized (mu) {
+            timeoutsTask = null;
+            long now = System.nanoTime();
+            Req r;
+            while ((r = timeoutsHead) != null && r.timeoutAt - now <= 0) {
+                cancelTimerLocked(r);
+                if (due == null) {
+                    due = new ArrayList<>();
+                }
+                due.add(r);
+            }
+            if (timeoutsHead != null && !closed) {
+                scheduleTimeoutsLocked(timeoutsHead.timeoutAt - now);
+            }
+        }
+        if (due != null) {
+            for (Req r : due) {
+                onTimeout(r); // (which does nothing for a request answered meanwhile)
+            }
+        }
     }
 
     private void onTimeout(Req r) {
@@ -713,7 +804,7 @@ final class Engine implements Connection.Listener {
             inflight.remove(r.id);
         }
         unsent.remove(r);
-        r.cancelTimer();
+        cancelTimerLocked(r);
         if (r.op == Op.ACK) {
             ackInFlight = false;
         }
@@ -745,7 +836,7 @@ final class Engine implements Connection.Listener {
         }
         r.done = true;
         r.abandoned = true;
-        r.cancelTimer();
+        cancelTimerLocked(r);
         after.add(() -> r.answer.completeExceptionally(cause));
         if (unsent.remove(r) || r.id == 0 || !inflight.containsKey(r.id)) {
             after.add(() -> r.settled.complete(null));
@@ -759,7 +850,7 @@ final class Engine implements Connection.Listener {
     private void sendCancelLocked(Req acquire) {
         acquire.cancelSent = true;
         Req c = new Req(Op.CANCEL, null, acquire.id, 0, 0, true);
-        c.timer = timer.schedule(() -> onTimeout(c), opts.requestTimeout().toNanos(), TimeUnit.NANOSECONDS);
+        armRequestTimeoutLocked(c);
         sendLocked(c);
     }
 
@@ -767,7 +858,7 @@ final class Engine implements Connection.Listener {
     private void releaseGrantLocked(byte[] key, long token, Req acquire) {
         Req rel = Req.ofLock(Op.RELEASE, key, token, 0, true);
         rel.answer.whenComplete((f, e) -> acquire.settled.complete(null));
-        rel.timer = timer.schedule(() -> onTimeout(rel), opts.requestTimeout().toNanos(), TimeUnit.NANOSECONDS);
+        armRequestTimeoutLocked(rel);
         if (conn != null) {
             sendLocked(rel);
         } else {
@@ -826,7 +917,7 @@ final class Engine implements Connection.Listener {
     private void answeredLocked(Req r, ResponseFrame f, List<Runnable> after) {
         sentSinceAnswer = 0;
         inflight.remove(r.id);
-        r.cancelTimer();
+        cancelTimerLocked(r);
         if (r.op == Op.ACK) {
             ackInFlight = false;
         } else {
@@ -886,10 +977,15 @@ final class Engine implements Connection.Listener {
             }
         }
         Req ack = new Req(Op.ACK, null, x, 0, 0, true);
-        ack.timer = timer.schedule(() -> onTimeout(ack), opts.requestTimeout().toNanos(), TimeUnit.NANOSECONDS);
+        armRequestTimeoutLocked(ack);
         ackInFlight = true;
         answersSinceAck = 0;
         sendLocked(ack);
+    }
+
+    @Override
+    public boolean readerComing() {
+        return callbacks.readsSoon();
     }
 
     @Override
@@ -925,7 +1021,7 @@ final class Engine implements Connection.Listener {
             c.close();
             if (heartbeat != null) {
                 inflight.remove(heartbeat.id);
-                heartbeat.cancelTimer();
+                cancelTimerLocked(heartbeat);
                 heartbeat.done = true;
                 heartbeat = null;
             }

@@ -92,11 +92,29 @@ public final class Lock implements AutoCloseable {
         }
     }
 
+    /**
+     * How close the deadline must be for its timer to be set. A farther one is left to the engine's
+     * lost check ({@link Engine#register}: every {@link Protocol#LOST_CHECK_MS} while any lock is
+     * held, on the same timer thread), which sets it once it comes this close: most locks are
+     * released long before their deadline and never cost a timer entry (a schedule and a cancel on
+     * the timer's queue). Twice the check's period: a check always comes while the deadline is
+     * still at least one period away, so the timer fires at the same moment as one set at once.
+     */
+    static final long ARM_AHEAD_NANOS = TimeUnit.MILLISECONDS.toNanos(2L * Protocol.LOST_CHECK_MS);
+
+    /**
+     * Sets the deadline timer again (cancelling any): at the deadline less the margin when that is
+     * within {@link #ARM_AHEAD_NANOS}, else none until a lost check comes that close.
+     */
     private void armDeadlineLocked() {
         if (deadlineTimer != null) {
             deadlineTimer.cancel(false);
+            deadlineTimer = null;
         }
         long fireIn = deadline - marginNanos(leaseMs) - engine.clock.now();
+        if (fireIn > ARM_AHEAD_NANOS) {
+            return;
+        }
         try {
             // On the monotonic clock, which stops during a suspend: Engine's lost check covers that.
             deadlineTimer = engine.timer.schedule(() -> checkDeadline(engine.clock.now(), true),
@@ -202,7 +220,7 @@ public final class Lock implements AutoCloseable {
      */
     public void release() {
         // This thread only waits on the future: completed with no hop through the callback threads.
-        TicketingClient.await(engine, releaseAsync(false, true), "release of ", key);
+        TicketingClient.await(engine, releaseAsync(false, true, true), "release of ", key);
     }
 
     /**
@@ -216,15 +234,29 @@ public final class Lock implements AutoCloseable {
 
     /** Releases; {@code internal} lets the client's own clean-up run while it closes. */
     CompletableFuture<Void> releaseAsync(boolean internal) {
-        return releaseAsync(internal, false);
+        return releaseAsync(internal, false, false);
+    }
+
+    /**
+     * As {@link #releaseAsync()}, the future completed in the thread that handles the answer (for
+     * the Kotlin module, which only resumes a coroutine's dispatcher from there).
+     */
+    CompletableFuture<Void> releaseDirect() {
+        return releaseAsync(false, true, false);
+    }
+
+    /** The callback threads of the client that granted this lock. */
+    java.util.concurrent.Executor callbackExecutor() {
+        return engine.callbackExecutor();
     }
 
     /**
      * {@code direct}: the result is completed in the thread that handles the answer, for a caller
      * that only waits on it (never for a future the application gets: its stages must not run on
-     * the client's I/O threads).
+     * the client's I/O threads). {@code awaited}: a thread blocks on it in {@link Engine#await}
+     * (and reads for it).
      */
-    private CompletableFuture<Void> releaseAsync(boolean internal, boolean direct) {
+    private CompletableFuture<Void> releaseAsync(boolean internal, boolean direct, boolean awaited) {
         LostReason lostBefore;
         CompletableFuture<Void> result = new CompletableFuture<>();
         checkDeadline();
@@ -269,7 +301,7 @@ public final class Lock implements AutoCloseable {
             return CompletableFuture.failedFuture(lost(lostBefore));
         }
         Req req = Req.ofLock(Op.RELEASE, key, token, 0, internal);
-        req.awaited = direct;
+        req.awaited = awaited;
         engine.submit(req).whenComplete((f, ex) -> {
             TicketingException error = null;
             if (ex != null && TicketingClient.unwrap(ex) instanceof ServerRestartedException) {
@@ -456,15 +488,18 @@ public final class Lock implements AutoCloseable {
 
     /**
      * Fires lost if the deadline (less the margin) is at or before {@code now}; else, with
-     * {@code rearm} (the clock has counted suspend time the timer did not), sets the timer again.
+     * {@code rearm} (the clock has counted suspend time the timer did not), sets the timer again,
+     * and without it sets the timer if none is set and the deadline has come close (the engine's
+     * lost check: {@link #ARM_AHEAD_NANOS}).
      */
     void checkDeadline(long now, boolean rearm) {
         synchronized (this) {
             if (lostReason != null || released || detached) {
                 return;
             }
-            if (now < deadline - marginNanos(leaseMs)) {
-                if (rearm) {
+            long due = deadline - marginNanos(leaseMs);
+            if (now < due) {
+                if (rearm || (deadlineTimer == null && due - now <= ARM_AHEAD_NANOS)) {
                     armDeadlineLocked();
                 }
                 return;

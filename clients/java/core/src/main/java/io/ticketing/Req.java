@@ -34,7 +34,12 @@ final class Req {
     long id; // 0 until the frame is queued for the wire
     long firstSent; // Engine.clock when first queued for the wire; a re-send never changes it
     long generation; // the engine's state generation when first sent
-    ScheduledFuture<?> timer;
+    ScheduledFuture<?> timer; // a timeout of its own (one that is not the request timeout from when it was set)
+    // In the engine's list of request timeouts (Engine.armRequestTimeoutLocked), guarded by mu:
+    long timeoutAt; // System.nanoTime() when it times out
+    Req timeoutPrev;
+    Req timeoutNext;
+    boolean inTimeouts;
     boolean done; // answer completed (or about to be)
     boolean abandoned; // an ACQUIRE whose caller gave up: withdraw it, release any grant
     boolean cancelSent; // the CANCEL for an abandoned ACQUIRE is on its way

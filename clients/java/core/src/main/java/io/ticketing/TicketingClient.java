@@ -47,6 +47,46 @@ public final class TicketingClient implements AutoCloseable {
     /** The holds taken through {@link DistributedLock}, by owning thread and key. */
     final ConcurrentHashMap<DistributedLock.Owner, Lock> javaLockHolds = new ConcurrentHashMap<>();
 
+    static {
+        // The Kotlin module's access (io.ticketing.internal.Bridge): futures completed where the
+        // answer is handled, which it only ever resumes a coroutine's dispatcher from.
+        io.ticketing.internal.Bridge.install(new io.ticketing.internal.Bridge.Ops() {
+            @Override
+            public CompletableFuture<Lock> acquire(TicketingClient client, String key, AcquireOptions options) {
+                try {
+                    return client.start(keyBytes(key), key, options, true, false).lock;
+                } catch (TicketingException e) {
+                    return CompletableFuture.failedFuture(e);
+                }
+            }
+
+            @Override
+            public CompletableFuture<Lock> acquire(TicketingClient client, byte[] key, AcquireOptions options) {
+                try {
+                    byte[] k = keyBytes(key);
+                    return client.start(k, Bytes.printable(k), options, true, false).lock;
+                } catch (TicketingException e) {
+                    return CompletableFuture.failedFuture(e);
+                }
+            }
+
+            @Override
+            public CompletableFuture<Void> release(Lock lock) {
+                return lock.releaseDirect();
+            }
+
+            @Override
+            public java.util.concurrent.Executor callbacks(TicketingClient client) {
+                return client.engine.callbackExecutor();
+            }
+
+            @Override
+            public java.util.concurrent.Executor callbacks(Lock lock) {
+                return lock.callbackExecutor();
+            }
+        });
+    }
+
     private TicketingClient(Engine engine) {
         this.engine = engine;
     }
@@ -240,7 +280,7 @@ public final class TicketingClient implements AutoCloseable {
     private Lock acquire(byte[] key, String text, AcquireOptions options) {
         // The future is this thread's alone (nothing else can chain on it): it is completed where
         // the answer is handled, with no hop through the callback threads.
-        Pending p = start(key, text, options, true);
+        Pending p = start(key, text, options, true, true);
         try {
             return engine.await(p.lock);
         } catch (InterruptedException e) {
@@ -302,7 +342,7 @@ public final class TicketingClient implements AutoCloseable {
      */
     public CompletableFuture<Lock> acquireAsync(String key, AcquireOptions options) {
         try {
-            return start(keyBytes(key), key, options, false).lock;
+            return start(keyBytes(key), key, options, false, false).lock;
         } catch (TicketingException e) {
             return CompletableFuture.failedFuture(e);
         }
@@ -318,7 +358,7 @@ public final class TicketingClient implements AutoCloseable {
     public CompletableFuture<Lock> acquireAsync(byte[] key, AcquireOptions options) {
         try {
             byte[] k = keyBytes(key);
-            return start(k, Bytes.printable(k), options, false).lock;
+            return start(k, Bytes.printable(k), options, false, false).lock;
         } catch (TicketingException e) {
             return CompletableFuture.failedFuture(e);
         }
@@ -439,8 +479,9 @@ public final class TicketingClient implements AutoCloseable {
      * Sends an ACQUIRE. {@code direct}: the returned future is completed in the thread that handles
      * the answer (the reader), for a caller that only waits on it; otherwise on a callback thread,
      * so that the application's dependent stages never run on the client's I/O threads.
+     * {@code awaited}: a thread blocks on it in {@link Engine#await} (and reads for it).
      */
-    private Pending start(byte[] key, String text, AcquireOptions options, boolean direct) {
+    private Pending start(byte[] key, String text, AcquireOptions options, boolean direct, boolean awaited) {
         if (options == null) {
             throw new InvalidArgumentException("acquire options are required (AcquireOptions.builder(lease))");
         }
@@ -449,7 +490,7 @@ public final class TicketingClient implements AutoCloseable {
             throw new AlreadyHeldException("this client already holds " + Bytes.forMessage(key) + " (refuseHeld)");
         }
         Req r = new Req(Op.ACQUIRE, key, 0, options.leaseMs(), options.waitMs(), false);
-        r.awaited = direct;
+        r.awaited = awaited;
         java.util.concurrent.Executor deliver = direct ? Runnable::run : engine.callbackExecutor();
         CompletableFuture<Lock> user = new CompletableFuture<>();
         user.whenComplete((v, e) -> {

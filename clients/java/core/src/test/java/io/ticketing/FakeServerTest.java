@@ -470,6 +470,48 @@ class FakeServerTest {
         assertEquals(5, f.get(5, TimeUnit.SECONDS).token());
     }
 
+    /**
+     * Request timeouts are one list in send order with one timer task (Engine.armRequestTimeoutLocked):
+     * each request still times out at its own deadline, never before it, whether the requests
+     * before it in the list were answered (the head unlinked: the task moves on to the next) or
+     * timed out themselves; a try-once ACQUIRE that times out is withdrawn with a CANCEL.
+     */
+    @Test
+    void eachRequestTimesOutAtItsOwnDeadlineWhateverHappensToTheOthers() throws Exception {
+        long timeoutMs = 400;
+        TicketingClient c = connect(b -> b.requestTimeout(Duration.ofMillis(timeoutMs)).heartbeatInterval(Duration.ZERO));
+        server.autoPing = false;
+        long tA = System.nanoTime();
+        CompletableFuture<Duration> a = c.pingAsync(); // answered: the list's head goes
+        FakeServer.Received ra = server.expect(Op.PING);
+        Thread.sleep(100);
+        long tB = System.nanoTime();
+        CompletableFuture<Duration> b = c.pingAsync(); // never answered
+        server.expect(Op.PING);
+        Thread.sleep(100);
+        CompletableFuture<Duration> cc = c.pingAsync(); // answered while b waits
+        FakeServer.Received rc = server.expect(Op.PING);
+        Thread.sleep(100);
+        long tD = System.nanoTime();
+        CompletableFuture<java.util.Optional<Lock>> d = c.tryAcquireAsync("k", Duration.ofSeconds(5)); // never answered
+        FakeServer.Received rd = server.expect(Op.ACQUIRE);
+        ra.conn().ok(ra.frame());
+        a.get(5, TimeUnit.SECONDS);
+        rc.conn().ok(rc.frame());
+        cc.get(5, TimeUnit.SECONDS);
+
+        failure(RequestTimeoutException.class, b);
+        long bAfter = millisSince(tB);
+        failure(RequestTimeoutException.class, d);
+        long dAfter = millisSince(tD);
+        assertTrue(bAfter >= timeoutMs, "timed out after " + bAfter + " ms");
+        assertTrue(dAfter >= timeoutMs, "timed out after " + dAfter + " ms");
+        assertTrue(dAfter < timeoutMs + 1000, "timed out after " + dAfter + " ms");
+        FakeServer.Received cancel = server.expect(Op.CANCEL); // the timed-out acquire is withdrawn
+        assertEquals(rd.id(), cancel.frame().token());
+        assertTrue(millisSince(tA) < 3 * timeoutMs + 1000);
+    }
+
     @Test
     void heartbeatDetectsAFrozenServerAndTheClientReconnects() throws Exception {
         TicketingClient c = connect(b -> b.requestTimeout(Duration.ofMillis(300)).heartbeatInterval(Duration.ofMillis(100)));
@@ -1051,6 +1093,50 @@ class FakeServerTest {
         assertEquals(LostReason.EXPIRED, b.lost().toCompletableFuture().get(5, TimeUnit.SECONDS));
     }
 
+    /**
+     * A deadline farther than Lock.ARM_AHEAD_NANOS has no timer at first: the lost check sets it as
+     * the deadline comes close, and the lock is still lost at its deadline (less the margin), not
+     * at the next check after it. Leases staggered across the check's period; one deadline moved
+     * from near to far by an extend is lost at the new one.
+     */
+    @Test
+    void farDeadlinesAreLostAtTheDeadlineNotAtTheNextCheck() throws Exception {
+        TicketingClient c = connect(steadyClock(), b -> b.heartbeatInterval(Duration.ZERO));
+        long[] leases = {700, 760, 830, 890, 950};
+        long[] sent = new long[leases.length];
+        long[] lostAt = new long[leases.length + 1];
+        List<CompletableFuture<?>> lost = new ArrayList<>();
+        for (int i = 0; i < leases.length; i++) {
+            sent[i] = System.nanoTime(); // (at or before the ACQUIRE's send: the deadline counts from it)
+            CompletableFuture<Lock> f = c.acquireAsync("far-" + i, Duration.ofMillis(leases[i]));
+            grant(server.expect(Op.ACQUIRE), 10 + i);
+            int n = i;
+            lost.add(f.get(5, TimeUnit.SECONDS).lost().toCompletableFuture().whenComplete((r, e) -> lostAt[n] = System.nanoTime()));
+        }
+        // A lease of 300 ms (its timer set at once), extended to 1200 ms: the deadline moves far.
+        CompletableFuture<Lock> fe = c.acquireAsync("far-extended", Duration.ofMillis(300));
+        grant(server.expect(Op.ACQUIRE), 20);
+        Lock extended = fe.get(5, TimeUnit.SECONDS);
+        long extSent = System.nanoTime();
+        CompletableFuture<Duration> ext = extended.extendAsync(Duration.ofMillis(1200));
+        FakeServer.Received re = server.expect(Op.EXTEND);
+        re.conn().reply(re.frame(), Status.OK, 20, 1200, 0);
+        ext.get(5, TimeUnit.SECONDS);
+        lost.add(extended.lost().toCompletableFuture().whenComplete((r, e) -> lostAt[leases.length] = System.nanoTime()));
+
+        CompletableFuture.allOf(lost.toArray(new CompletableFuture<?>[0])).get(10, TimeUnit.SECONDS);
+        long margin = TimeUnit.MILLISECONDS.toNanos(Protocol.LOST_MARGIN_MS);
+        for (int i = 0; i <= leases.length; i++) {
+            long due = i < leases.length ? sent[i] + local(leases[i]) - margin : extSent + local(1200) - margin;
+            long early = due - lostAt[i];
+            assertTrue(early <= TimeUnit.MILLISECONDS.toNanos(2), "lock " + i + " lost "
+                    + TimeUnit.NANOSECONDS.toMillis(early) + " ms before its deadline");
+            // (sent[i] is at or before the send: the true deadline is a little later than due)
+            assertTrue(-early <= TimeUnit.MILLISECONDS.toNanos(150), "lock " + i + " lost "
+                    + TimeUnit.NANOSECONDS.toMillis(-early) + " ms after its deadline");
+        }
+    }
+
     @Test
     void maxHoldStopsKeepAlive() throws Exception {
         TicketingClient c = connect();
@@ -1408,6 +1494,49 @@ class FakeServerTest {
         for (CompletableFuture<LockInfo> f : chains) {
             f.get(10, TimeUnit.SECONDS);
         }
+    }
+
+    /**
+     * The reader thread lets the reading go to a callback thread that runs tasks (it reads when it
+     * runs out: Engine.readerComing), but not to one blocked in the application's code: while the
+     * only callback thread blocks, answers are still read, for the public futures (run by the
+     * thread the stall check adds) and for the futures completed where the answer is read (the
+     * Kotlin module's, io.ticketing.internal.Bridge).
+     */
+    @Test
+    void answersAreReadWhileACallbackBlocksInTheApplicationsCode() throws Exception {
+        TicketingClient c = connect(b -> b.heartbeatInterval(Duration.ZERO));
+        java.util.concurrent.CountDownLatch blocked = new java.util.concurrent.CountDownLatch(1);
+        java.util.concurrent.CountDownLatch unblock = new java.util.concurrent.CountDownLatch(1);
+        CompletableFuture<LockInfo> first = c.inspectAsync("blocker", 0);
+        FakeServer.Received answerLater = server.expect(Op.INSPECT);
+        // (attached before the answer comes: it runs on a callback thread, not on this one)
+        CompletableFuture<Void> stuck = first.thenRun(() -> {
+            blocked.countDown();
+            try {
+                unblock.await(20, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        });
+        answerLater.conn().ok(answerLater.frame());
+        try {
+            assertTrue(blocked.await(5, TimeUnit.SECONDS));
+            for (int i = 0; i < 20; i++) {
+                c.pingAsync().get(5, TimeUnit.SECONDS);
+                CompletableFuture<Lock> f = io.ticketing.internal.Bridge.ops().acquire(c, "k" + i,
+                        AcquireOptions.of(Duration.ofSeconds(5), Duration.ZERO));
+                grant(server.expect(Op.ACQUIRE), 10 + i);
+                Lock lock = f.get(5, TimeUnit.SECONDS);
+                CompletableFuture<Void> rel = io.ticketing.internal.Bridge.ops().release(lock);
+                FakeServer.Received r = server.expect(Op.RELEASE);
+                r.conn().ok(r.frame());
+                rel.get(5, TimeUnit.SECONDS);
+            }
+        } finally {
+            unblock.countDown();
+        }
+        stuck.get(5, TimeUnit.SECONDS);
     }
 
     /**

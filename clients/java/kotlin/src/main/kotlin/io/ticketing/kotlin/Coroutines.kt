@@ -13,17 +13,22 @@ import io.ticketing.LockInfo
 import io.ticketing.LockLostException
 import io.ticketing.LostReason
 import io.ticketing.TicketingClient
+import io.ticketing.internal.Bridge
 import java.util.concurrent.CompletableFuture
 import java.util.concurrent.CompletionException
 import java.util.concurrent.CompletionStage
 import java.util.concurrent.ExecutionException
+import java.util.concurrent.Executor
+import kotlin.coroutines.ContinuationInterceptor
 import kotlin.coroutines.resume
 import kotlin.coroutines.resumeWithException
 import kotlin.time.Duration
 import kotlin.time.Duration.Companion.milliseconds
 import kotlin.time.Duration.Companion.nanoseconds
 import kotlin.time.toJavaDuration
+import kotlinx.coroutines.CancellableContinuation
 import kotlinx.coroutines.CancellationException
+import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.NonCancellable
 import kotlinx.coroutines.cancel
@@ -78,7 +83,7 @@ suspend fun TicketingClient.awaitAcquire(
     keepAlive: Boolean = false,
     maxHold: Duration? = null,
     refuseHeld: Boolean = false,
-): Lock = acquireCancellably(acquireAsync(key, options(lease, waitTimeout, keepAlive, maxHold, refuseHeld, true)))
+): Lock = acquireCancellably(bridge.acquire(this, key, options(lease, waitTimeout, keepAlive, maxHold, refuseHeld, true)))
 
 /**
  * Acquires the lock on a binary [key]; see [awaitAcquire].
@@ -90,7 +95,7 @@ suspend fun TicketingClient.awaitAcquire(
     keepAlive: Boolean = false,
     maxHold: Duration? = null,
     refuseHeld: Boolean = false,
-): Lock = acquireCancellably(acquireAsync(key, options(lease, waitTimeout, keepAlive, maxHold, refuseHeld, true)))
+): Lock = acquireCancellably(bridge.acquire(this, key, options(lease, waitTimeout, keepAlive, maxHold, refuseHeld, true)))
 
 /**
  * Tries to acquire the lock on [key] within [waitTimeout] (default: a single try): `null` when it
@@ -137,7 +142,7 @@ suspend fun <T> TicketingClient.withLock(
     throwOnLost: Boolean = true,
     block: suspend CoroutineScope.(Lock) -> T,
 ): T {
-    val lock = acquireCancellably(acquireAsync(key, options(lease, waitTimeout, keepAlive, maxHold, false, throwOnLost)))
+    val lock = acquireCancellably(bridge.acquire(this, key, options(lease, waitTimeout, keepAlive, maxHold, false, throwOnLost)))
     val outcome: Result<T> = try {
         Result.success(
             coroutineScope {
@@ -161,7 +166,7 @@ suspend fun <T> TicketingClient.withLock(
     }
     val releaseError: Throwable? = withContext(NonCancellable) {
         try {
-            lock.releaseAsync().awaitResult()
+            lock.awaitRelease()
             null
         } catch (t: Throwable) {
             t
@@ -189,7 +194,7 @@ class LockLostCancellation(
 
 /** Releases the lock, suspending until the server answered; see [Lock.release]. */
 suspend fun Lock.awaitRelease() {
-    releaseAsync().awaitResult()
+    bridge.release(this).awaitFromIo(this)
 }
 
 /**
@@ -251,15 +256,61 @@ private fun unwrap(t: Throwable): Throwable {
     return e
 }
 
-/** Awaits an acquire; cancelling the coroutine cancels the future (a withdrawal), and a lock that arrives too late is released. */
-private suspend fun acquireCancellably(f: CompletableFuture<Lock>): Lock = suspendCancellableCoroutine { cont ->
-    cont.invokeOnCancellation { f.cancel(false) }
-    f.whenComplete { lock, err ->
+/**
+ * The client's futures that complete in the thread handling the answer (one of the client's I/O
+ * threads): a coroutine awaiting one is resumed from there through its own dispatcher, one thread
+ * hand-off per call instead of two (I/O thread -> callback thread -> dispatcher). See [resumeOffIo].
+ */
+private val bridge: Bridge.Ops = Bridge.ops()
+
+/**
+ * Resumes [this] continuation from a thread that may be one of the client's I/O threads. When the
+ * coroutine's dispatcher dispatches from here, the I/O thread only hands the resumption to it (the
+ * user's code runs on the user's dispatcher); when it would not (no dispatcher,
+ * `Dispatchers.Unconfined`, a dispatcher that runs in place), the resumption goes through the
+ * client's callback threads first, as the public futures do, so no user code ever runs on an I/O
+ * thread.
+ */
+private inline fun CancellableContinuation<*>.resumeOffIo(callbacks: () -> Executor, crossinline resume: () -> Unit) {
+    val dispatcher = context[ContinuationInterceptor] as? CoroutineDispatcher
+    if (dispatcher != null && dispatcher.isDispatchNeeded(context)) {
+        resume()
+    } else {
+        callbacks().execute { resume() }
+    }
+}
+
+/**
+ * Awaits an acquire's future from [bridge]; cancelling the coroutine cancels the future (a
+ * withdrawal), and a lock that arrives too late is released.
+ */
+private suspend fun TicketingClient.acquireCancellably(f: CompletableFuture<Lock>): Lock = suspendCancellableCoroutine { cont ->
+    val resume = { lock: Lock?, err: Throwable? ->
         if (err == null) {
-            cont.resume(lock) { _, l, _ -> l.releaseAsync() }
+            cont.resume(lock!!) { _, l, _ -> l.releaseAsync() }
         } else {
             cont.resumeWithException(unwrap(err))
         }
+    }
+    if (f.isDone) {
+        // Failed at once (an invalid argument, a closed client): resumed in this thread.
+        f.whenComplete { lock, err -> resume(lock, err) }
+    } else {
+        cont.invokeOnCancellation { f.cancel(false) }
+        f.whenComplete { lock, err -> cont.resumeOffIo({ bridge.callbacks(this) }) { resume(lock, err) } }
+    }
+}
+
+/** Awaits a future from [bridge] about [lock] without cancelling it when the coroutine is cancelled. */
+private suspend fun <T> CompletableFuture<T>.awaitFromIo(lock: Lock): T = suspendCancellableCoroutine { cont ->
+    val resume = { v: T, err: Throwable? ->
+        if (err == null) cont.resume(v) else cont.resumeWithException(unwrap(err))
+    }
+    if (isDone) {
+        // Done at once (a lock already known lost, or released): resumed in this thread.
+        whenComplete { v, err -> resume(v, err) }
+    } else {
+        whenComplete { v, err -> cont.resumeOffIo({ bridge.callbacks(lock) }) { resume(v, err) } }
     }
 }
 

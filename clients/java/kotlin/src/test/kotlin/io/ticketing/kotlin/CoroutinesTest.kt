@@ -9,6 +9,7 @@ import io.ticketing.TicketingClient
 import java.io.DataInputStream
 import java.net.InetAddress
 import java.net.ServerSocket
+import java.util.concurrent.Executors
 import java.util.concurrent.atomic.AtomicInteger
 import kotlin.time.Duration
 import kotlin.time.Duration.Companion.milliseconds
@@ -18,12 +19,14 @@ import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.TimeoutCancellationException
+import kotlinx.coroutines.asCoroutineDispatcher
 import kotlinx.coroutines.async
 import kotlinx.coroutines.awaitAll
 import kotlinx.coroutines.cancelAndJoin
 import kotlinx.coroutines.delay
 import kotlinx.coroutines.launch
 import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.withContext
 import kotlinx.coroutines.withTimeout
 import org.junit.jupiter.api.AfterAll
 import org.junit.jupiter.api.Assertions.assertEquals
@@ -200,6 +203,63 @@ class CoroutinesTest {
         }.awaitAll()
         assertEquals(0, overlaps.get())
         assertFalse(observer.awaitInspect("kt-many-0").held())
+    }
+
+    /**
+     * The client hands each answer to the coroutine's own dispatcher from the thread that read it:
+     * the coroutine resumes on its dispatcher's thread after every call, never on a client thread.
+     */
+    @Test
+    fun `a coroutine resumes on its own dispatcher`() {
+        val pool = Executors.newSingleThreadExecutor { r -> Thread(r, "kt-own-dispatcher") }
+        val held = runBlocking { observer.awaitAcquire("kt-own-held", 10.seconds) }
+        try {
+            runBlocking(pool.asCoroutineDispatcher()) {
+                repeat(50) {
+                    val lock = client.awaitAcquire("kt-own", 10.seconds)
+                    assertTrue(Thread.currentThread().name.startsWith("kt-own-dispatcher"), Thread.currentThread().name)
+                    lock.awaitRelease()
+                    assertTrue(Thread.currentThread().name.startsWith("kt-own-dispatcher"), Thread.currentThread().name)
+                    assertNull(client.awaitTryAcquire("kt-own-held", 10.seconds))
+                    assertTrue(Thread.currentThread().name.startsWith("kt-own-dispatcher"), Thread.currentThread().name)
+                }
+            }
+        } finally {
+            runBlocking { held.awaitRelease() }
+            pool.shutdown()
+        }
+    }
+
+    /**
+     * A coroutine whose dispatcher does not dispatch (Unconfined runs it wherever it is resumed)
+     * resumes on the client's callback threads, as the public futures complete (or goes on in its
+     * own thread when the answer came before it suspended): never on the thread that read the
+     * answer (the reader, or another caller reading for everyone).
+     */
+    @Test
+    fun `an unconfined coroutine never resumes on a client io thread`() = runBlocking {
+        val caller = Thread.currentThread()
+        fun assertOnCallbackThread() {
+            val me = Thread.currentThread()
+            assertTrue(me == caller || me.name.startsWith("ticketing-callback-"), "resumed on ${me.name}")
+        }
+        val held = observer.awaitAcquire("kt-unconfined-held", 10.seconds)
+        try {
+            withContext(Dispatchers.Unconfined) {
+                repeat(50) {
+                    val lock = client.awaitAcquire("kt-unconfined", 10.seconds)
+                    assertOnCallbackThread()
+                    lock.awaitRelease()
+                    assertOnCallbackThread()
+                    assertNull(client.awaitTryAcquire("kt-unconfined-held", 10.seconds))
+                    assertOnCallbackThread()
+                    client.withLock("kt-unconfined", 10.seconds) { assertOnCallbackThread() }
+                    assertOnCallbackThread()
+                }
+            }
+        } finally {
+            held.awaitRelease()
+        }
     }
 
     @Test

@@ -1079,3 +1079,32 @@ def test_fork_starts_a_new_session_in_the_child() -> None:
         assert client.session_id == parent_sid
         assert {h.session_id for h in fake.hellos} == {parent_sid, child_sid}
         assert len([h for h in fake.hellos if h.session_id == parent_sid]) == 1
+
+
+def test_a_lock_far_from_its_deadline_gets_its_lost_timer_from_the_watch() -> None:
+    """A lock whose lost signal is due later than LOST_ARM_WITHIN gets no timer at acquire
+    (most are released before); the lost watch arms it while the signal is still ahead, and the
+    signal fires at the deadline as ever. A lock due sooner, or due before an unarmed one, is
+    armed at once."""
+    with FakeServer(leader) as fake, ticketing.Client(fake.addr) as client:
+        far = client.acquire("far", 1.0)
+        assert far._timer is None and [lk for _f, lk in client._unarmed] == [far]
+        near = client.acquire("near", 0.3)  # due within LOST_ARM_WITHIN: armed at once
+        assert near._timer is not None
+        near.release()
+        assert near._timer is None
+        earlier = client.acquire("earlier", 0.9)  # due before "far" (the watch looks at the head)
+        assert earlier._timer is not None
+        earlier.release()
+        wait_for(lambda: far._timer is not None, 3)  # armed by the watch, not yet fired
+        fired: list[float] = []
+        far.on_lost(lambda _lk: fired.append(time.monotonic()))
+        assert far.lost.wait(3)
+        assert far.lost_reason is LostReason.EXPIRED
+        assert fired and fired[0] >= far.deadline
+        released = client.acquire("released", 1.0)
+        released.release()  # released before its timer was armed: nothing to cancel
+        assert released._timer is None and released.released and not released.lost.is_set()
+        after = client.acquire("after", 1.0)  # the released ones ahead of it left the queue
+        assert [lk for _f, lk in client._unarmed] == [after]
+        after.release()

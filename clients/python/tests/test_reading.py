@@ -5,10 +5,13 @@ callers stop, for pushes and heartbeats."""
 
 from __future__ import annotations
 
+import _thread
 import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -364,3 +367,123 @@ def test_the_reader_thread_reads_on_after_receive_timeouts(monkeypatch: pytest.M
         assert client.ping() >= 0
         lock.release()
         assert len(fake.conns) == 1
+
+
+class _Pending:
+    """What wait_for_done / wake_up_lock need of a call."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self.callbacks: list[Callable[[Any], None]] = []
+
+    def finish(self) -> None:
+        """As a session's answer does: done first, then the callbacks run."""
+        self.done = True
+        for cb in list(self.callbacks):
+            cb(self)
+
+
+def test_wait_for_done_when_the_answer_came_before_the_wake_up_lock() -> None:
+    # The answer's callbacks ran (none registered) before the caller made its wake-up lock:
+    # the look at ``done`` after the registration sees it, no wait.
+    call = _Pending()
+    call.finish()
+    t0 = time.monotonic()
+    assert connection.wait_for_done(call, 30.0)
+    assert time.monotonic() - t0 < 5
+    assert connection.wake_up_lock(call).acquire(False)  # released already
+
+
+def test_wait_for_done_is_woken_by_the_callback_and_times_out_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    call = _Pending()
+    assert not connection.wait_for_done(call, 0.05)
+    assert len(call.callbacks) == 1  # its wake-up lock's callback
+    call2 = _Pending()
+    registered = threading.Event()
+    real = connection.wake_up_lock
+
+    def spy(c: connection._Waitable) -> _thread.LockType:
+        lock = real(c)
+        registered.set()
+        return lock
+
+    def finisher() -> None:
+        registered.wait(10)
+        call2.finish()
+
+    monkeypatch.setattr(connection, "wake_up_lock", spy)
+    t = threading.Thread(target=finisher, daemon=True)
+    t.start()
+    assert connection.wait_for_done(call2, 30.0)
+    t.join(10)
+
+
+def test_a_caller_that_finds_the_reading_role_held_is_woken_by_its_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller whose answer another thread reads makes its wake-up lock only then
+    (Connection.wait_answer): the reading thread's callbacks wake it, while the first caller's
+    own answer is still held back by the server."""
+    made: list[threading.Thread] = []
+    real = connection.wake_up_lock
+
+    def spy(c: connection._Waitable) -> _thread.LockType:
+        made.append(threading.current_thread())
+        return real(c)
+
+    monkeypatch.setattr(connection, "wake_up_lock", spy)
+    leading: list[threading.Thread] = []
+    real_lead = connection.Connection._lead
+
+    def lead(self: connection.Connection, left: float | None) -> None:
+        leading.append(threading.current_thread())
+        real_lead(self, left)
+
+    monkeypatch.setattr(connection.Connection, "_lead", lead)
+    second_back = threading.Event()
+
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        first = c.recv()  # "a": held back until "b" returned to its caller
+        assert first.key == b"a"
+        second = c.recv()
+        assert second.key == b"b"
+        c.answer(second, token=2, lease_ms=second.lease_ms)
+        assert second_back.wait(10)
+        c.answer(first, token=1, lease_ms=first.lease_ms)
+        serve(c)
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr, heartbeat=0) as client:
+        ta, out_a = in_thread(lambda: client.try_acquire("a", 10))
+        wait_for(lambda: ta in leading)  # "a"'s caller holds the reading role (in recv) till data comes
+        wait_for(lambda: any(r.key == b"a" for r in fake.requests))
+        tb, out_b = in_thread(lambda: client.try_acquire("b", 10))
+        tb.join(10)
+        assert len(out_b) == 1 and isinstance(out_b[0], ticketing.Lock) and out_b[0].token == 2
+        assert not out_a  # "a" still waits: "b" was woken by the thread that read its answer
+        assert tb in made
+        second_back.set()
+        ta.join(10)
+        assert len(out_a) == 1 and isinstance(out_a[0], ticketing.Lock) and out_a[0].token == 1
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_child_forked_from_a_worker_thread_knows_its_main_thread() -> None:
+    """The client caches the main thread's id (the main thread never reads); in a forked child
+    the thread that forked is the main thread."""
+    import os
+
+    from ticketing import client as client_module
+
+    assert client_module._main_ident == threading.main_thread().ident
+    status: list[int] = []
+
+    def fork() -> None:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            os._exit(0 if client_module._main_ident == threading.get_ident() else 3)
+        status.append(os.waitpid(pid, 0)[1])
+
+    t = threading.Thread(target=fork)
+    t.start()
+    t.join(30)
+    assert status == [0]
+    assert client_module._main_ident == threading.main_thread().ident

@@ -18,6 +18,7 @@ from .constants import (
     CLOCK_RATE_BOUND_PPM,
     DEFAULT_PORT,
     INSPECT_DATA_SIZE,
+    LOST_CHECK_MS,
     LOST_MARGIN_MS,
     MAX_KEY_LEN,
     WAIT_FOREVER,
@@ -47,6 +48,11 @@ BACKOFF_MAX = 2.0
 #: While any request waits for an answer (a queued ACQUIRE included), the heartbeat PING goes
 #: after at most this many seconds of silence (docs/clients.md, the heartbeat interval).
 BUSY_HEARTBEAT = 0.25
+#: A lock's lost timer is armed once its lost signal is due within this many seconds; before
+#: that, the client's lost watch (every LOST_CHECK_MS) arms it. Most locks are released long
+#: before and cost no timer at all (a timer entry at acquire and its cancellation at release, for
+#: every pair). Twice the watch's interval: a watch always comes while the signal is still ahead.
+LOST_ARM_WITHIN = 2 * LOST_CHECK_MS / 1000
 #: A PING unanswered for min(heartbeat, this) seconds gives the connection up: the client
 #: reconnects (the node just left tried last) and resumes, so a frozen leader is left about 1 s
 #: after it froze. Calls in flight keep waiting, each bounded by its own timeout.

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import _thread
 import logging
+import os
 import random
 import ssl as _ssl
 import threading
 import time
 from _thread import get_ident as _get_ident
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Protocol, TypeVar
@@ -23,6 +25,7 @@ from ._common import (
     DEFAULT_ENDPOINTS,
     DEFAULT_HEARTBEAT,
     DEFAULT_REQUEST_TIMEOUT,
+    LOST_ARM_WITHIN,
     MAX_PING_WAIT,
     SILENT_SKIP,
     Endpoint,
@@ -50,7 +53,7 @@ from ._common import (
 )
 from ._session import Call, Event, Expired, Follow, Restarted, Session, release_in_background, run_callbacks
 from ._timers import Scheduler, Timer
-from .connection import Connection, _Transport, dial
+from .connection import Connection, _Transport, dial, releaser as _releaser, wait_for_done
 from .constants import LOST_CHECK_MS, InspectFlag, LostReason, Op, Status
 from .exceptions import (
     AlreadyHeld,
@@ -80,6 +83,19 @@ _OK = Status.OK
 _TIMED_OUT = Status.TIMED_OUT
 
 T = TypeVar("T")
+
+#: The main thread's id (``threading.main_thread().ident``, two Python calls per request saved):
+#: a forked child's main thread is the thread that forked, so the child sets it anew.
+_main_ident = threading.main_thread().ident
+
+
+def _set_main_ident() -> None:
+    global _main_ident
+    _main_ident = threading.main_thread().ident
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_set_main_ident)
 
 #: How many leader hints one reconnect round follows.
 _MAX_HINTS = 3
@@ -180,6 +196,9 @@ class Client(ForkAware):
         self._grace_timer: Timer | None = None
         self._locks: dict[int, Lock] = {}
         self._lost_watch: Timer | None = None
+        # Locks whose lost timer is not armed yet, with their lost signal's time, in that order
+        # (_new_lock): the lost watch arms each once it is due within LOST_ARM_WITHIN.
+        self._unarmed: deque[tuple[float, Lock]] = deque()
         self._early_lost = RecentTokens()
         self._timers = Scheduler()
         self._closed = False
@@ -450,7 +469,18 @@ class Client(ForkAware):
             self._locks[resp.token] = lock
             if self._lost_watch is None:
                 self._lost_watch = self._timers.call_later(LOST_CHECK_MS / 1000, self._watch_locks)
-        lock._start(keepalive and not self._closed, max_hold)
+            # The lost timer waits for the lost watch when the signal is further away than
+            # LOST_ARM_WITHIN (most locks are released before: no timer entry, no cancellation)
+            # and comes no earlier than the last unarmed lock's (the watch looks at the head
+            # only); else it is armed now. Locks released or lost leave from the head.
+            unarmed = self._unarmed
+            while unarmed and not unarmed[0][1]._is_held():
+                unarmed.popleft()
+            fire = lock._fire_at
+            arm = fire - _clock.now() < LOST_ARM_WITHIN or bool(unarmed and unarmed[-1][0] > fire)
+            if not arm:
+                unarmed.append((fire, lock))
+        lock._start(keepalive and not self._closed, max_hold, arm)
         if reason is not None:
             lock._set_lost(LostReason(reason))
         return lock
@@ -459,11 +489,26 @@ class Client(ForkAware):
         """Every LOST_CHECK_MS while a lock is held. The timer thread waits on the monotonic
         clock, which stops while the host is suspended; this timer keeps its waits that short, so
         that after a resume the thread sees the lock clock's jump and fires the lost signals
-        that came due (each lock's own timer) within LOST_CHECK_MS."""
+        that came due (each lock's own timer) within LOST_CHECK_MS. It also arms the lost timer
+        of each lock left unarmed (_new_lock) once its signal is due within LOST_ARM_WITHIN."""
+        due: list[Lock] = []
         with self._mu:
             self._lost_watch = None
             if self._locks:
                 self._lost_watch = self._timers.call_later(LOST_CHECK_MS / 1000, self._watch_locks)
+            unarmed = self._unarmed
+            if unarmed:
+                now = _clock.now()
+                while unarmed:
+                    fire, lock = unarmed[0]
+                    held = lock._is_held()
+                    if held and fire - now >= LOST_ARM_WITHIN:
+                        break
+                    unarmed.popleft()
+                    if held:
+                        due.append(lock)
+        for lock in due:
+            lock._arm()
 
     def _release_in_background(self, k: bytes, token: int) -> None:
         release_in_background(self._submit, k, token)
@@ -488,20 +533,31 @@ class Client(ForkAware):
                  connect: bool = False) -> Response:
         """Submit ``call`` and wait for its answer up to ``timeout`` seconds (``connect``: fail
         it with the next connect round that fails, see :meth:`connect`)."""
-        # A plain lock taken once and released by the answer's callback: a cheaper wake-up than
-        # threading.Event (no Condition, no waiter list).
-        done = _thread.allocate_lock()
-        done.acquire()
-        call.callbacks.append(_releaser(done))
         # A thread other than the main thread reads its own answer while no other thread reads
         # (Connection.wait_answer): no hand-off from the reader thread. The main thread, where a
         # KeyboardInterrupt lands, leaves the reading to the reader thread.
-        conn = self._submit(call, connect=connect, lead=_get_ident() != threading.main_thread().ident)
+        done: _thread.LockType | None = None
+        if _get_ident() == _main_ident:
+            # A plain lock taken once and released by the answer's callback: a cheaper wake-up
+            # than threading.Event (no Condition, no waiter list). Registered before the submit:
+            # the main thread wakes only once the callbacks run, after the answer's events (a
+            # lock lost) were handled.
+            done = _thread.allocate_lock()
+            done.acquire()
+            call.callbacks.append(_releaser(done))
+            conn = self._submit(call, connect=connect)
+        else:
+            # Other threads make their wake-up lock only when they have to wait for another
+            # thread (wait_for_done, Connection.wait_answer): a caller that reads its own answer,
+            # as every caller does while it is alone, needs none.
+            conn = self._submit(call, connect=connect, lead=True)
         try:
             if conn is not None:
-                answered = conn.wait_answer(call, done, timeout)
-            else:
+                answered = conn.wait_answer(call, timeout)
+            elif done is not None:
                 answered = done.acquire(True, -1 if timeout is None else timeout)
+            else:
+                answered = wait_for_done(call, timeout)
         except BaseException:  # KeyboardInterrupt: withdraw it, release a grant that raced it
             self._locked(lambda: self._session.abandon(call, _clock.now()))
             if interruptible_cleanup:
@@ -626,7 +682,7 @@ class Client(ForkAware):
             if self._conn is not conn:
                 return
             session = self._session
-            now = _clock.now()
+            now = conn.last_received  # when these frames arrived: one clock read per answer saved
             for frame in frames:
                 session.on_response(frame, now)
             if session.out:
@@ -641,8 +697,12 @@ class Client(ForkAware):
         if events:
             self._handle(finished, events, conn)
             return
-        # Without events, only the callbacks (this runs for every answer).
-        run_callbacks(finished)
+        # Without events, only the callbacks (this runs for every answer); a caller that read
+        # its own answer registered none (Connection.wait_answer).
+        for call in finished:
+            if call.callbacks:
+                run_callbacks(finished)
+                return
 
     def _on_conn_closed(self, conn: Connection, reason: str) -> None:
         with self._mu:
@@ -870,19 +930,6 @@ class Client(ForkAware):
         self._closed = closed
         if conn is not None:
             conn.forget_after_fork()
-
-
-def _releaser(lock: _thread.LockType) -> Callable[[Call], None]:
-    """A call's callback that releases ``lock``, already released or not (Connection.wait_answer
-    may have woken its waiter to read). One closure: a Python frame less per answer than a
-    lambda calling a helper (and cheaper to call than an object with ``__call__``)."""
-    def release(_call: Call) -> None:
-        try:
-            lock.release()
-        except RuntimeError:
-            pass
-
-    return release
 
 
 def _setter(ev: threading.Event) -> Callable[[Call], None]:

@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from . import _clock
 from ._common import (
@@ -160,6 +160,46 @@ _Transport = _PlainTransport | _TLSTransport
 class _Waitable(Protocol):
     @property
     def done(self) -> bool: ...
+    @property
+    def callbacks(self) -> list[Callable[[Any], None]]: ...
+
+
+def releaser(lock: _thread.LockType) -> Callable[[object], None]:
+    """A call's callback that releases ``lock``, already released or not (Connection.wait_answer
+    may have woken its waiter to read). One closure: a Python frame less per answer than a
+    lambda calling a helper (and cheaper to call than an object with ``__call__``)."""
+    def release(_call: object) -> None:
+        try:
+            lock.release()
+        except RuntimeError:
+            pass
+
+    return release
+
+
+def wake_up_lock(call: _Waitable) -> _thread.LockType:
+    """A lock, taken, that ``call``'s callback releases once it is done (or that is released
+    already when ``call`` is done). Made when a caller has to wait for another thread, after the
+    submit: the callback goes on the list before ``call.done`` is looked at, so a callback run
+    that missed it (it ended before the append) began after ``done`` was set, and the look
+    sees it. (Under the GIL, the append and the run's iteration of the list are ordered.)"""
+    lock = _thread.allocate_lock()
+    lock.acquire()
+    call.callbacks.append(releaser(lock))
+    if call.done:
+        try:
+            lock.release()
+        except RuntimeError:  # the callback released it just now
+            pass
+    return lock
+
+
+def wait_for_done(call: _Waitable, timeout: float | None) -> bool:
+    """Wait until ``call.done`` (its callbacks run), at most ``timeout`` seconds (None: no
+    limit); returns whether it is done."""
+    if call.done:
+        return True
+    return wake_up_lock(call).acquire(True, -1 if timeout is None else timeout)
 
 
 def _shutdown(sock: socket.socket) -> None:
@@ -370,6 +410,9 @@ class Connection:
         if self._direct_sock is not None and hasattr(select, "poll"):
             self._poller = select.poll()
             self._poller.register(self._direct_sock, _POLLIN)
+        #: Callers may read their own answers (:meth:`wait_answer`): plain TCP with ``poll``. (An
+        #: attribute, not a property: read for every request.)
+        self.shared_reading = self._poller is not None
         # A caller may block in recv() when its deadline is further away than this (None: always
         # poll first): see the module doc.
         self._blocking_after: float | None = None
@@ -399,11 +442,6 @@ class Connection:
             self._cond.notify()
         self.kick()
 
-    @property
-    def shared_reading(self) -> bool:
-        """Callers may read their own answers (:meth:`wait_answer`): plain TCP with ``poll``."""
-        return self._poller is not None
-
     def kick(self) -> None:
         """Something was queued that no caller will read the answer of (or a caller that does
         not read waits): the reader thread takes the reading role now if it is free, rather
@@ -415,49 +453,54 @@ class Connection:
                 self._recent = False
                 self._rcond.notify()
 
-    def wait_answer(self, call: _Waitable, done: _thread.LockType, timeout: float | None) -> bool:
+    def wait_answer(self, call: _Waitable, timeout: float | None) -> bool:
         """Wait until ``call.done``, at most ``timeout`` seconds (None: no limit), reading the
         socket from this thread while no other thread reads it (see the module doc); returns
-        ``call.done``. ``done`` is released when the call is done (its callback; a release of
-        the unlocked lock must be ignored there), and also to hand this thread the reading role.
-        Never call it from the main thread (see the module doc). Does not raise."""
+        ``call.done``. A caller that has to wait for another thread waits on a lock that
+        ``call``'s callback releases (:func:`wake_up_lock`, made then), which also hands it the
+        reading role. Never call it from the main thread (see the module doc). Does not raise."""
         end = None if timeout is None else time.monotonic() + timeout
         rl = self._rl
+        left = timeout  # the first turn's; later ones look at the clock again (one read saved per call)
+        done: _thread.LockType | None = None
         while True:
-            if call.done:
-                return True
-            left: float | None = None
-            if end is not None:
-                left = end - time.monotonic()
-                if left <= 0:
-                    return call.done
-            lead = follow = False
+            if left is not None and left <= 0:
+                return call.done
+            follow = False
             with rl:
                 if call.done:
                     return True
-                if not self._closed:
-                    if self._leader == 0:
-                        self._leader = _CALLER
-                        self._recent = True
-                        lead = True
-                    else:
+                lead = self._leader == 0 and not self._closed
+                if lead:
+                    self._leader = _CALLER
+                    self._recent = True
+                else:
+                    # About to wait for another thread (the reader, a caller, or the next
+                    # connection's answer): the wake-up lock, made once (see wake_up_lock).
+                    if done is None:
+                        done = wake_up_lock(call)
+                    if not self._closed:
                         self._followers[call] = done
                         self._want = True
                         follow = True
             if lead:
                 self._lead(left)
-                continue
-            done.acquire(True, -1 if left is None else left)
-            if follow:
-                with rl:
-                    self._followers.pop(call, None)
+            else:
+                assert done is not None
+                done.acquire(True, -1 if left is None else left)
+                if follow:
+                    with rl:
+                        self._followers.pop(call, None)
+            if call.done:
+                return True
+            if end is not None:
+                left = end - time.monotonic()
 
     def _lead(self, left: float | None) -> None:
         """Holding the reading role: wait up to ``left`` seconds for bytes, handle every frame
         they complete, then give the role up (to a waiting caller whose answer is still out)."""
         sock = self._direct_sock
-        poller = self._poller
-        assert sock is not None and poller is not None
+        assert sock is not None
         reason = ""
         blocking_after = self._blocking_after
         try:
@@ -465,11 +508,14 @@ class Connection:
                 # Blocking recv: returns what arrives, b"" at the end (also once close() shut
                 # the socket down), or raises BlockingIOError when the receive timeout passed.
                 data = sock.recv(_RECV_SIZE)
-            # (at most a minute per poll: the caller's loop looks at its deadline again)
-            elif poller.poll(-1 if left is None else int(min(left, 60.0) * 1000) + 1):
-                data = sock.recv(_RECV_SIZE, _DONTWAIT)
             else:
-                data = None
+                poller = self._poller
+                assert poller is not None
+                # (at most a minute per poll: the caller's loop looks at its deadline again)
+                if poller.poll(-1 if left is None else int(min(left, 60.0) * 1000) + 1):
+                    data = sock.recv(_RECV_SIZE, _DONTWAIT)
+                else:
+                    data = None
             if data is not None:
                 if not data:
                     reason = "the server closed the connection"

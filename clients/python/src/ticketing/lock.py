@@ -286,9 +286,13 @@ class Lock:
             raise LockLost(LostReason.NOT_HELD, self._key_bytes, self._token,
                            f"lock on key {describe_key(self._key_bytes)} (token {self._token}) was released")
 
-    def _start(self, keepalive: bool, max_hold: float | None) -> None:
+    def _start(self, keepalive: bool, max_hold: float | None, arm: bool = True) -> None:
+        """After the lock is registered: arm the lost timer (unless ``arm`` is False: the
+        client's lost watch arms it later, :meth:`_arm`), start the keep-alive."""
         with self._mutex:
-            if self._timer is None:  # _schedule_locked, inlined for every acquire
+            if not arm:
+                pass
+            elif self._timer is None:  # _schedule_locked, inlined
                 self._timer = self._client._timers.call_at(self._fire_at, self._on_deadline)
             else:
                 self._schedule_locked()
@@ -301,6 +305,13 @@ class Lock:
             self._keepalive = threading.Thread(target=self._keepalive_loop, daemon=True,
                                                name=f"ticketing-keepalive-{self._token}")
             self._keepalive.start()
+
+    def _arm(self) -> None:
+        """The client's lost watch: the lost signal is due soon; arm its timer unless it is armed
+        (an extend arms it at once) or the lock is released or lost."""
+        with self._mutex:
+            if self._timer is None and self._lost_reason is None and not self._released:
+                self._timer = self._client._timers.call_at(self._fire_at, self._on_deadline)
 
     def _schedule_locked(self) -> None:
         """Arm the lost timer. self._mutex must be held."""

@@ -1286,3 +1286,29 @@ def test_lost_event_made_after_the_loss_is_set() -> None:
     with FakeServer(script) as fake:
         run(main)
         assert not fake.errors
+
+
+def test_a_lock_far_from_its_deadline_gets_its_lost_timer_from_the_watch() -> None:
+    """A lock whose lost signal is due later than _ARM_WITHIN gets no timer at acquire (most
+    are released before); the lost watch arms it while the signal is still ahead, and the signal
+    fires at the deadline as ever."""
+    async def main() -> None:
+        async with ticketing.asyncio.Client(fake.addr) as client:
+            far = await client.acquire("far", 1.0)
+            assert far._timer is None
+            near = await client.acquire("near", 0.3)  # due within _ARM_WITHIN: armed at once
+            assert near._timer is not None
+            await near.release()
+            assert near._timer is None
+            await wait_for(lambda: far._timer is not None, 3)  # armed by the watch, not yet fired
+            fired: list[float] = []
+            far.on_lost(lambda _lk: fired.append(time.monotonic()))
+            await lost(far, 3)
+            assert far.lost_reason is LostReason.EXPIRED
+            assert fired and fired[0] >= far.deadline
+            released = await client.acquire("released", 1.0)
+            await released.release()  # released before its timer was armed: nothing to cancel
+            assert released._timer is None and released.released and not released.lost.is_set()
+
+    with FakeServer(leader) as fake:
+        run(main)

@@ -438,8 +438,9 @@ class Client(ForkAware):
         """Every LOST_CHECK_MS while a lock is held: the loop's timers run on the monotonic
         clock, which stops while the host is suspended, so each lock's own timer may fire late
         after a resume; this look at the lock clock fires the lost signals due within that."""
+        now = _clock.now()
         for lock in list(self._locks.values()):
-            lock._check_deadline()
+            lock._watch(now)  # fires the lost signals due, arms the lost timers due soon
         self._lost_watch = None
         if self._locks:
             self._lost_watch = asyncio.get_running_loop().call_later(LOST_CHECK_MS / 1000, self._watch_locks)
@@ -591,7 +592,7 @@ class Client(ForkAware):
         if self._conn is not conn:
             return
         session = self._session
-        now = _clock.now()
+        now = conn.last_received  # when these frames arrived: one clock read per answer saved
         for frame in frames:
             session.on_response(frame, now)
         if session.out:

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from .. import _clock
-from .._common import KeyLike, lease_ms, lock_deadline, lost_margin
+from .._common import LOST_ARM_WITHIN as _ARM_WITHIN, KeyLike, lease_ms, lock_deadline, lost_margin
 from .._session import Call
 from ..constants import LostReason, Op, Status
 from ..exceptions import ClientClosed, LockLost, TicketingError, describe_key, error_for_status
@@ -33,6 +33,7 @@ log = logging.getLogger("ticketing")
 #: lookup, and these are read for every request.
 _RELEASE = Op.RELEASE
 _OK = Status.OK
+
 
 
 class Lock:
@@ -255,7 +256,8 @@ class Lock:
                            f"lock on key {describe_key(self._key_bytes)} (token {self._token}) was released")
 
     def _start(self, keepalive: bool, max_hold: float | None) -> None:
-        self._schedule()
+        if self._fire_at - _clock.now() < _ARM_WITHIN:
+            self._schedule()  # else the lost watch arms it in time (_watch; _common.LOST_ARM_WITHIN)
         if keepalive:
             self._hold_until = None if max_hold is None else time.monotonic() + max_hold
             self._keepalive = asyncio.get_running_loop().create_task(
@@ -285,6 +287,17 @@ class Lock:
         have run yet."""
         if self._is_held() and _clock.now() >= self._fire_at:
             self._set_lost(LostReason.EXPIRED)
+
+    def _watch(self, now: float) -> None:
+        """The client's lost watch, every LOST_CHECK_MS: fire the lost signal if its time has
+        passed (:meth:`_check_deadline`), else arm the lost timer once the signal is due within
+        _ARM_WITHIN (:meth:`_start` leaves it unarmed until then)."""
+        if not self._is_held():
+            return
+        if now >= self._fire_at:
+            self._set_lost(LostReason.EXPIRED)
+        elif self._timer is None and self._fire_at - now < _ARM_WITHIN:
+            self._schedule()
 
     def _extended(self, call: Call, resp: Response) -> None:
         """EXTEND ``call`` was answered OK: move the deadline, unless the answer to a later

@@ -57,8 +57,8 @@ type conn struct {
 
 	// A plain TCP connection's socket, read and written with rawIO (sockio_linux.go); nil
 	// where net.Conn's Read and Write are used (TLS, other systems). rfn and wfn are made once
-	// (newConn) and work on the read role's rp/rn/rerr and the write role's wp/wn/werr, so
-	// that a read or write allocates nothing.
+	// (newConn) and work on the read role's rp/rn/rerrno and the write role's wp/wn/werrno,
+	// so that a read or write allocates nothing.
 	raw            syscall.RawConn
 	rfn, wfn       func(fd uintptr) bool
 	rp, wp         []byte

@@ -97,10 +97,11 @@ public final class Lock implements AutoCloseable {
      * lost check ({@link Engine#register}: every {@link Protocol#LOST_CHECK_MS} while any lock is
      * held, on the same timer thread), which sets it once it comes this close: most locks are
      * released long before their deadline and never cost a timer entry (a schedule and a cancel on
-     * the timer's queue). Twice the check's period: a check always comes while the deadline is
-     * still at least one period away, so the timer fires at the same moment as one set at once.
+     * the timer's queue). Four times the check's period: three checks come while the deadline is that
+     * close, so even with one of them late (a loaded machine) the timer is set in time and fires
+     * at the same moment as one set at once.
      */
-    static final long ARM_AHEAD_NANOS = TimeUnit.MILLISECONDS.toNanos(2L * Protocol.LOST_CHECK_MS);
+    static final long ARM_AHEAD_NANOS = TimeUnit.MILLISECONDS.toNanos(4L * Protocol.LOST_CHECK_MS);
 
     /**
      * Sets the deadline timer again (cancelling any): at the deadline less the margin when that is

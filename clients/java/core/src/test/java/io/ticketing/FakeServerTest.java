@@ -1102,7 +1102,7 @@ class FakeServerTest {
     @Test
     void farDeadlinesAreLostAtTheDeadlineNotAtTheNextCheck() throws Exception {
         TicketingClient c = connect(steadyClock(), b -> b.heartbeatInterval(Duration.ZERO));
-        long[] leases = {700, 760, 830, 890, 950};
+        long[] leases = {1200, 1260, 1330, 1390, 1450}; // beyond ARM_AHEAD_NANOS (1 s)
         long[] sent = new long[leases.length];
         long[] lostAt = new long[leases.length + 1];
         List<CompletableFuture<?>> lost = new ArrayList<>();
@@ -1113,21 +1113,21 @@ class FakeServerTest {
             int n = i;
             lost.add(f.get(5, TimeUnit.SECONDS).lost().toCompletableFuture().whenComplete((r, e) -> lostAt[n] = System.nanoTime()));
         }
-        // A lease of 300 ms (its timer set at once), extended to 1200 ms: the deadline moves far.
+        // A lease of 300 ms (its timer set at once), extended to 1700 ms: the deadline moves far.
         CompletableFuture<Lock> fe = c.acquireAsync("far-extended", Duration.ofMillis(300));
         grant(server.expect(Op.ACQUIRE), 20);
         Lock extended = fe.get(5, TimeUnit.SECONDS);
         long extSent = System.nanoTime();
-        CompletableFuture<Duration> ext = extended.extendAsync(Duration.ofMillis(1200));
+        CompletableFuture<Duration> ext = extended.extendAsync(Duration.ofMillis(1700));
         FakeServer.Received re = server.expect(Op.EXTEND);
-        re.conn().reply(re.frame(), Status.OK, 20, 1200, 0);
+        re.conn().reply(re.frame(), Status.OK, 20, 1700, 0);
         ext.get(5, TimeUnit.SECONDS);
         lost.add(extended.lost().toCompletableFuture().whenComplete((r, e) -> lostAt[leases.length] = System.nanoTime()));
 
         CompletableFuture.allOf(lost.toArray(new CompletableFuture<?>[0])).get(10, TimeUnit.SECONDS);
         long margin = TimeUnit.MILLISECONDS.toNanos(Protocol.LOST_MARGIN_MS);
         for (int i = 0; i <= leases.length; i++) {
-            long due = i < leases.length ? sent[i] + local(leases[i]) - margin : extSent + local(1200) - margin;
+            long due = i < leases.length ? sent[i] + local(leases[i]) - margin : extSent + local(1700) - margin;
             long early = due - lostAt[i];
             assertTrue(early <= TimeUnit.MILLISECONDS.toNanos(2), "lock " + i + " lost "
                     + TimeUnit.NANOSECONDS.toMillis(early) + " ms before its deadline");

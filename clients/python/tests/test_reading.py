@@ -451,7 +451,15 @@ def test_a_caller_that_finds_the_reading_role_held_is_woken_by_its_answer(monkey
         c.answer(first, token=1, lease_ms=first.lease_ms)
         serve(c)
 
-    with FakeServer(script) as fake, ticketing.Client(fake.addr, heartbeat=0) as client:
+    with FakeServer(script) as fake, ticketing.Client(fake.addr, request_timeout=60, heartbeat=0) as client:
+        client.connect()
+        conn = client._conn
+        assert conn is not None
+        # "a"'s caller must keep the role until its answer comes. A leading caller's blocking recv
+        # ends at the socket's receive timeout (1 s), and on a loaded machine that came between
+        # the steps below: "b"'s caller found the role free and read its own answer (seen once in
+        # CI). Without the blocking recv a leading caller polls with its own timeout (60 s).
+        conn._blocking_after = None
         ta, out_a = in_thread(lambda: client.try_acquire("a", 10))
         wait_for(lambda: ta in leading)  # "a"'s caller holds the reading role (in recv) till data comes
         wait_for(lambda: any(r.key == b"a" for r in fake.requests))

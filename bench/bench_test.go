@@ -518,3 +518,58 @@ func TestPrevPipeSpeaksTheEarlierProtocol(t *testing.T) {
 		t.Fatalf("%d ops, %d errors, %d ACKs: want over 1,000 ops, no errors, no ACK", res.ops, res.errs, s.acks.Load())
 	}
 }
+
+// TestPingRTT: the round-trip bound of (a) at one connection is measured with each system's
+// PING (floor.go): the Ticketing protocol's on the null server, RESP's on a server that answers
+// it like Redis (and an error when it does not), none for etcd.
+func TestPingRTT(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go nullserver.Serve(ln)
+	rtt, ok, err := pingRTT("null", ln.Addr().String())
+	if err != nil || !ok || rtt <= 0 {
+		t.Fatalf("null: %v %v %v", rtt, ok, err)
+	}
+
+	resp := func(answer string) string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					r := bufio.NewReader(c)
+					for {
+						line, err := r.ReadString('\n')
+						if err != nil || line != "PING\r\n" {
+							return
+						}
+						if _, err := c.Write([]byte(answer)); err != nil {
+							return
+						}
+					}
+				}()
+			}
+		}()
+		return l.Addr().String()
+	}
+	if rtt, ok, err := pingRTT("redis", resp("+PONG\r\n")); err != nil || !ok || rtt <= 0 {
+		t.Fatalf("redis: %v %v %v", rtt, ok, err)
+	}
+	if _, _, err := pingRTT("redis", resp("-ERR no\r\n")); err == nil {
+		t.Fatal("a wrong answer to PING was taken")
+	}
+	if _, ok, err := pingRTT("etcd", "127.0.0.1:1"); ok || err != nil {
+		t.Fatalf("etcd: %v %v", ok, err)
+	}
+}

@@ -33,6 +33,7 @@ type Record struct {
 	Errors      int64     `json:"errors"`
 	WindowS     float64   `json:"window_s,omitempty"`
 	MaxUs       float64   `json:"max_us,omitempty"`
+	PingP50us   float64   `json:"ping_p50_us,omitempty"`       // (a) at one connection: median over runs of one PING's round trip (floor.go)
 	ServerCPU   float64   `json:"server_cpu_cores,omitempty"`  // server CPU over the window, in cores
 	HarnessCPU  float64   `json:"harness_cpu_cores,omitempty"` // load generator CPU, in cores
 
@@ -356,6 +357,14 @@ func (b *bench) targets() string {
 				w("| (a) %d conns: Ticketing >= 0.95x the server before sessions (prev: %s) | %s | %s |\n", conns, o.prevLabel, ratio(t.OpsPerSec, r.OpsPerSec), yesNo(t.OpsPerSec >= 0.95*r.OpsPerSec))
 			}
 			w("| (a) %d conns: 1,000,000 ops/s headline | %.0f ops/s (%.0f%% of it) | %s |\n", conns, t.OpsPerSec, t.OpsPerSec/1e4, yesNo(t.OpsPerSec >= 1e6))
+			if conns == 1 {
+				for _, sys := range o.systems {
+					if r := b.find(sys, "a_pipelined", 1); r != nil && r.PingP50us > 0 {
+						w("| (a) 1 conn: %s against its round-trip bound (depth / one PING's round trip, %.1f µs: %.0f ops/s) (no target) | %.0f µs per window of %d, %.2fx the bound | |\n",
+							sys, r.PingP50us, float64(o.depth)/r.PingP50us*1e6, float64(o.depth)/r.OpsPerSec*1e6, o.depth, r.OpsPerSec*r.PingP50us/1e6/float64(o.depth))
+					}
+				}
+			}
 		}
 		maxC := o.conns[len(o.conns)-1]
 		for _, c := range o.conns {

@@ -57,8 +57,9 @@ type pointResult struct {
 	rssMaxKB  int64
 	anonKB    int64 // RssAnon and RssFile at the largest sampled RSS
 	fileKB    int64
-	cpuServer float64 // cores used by the server over the window
-	cpuHarn   float64 // cores used by the harness over the window
+	cpuServer float64       // cores used by the server over the window
+	cpuHarn   float64       // cores used by the harness over the window
+	pingRTT   time.Duration // (a) at one connection: one PING's round trip right after (floor.go); 0: none
 }
 
 func (p *pointResult) opsPerSec() float64 {

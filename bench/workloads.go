@@ -209,8 +209,16 @@ func (b *bench) workloadA() error {
 				if err != nil {
 					return fmt.Errorf("(a) %s, %d connections: %w", sys, conns, err)
 				}
-				logf("(a) run %d/%d  %-9s conns=%-3d depth=%d  %12.0f ops/s  p99 %8.0f us  rss max %6d KiB  errors %d  cpu server %.2f harness %.2f",
-					rep+1, o.repeat, sys, conns, o.depth, res.opsPerSec(), us(res.hist.ValueAtQuantile(99)), res.rssMaxKB, res.errs, res.cpuServer, res.cpuHarn)
+				if conns == 1 {
+					// The round-trip bound (floor.go), on the same server process.
+					if rtt, ok, err := pingRTT(sys, b.addrOf(sys)); err != nil {
+						return fmt.Errorf("(a) %s: %w", sys, err)
+					} else if ok {
+						res.pingRTT = rtt
+					}
+				}
+				logf("(a) run %d/%d  %-9s conns=%-3d depth=%d  %12.0f ops/s  p99 %8.0f us  rss max %6d KiB  errors %d  cpu server %.2f harness %.2f  ping %.1f us",
+					rep+1, o.repeat, sys, conns, o.depth, res.opsPerSec(), us(res.hist.ValueAtQuantile(99)), res.rssMaxKB, res.errs, res.cpuServer, res.cpuHarn, us(int64(res.pingRTT)))
 				if b.aRuns[sys] == nil {
 					b.aRuns[sys] = map[int][]*pointResult{}
 				}
@@ -239,6 +247,17 @@ func (b *bench) workloadA() error {
 			}
 			r.OpsCounting = "one acquire+release pair = 2 ops"
 			r.RunsMetric = "ops_per_sec"
+			if conns == 1 {
+				var pings []float64
+				for _, x := range runs {
+					if x.pingRTT > 0 {
+						pings = append(pings, us(int64(x.pingRTT)))
+					}
+				}
+				if len(pings) > 0 {
+					r.PingP50us = round1(medianF(pings))
+				}
+			}
 			if sys == "etcd" {
 				r.Note = fmt.Sprintf("concurrency.Mutex cannot pipeline: %d clients x %d goroutines, one blocking Lock/Unlock each", conns, o.depth)
 			}

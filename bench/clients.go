@@ -400,7 +400,7 @@ type clientKey struct {
 
 func (b *bench) workloadClients() error {
 	o := b.o
-	if o.clientKeepAwake {
+	if o.clientKeepAwake && !o.keepAwake { // -keep-awake: already running for the whole run
 		_, stop, err := keepAwake(runtime.NumCPU())
 		if err != nil {
 			return err
@@ -642,11 +642,11 @@ func keepAwake(n int) (pids []int, stop func(), err error) {
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := c.Start(); err != nil {
 			stop()
-			return nil, nil, fmt.Errorf("-client-keep-awake: %w", err)
+			return nil, nil, fmt.Errorf("keep-awake loops: %w", err)
 		}
 		cmds = append(cmds, c)
 		pids = append(pids, c.Process.Pid)
 	}
-	logf("clients: %d busy loops at nice 19 keep the CPUs awake", n)
+	logf("%d busy loops at nice 19 keep the CPUs awake", n)
 	return pids, stop, nil
 }

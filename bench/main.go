@@ -36,6 +36,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -82,6 +83,7 @@ type options struct {
 	clientBuildTimeout time.Duration
 	clientBuildDir     string
 	clientKeepAwake    bool
+	keepAwake          bool
 	clientDuration     time.Duration
 	serverCPUs         string
 
@@ -130,6 +132,7 @@ func main() {
 	flag.StringVar(&clients, "clients", "all", "clients workload: rows of -client-registry to run, comma-separated (all: every row)")
 	flag.StringVar(&callers, "callers", "1,16", "clients workload: concurrent callers on the one client object, comma-separated (go-raw: pairs in flight on its one connection)")
 	flag.StringVar(&o.clientRegistry, "client-registry", "clients.registry", "clients workload: the registry of benchmark programs")
+	flag.BoolVar(&o.keepAwake, "keep-awake", false, "every workload of the run: -client-keep-awake's busy loops from the first server start to the end (BENCHMARKS.md: a quiet 1-connection point otherwise measures the wake-up of halted vCPUs as much as the server)")
 	flag.BoolVar(&o.clientKeepAwake, "client-keep-awake", false, "clients workload: run one busy loop per CPU at the lowest priority (nice 19) while it measures, so that no vCPU is idle between round trips (BENCHMARKS.md: on a VM a quiet 1-caller run otherwise measures the wake-up of halted vCPUs)")
 	flag.StringVar(&o.clientBuildDir, "client-build-dir", filepath.Join("results", "tmp", "progs"), "clients workload: where each folder's bench-build.sh builds (OUTDIR: this dir/FOLDER), kept between runs so that later builds are quick")
 	flag.DurationVar(&o.clientBuildTimeout, "client-build-timeout", 10*time.Minute, "clients workload: bound on each folder's bench-build.sh")
@@ -318,6 +321,13 @@ func run(o *options) error {
 		if err := b.buildClients(); err != nil { // before any measurement: builds take the CPU
 			return err
 		}
+	}
+	if o.keepAwake {
+		_, stop, err := keepAwake(runtime.NumCPU())
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if o.workloads["a"] || o.workloads["fair"] || o.workloads["b"] || o.workloads["c"] || o.workloads["d"] || o.workloads["e"] {
 		for _, s := range o.systems {

@@ -243,6 +243,9 @@ func (b *bench) markdown() string {
 	} else {
 		w(". The load generator shares the CPUs with the server under test.\n\n")
 	}
+	if o.keepAwake {
+		w("Every CPU was kept awake (-keep-awake: one busy loop per CPU at nice 19) for the whole run.\n\n")
+	}
 
 	if o.workloads["a"] {
 		w("### (a) Uncontended, pipelined: acquire+release pairs on %d keys, depth %d (a pair = 2 ops)%s\n\n", o.keys, o.depth, b.loadNote("a"))

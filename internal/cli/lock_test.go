@@ -276,7 +276,7 @@ func TestCLILockJobControl(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "child")
 	self, _ := os.Executable()
 	cmd, _, errb := cliCmd(t, []string{"TICKETING_ADDR=" + srv.Addr, "TICKETING_TEST_CHILD=sleep", "TICKETING_TEST_OUT=" + out},
-		"lock", "jobs", "--lease", "1500ms", "--", self) // 1.5 s: beside two CPU hogs, extends every 300 ms once missed a 675 ms window
+		"lock", "jobs", "--lease", "3s", "--", self) // 3 s: 1.5 s lost the lock with the machine at load 14 (an extend 2.6 s late)
 	exited := running(t, cmd)
 	pid, err := strconv.Atoi(waitFile(t, out))
 	if err != nil {
@@ -290,12 +290,13 @@ func TestCLILockJobControl(t *testing.T) {
 	for !strings.Contains(errb.String(), "has been continued") && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	end := time.Now().Add(3 * time.Second) // two leases
+	const watch = 4 * time.Second // more than a lease: a stopped CLI would lose the lock in it
+	end := time.Now().Add(watch)
 	for time.Now().Before(end) {
 		if st := procState(cmd.Process.Pid); st == "T" {
 			t.Fatalf("ticketing lock is stopped; stderr:\n%s", errb)
 		}
-		if st := procState(pid); st == "T" && time.Since(end.Add(-3*time.Second)) > 500*time.Millisecond {
+		if st := procState(pid); st == "T" && time.Since(end.Add(-watch)) > 500*time.Millisecond {
 			t.Fatalf("COMMAND stays stopped; stderr:\n%s", errb)
 		}
 		if lk, err := c.TryAcquire(ctxT(t), "jobs", time.Second); err != nil || lk != nil {

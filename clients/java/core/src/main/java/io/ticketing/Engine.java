@@ -177,6 +177,11 @@ final class Engine implements Connection.Listener {
         };
     }
 
+    /** The connection in use, or null while reconnecting (for tests). */
+    Connection connection() {
+        return current;
+    }
+
     String sessionIdHex() {
         synchronized (mu) {
             return HexFormat.of().formatHex(sessionId);

@@ -187,6 +187,11 @@ public final class TicketingClient implements AutoCloseable {
         return engine.opts;
     }
 
+    /** The engine (tests look at its connection). */
+    Engine engine() {
+        return engine;
+    }
+
     /** {@return the session id (32 hex digits): new per client, the same on every reconnect} */
     public String sessionId() {
         return engine.sessionIdHex();

@@ -13,6 +13,7 @@ import io.ticketing.protocol.GoawayReason;
 import io.ticketing.protocol.Handshake;
 import io.ticketing.protocol.Op;
 import io.ticketing.protocol.Protocol;
+import io.ticketing.protocol.RequestFrame;
 import io.ticketing.protocol.ResponseFrame;
 import io.ticketing.protocol.Status;
 import java.io.DataInputStream;
@@ -1605,5 +1606,130 @@ class FakeServerTest {
         for (CompletableFuture<LockInfo> f : chains) {
             f.get(10, TimeUnit.SECONDS);
         }
+    }
+
+    /** Blocking tryAcquire callers on keys crowd-0.., each in its own thread; their requests received. */
+    private final class Crowd {
+        final List<Thread> threads = new ArrayList<>();
+        final List<CompletableFuture<Long>> tokens = new ArrayList<>();
+        final FakeServer.Received[] requests;
+
+        Crowd(TicketingClient c, int n) throws Exception {
+            requests = new FakeServer.Received[n];
+            for (int i = 0; i < n; i++) {
+                String key = "crowd-" + i;
+                CompletableFuture<Long> token = new CompletableFuture<>();
+                Thread t = new Thread(() -> {
+                    try {
+                        token.complete(c.tryAcquire(key, Duration.ofSeconds(30)).orElseThrow().token());
+                    } catch (Throwable e) {
+                        token.completeExceptionally(e);
+                    }
+                }, key);
+                tokens.add(token);
+                threads.add(t);
+                t.start();
+            }
+            for (int i = 0; i < n; i++) {
+                FakeServer.Received r = server.expect(Op.ACQUIRE);
+                requests[Integer.parseInt(new String(r.frame().key(), StandardCharsets.UTF_8).substring(6))] = r;
+            }
+        }
+
+        /**
+         * Waits until every caller still waiting (but {@code except}) is parked save one, and
+         * returns that one: the caller holding the read role (in its selector, so not parked).
+         * Fails when none reads.
+         */
+        int reader(int except) throws InterruptedException {
+            int[] found = new int[1];
+            Poll.until(Duration.ofSeconds(10), () -> {
+                int running = 0;
+                for (int i = 0; i < threads.size(); i++) {
+                    if (tokens.get(i).isDone() || i == except) {
+                        continue;
+                    }
+                    if (threads.get(i).getState() != Thread.State.WAITING) {
+                        running++;
+                        found[0] = i;
+                    }
+                }
+                return running == 1;
+            }, "one waiting caller reading, the others parked");
+            return found[0];
+        }
+
+        /** Answers the requests of callers {@code which} in one write (token 100 + i for caller i). */
+        void grant(List<Integer> which) {
+            java.io.ByteArrayOutputStream b = new java.io.ByteArrayOutputStream();
+            for (int i : which) {
+                RequestFrame q = requests[i].frame();
+                b.writeBytes(new ResponseFrame(Op.ACQUIRE.code(), Status.OK.code(), q.requestId(), 100 + i, q.leaseMs(), 0,
+                        new byte[0]).encode());
+            }
+            requests[which.get(0)].conn().sendRaw(b.toByteArray());
+        }
+    }
+
+    /**
+     * However many blocking callers wait, one of them reads for all (Connection's read role): when
+     * the reading caller's answer is in, the role goes to another waiting caller, never to the
+     * reader thread (which would add a wake-up per read), and every caller gets its own answer.
+     */
+    @Test
+    void aCrowdOfWaitingCallersIsReadForByOneOfThem() throws Exception {
+        TicketingClient c = connect(b -> b.heartbeatInterval(Duration.ZERO));
+        Crowd crowd = new Crowd(c, 4);
+        Connection conn = c.engine().connection();
+        long before = conn.readerFrames();
+        int first = crowd.reader(-1);
+        crowd.grant(List.of(first));
+        assertEquals(100 + first, crowd.tokens.get(first).get(10, TimeUnit.SECONDS));
+        int second = crowd.reader(first); // handed to a caller still waiting, the others parked
+        assertNotEquals(first, second);
+        List<Integer> rest = new ArrayList<>();
+        for (int i = 0; i < 4; i++) {
+            if (i != first) {
+                rest.add(i);
+            }
+        }
+        crowd.grant(rest);
+        for (int i : rest) {
+            assertEquals(100 + i, crowd.tokens.get(i).get(10, TimeUnit.SECONDS));
+        }
+        assertEquals(before, conn.readerFrames(), "answers read by the reader thread");
+    }
+
+    /**
+     * A reading caller that is interrupted hands the role to another waiting caller: the others'
+     * answers are still read (by a caller), and the interrupted one's acquire is withdrawn.
+     */
+    @Test
+    void anInterruptedReadingCallerHandsTheRoleToAWaitingOne() throws Exception {
+        TicketingClient c = connect(b -> b.heartbeatInterval(Duration.ZERO));
+        Crowd crowd = new Crowd(c, 4);
+        Connection conn = c.engine().connection();
+        long before = conn.readerFrames();
+        int first = crowd.reader(-1);
+        crowd.threads.get(first).interrupt();
+        FakeServer.Received cancel = server.expect(Op.CANCEL);
+        assertEquals(crowd.requests[first].frame().requestId(), cancel.frame().token()); // CANCEL names the request id
+        int second = crowd.reader(first);
+        assertNotEquals(first, second);
+        List<Integer> rest = new ArrayList<>();
+        for (int i = 0; i < 4; i++) {
+            if (i != first) {
+                rest.add(i);
+            }
+        }
+        crowd.grant(rest);
+        for (int i : rest) {
+            assertEquals(100 + i, crowd.tokens.get(i).get(10, TimeUnit.SECONDS));
+        }
+        assertEquals(before, conn.readerFrames(), "answers read by the reader thread");
+        crowd.requests[first].conn().reply(crowd.requests[first].frame(), Status.CANCELLED, 0, 0, 0);
+        cancel.conn().reply(cancel.frame(), Status.OK, 0, 0, 1);
+        ExecutionException e = assertThrows(ExecutionException.class, () -> crowd.tokens.get(first).get(10, TimeUnit.SECONDS));
+        assertTrue(e.getCause() instanceof CancelledException, String.valueOf(e.getCause()));
     }
 }

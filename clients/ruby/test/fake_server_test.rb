@@ -879,6 +879,42 @@ class FakeServerTest < Minitest::Test
     assert(srv.requests(P::Op::PING).size >= 2)
   end
 
+  # A caller with nothing else in flight reads its own answer within Session#submit (its
+  # +lead+ argument): the call is finished when submit returns, no other thread involved, and
+  # the read role is free again for the next call.
+  def test_a_lone_call_is_answered_within_submit
+    srv = server
+    c = client(srv, heartbeat_interval: 0).connect
+    session = c.__send__(:session)
+    call = Ticketing::Call.new(P::Op::PING)
+    session.submit(call, true, true, Ticketing::Scheduler.now + 2)
+    assert call.finished, "answered before submit returned"
+    assert_equal P::Status::OK, call.response.status
+    assert_nil session.instance_variable_get(:@conn).reader, "the read role is free"
+    assert_in_delta 0, c.ping, 1
+  end
+
+  # That read is bounded by the limit given to submit: with no answer, submit returns at the
+  # limit with the role given up, and #await then times the call out (the caller's own
+  # timeout), leaving the client usable.
+  def test_a_read_within_submit_stops_at_its_limit
+    frozen = true
+    srv = server { |s, _c, req| frozen && req.op == P::Op::PING ? :silent : s.default_answer(req) }
+    c = client(srv, heartbeat_interval: 0).connect
+    session = c.__send__(:session)
+    call = Ticketing::Call.new(P::Op::PING)
+    started = now
+    limit = Ticketing::Scheduler.now + 0.2
+    session.submit(call, true, true, limit)
+    assert_operator now - started, :>=, 0.19
+    refute call.answered, "no answer came"
+    assert_nil session.instance_variable_get(:@conn).reader, "the read role is given up at the limit"
+    assert_equal :timeout, session.await(call, deadline: limit, send_deadline: limit)
+    session.forget(call)
+    frozen = false
+    assert_in_delta 0, c.ping, 1
+  end
+
   def test_heartbeat_pings_an_idle_connection
     srv = server
     c = client(srv, heartbeat_interval: 0.05).connect

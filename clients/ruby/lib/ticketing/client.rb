@@ -410,9 +410,14 @@ module Ticketing
         call = Call.new(op, key, token, lease_ms)
         outcome = nil
         begin
-          @session.submit(call, true)
           deadline = Scheduler.now + @config.request_timeout
-          outcome = @session.await(call, deadline: deadline, send_deadline: deadline)
+          # The caller reads its own answer in #submit when nothing else is in flight.
+          @session.submit(call, true, true, deadline)
+          outcome = if call.finished && !call.closed_out
+                      :finished
+                    else
+                      @session.await(call, deadline: deadline, send_deadline: deadline)
+                    end
         ensure
           # Unwound (an exception, a throw, Thread#kill): forget the request.
           @session.forget(call) if outcome.nil? && @session.abandon(call)
@@ -488,9 +493,11 @@ module Ticketing
       key = Args.key(key)
       lease_ms = Args.lease_ms(lease)
       wait_ms = Args.wait_ms(timeout)
-      max_hold = Args.duration(max_hold, :max_hold, allow_nil: true, positive: true)
-      check_cancel(cancel)
-      raise CancelledError, "ACQUIRE #{Errors.describe_key(key)}: cancelled" if cancel&.cancelled?
+      max_hold = Args.duration(max_hold, :max_hold, positive: true) unless max_hold.nil?
+      if cancel
+        check_cancel(cancel)
+        raise CancelledError, "ACQUIRE #{Errors.describe_key(key)}: cancelled" if cancel.cancelled?
+      end
       if refuse_held && holds?(key)
         raise AlreadyHeldError, "ACQUIRE #{Errors.describe_key(key)}: already held by this client (refuse_held)"
       end
@@ -527,11 +534,17 @@ module Ticketing
     # wait is withdrawn). Returns the Response; raises for transport errors and cancellation,
     # after marking the call settled (its clean-up is under way).
     def await_acquire(call, timeout, cancel)
-      @session.submit(call, true)
       now = Scheduler.now
       send_deadline = now + @config.request_timeout
       deadline = timeout && now + timeout + @config.request_timeout
-      outcome = @session.await(call, deadline: deadline, send_deadline: send_deadline, cancel: cancel)
+      # Without a cancellation the caller reads its own answer in #submit when nothing else is
+      # in flight (a cancellation is watched by #await).
+      @session.submit(call, true, cancel.nil?, deadline)
+      outcome = if cancel.nil? && call.finished && !call.closed_out
+                  :finished
+                else
+                  @session.await(call, deadline: deadline, send_deadline: send_deadline, cancel: cancel)
+                end
       if outcome == :closed
         # Client#close withdrew it (CANCEL) and releases a grant that races the withdrawal.
         call.settled = true
@@ -609,7 +622,7 @@ module Ticketing
       end
       @locks_mutex.synchronize do
         @locks[lock.token] = lock
-        deadline_add_locked(lock)
+        deadline_push_locked(lock)
       end
       @session.lock_granted
       lock.arm(keep_alive: keep_alive, max_hold: max_hold) if keep_alive
@@ -629,6 +642,23 @@ module Ticketing
     # set again for the new first: no timer per lock.
     def deadline_add(lock)
       @locks_mutex.synchronize { deadline_add_locked(lock) }
+    end
+
+    # Puts +lock+, just granted and counted in @locks, in the heap (#deadline_add_locked
+    # without its looks for a lock already there). @locks_mutex held.
+    def deadline_push_locked(lock)
+      at = lock.__send__(:fire_at)
+      heap = @deadlines
+      i = heap.size
+      heap << lock
+      lock.heap_index = i
+      lock.heap_at = at
+      deadline_up(i) unless i.zero?
+      return unless heap[0].equal?(lock) && (@deadline_at.nil? || at < @deadline_at)
+
+      @deadline_timer&.cancel
+      @deadline_at = at
+      @deadline_timer = @scheduler.at(at) { deadlines_due }
     end
 
     # Puts +lock+ in the heap, or moves it to its current deadline (read here, after the write

@@ -82,6 +82,7 @@ module Ticketing
     READ_SIZE = 65_536
     # A response frame's header (Protocol's layout), and the data of a frame without any.
     FRAME_HEADER = "NCCnQ>Q>NN"
+    HEADER_SIZE = Protocol::Size::HEADER
     NO_DATA = "".b.freeze
 
     # Connects to +endpoint+ (TCP, then TLS when +tls_context+ is set) and runs the handshake
@@ -180,6 +181,10 @@ module Ticketing
       @rbuf = String.new(encoding: Encoding::BINARY) # bytes of a frame not whole yet
       @chunk = String.new(capacity: READ_SIZE, encoding: Encoding::BINARY)
       @wake_r, @wake_w = IO.pipe
+      # IO.select's lists, made once.
+      @read_set = [@tcp, @wake_r].freeze
+      @wake_set = [@wake_r].freeze
+      @tcp_set = [@tcp].freeze
     end
 
     # Starts the background reader and the writer threads; frames go to
@@ -264,7 +269,7 @@ module Ticketing
           wait = limit - Scheduler.now
           return :timeout if wait <= 0
         end
-        chunk == :wait_readable ? wait_io(wait, [@tcp, @wake_r], nil) : wait_io(wait, [@wake_r], [@tcp])
+        chunk == :wait_readable ? wait_io(wait, @read_set, nil) : wait_io(wait, @wake_set, @tcp_set)
       when nil then lost(EOFError.new)
       else handle_bytes(chunk)
       end
@@ -365,41 +370,39 @@ module Ticketing
     # Decodes the frames of +chunk+ (after the bytes kept from the last read) and hands each to
     # the session. Returns true, or false when the connection failed.
     def handle_bytes(chunk)
-      @last_recv = Scheduler.now
-      if @rbuf.empty?
-        buf = chunk
-      else
-        buf = @rbuf
-        buf << chunk
-      end
+      @last_recv = Process.clock_gettime(Process::CLOCK_MONOTONIC) # Scheduler.now, without a call
+      buf = @rbuf.empty? ? chunk : (@rbuf << chunk)
       offset = 0
       size = buf.bytesize
       session = @session
       # Whole, well-formed frames decoded here (the layout of Protocol.decode_response, one
-      # unpack each); a partial or malformed one is left to Protocol.decode_response below.
-      while size - offset >= Protocol::Size::HEADER
-        f = buf.unpack(FRAME_HEADER, offset: offset)
-        len = f[0]
-        var_len = f[3]
-        break unless var_len == len - (Protocol::Size::HEADER - 4) && size - offset >= 4 + len
+      # unpack each, into locals); a partial or malformed one is left to the slower path below.
+      while size - offset >= HEADER_SIZE
+        len, op, status, var_len, id, token, lease_ms, detail = buf.unpack(FRAME_HEADER, offset: offset)
+        break unless var_len == len - (HEADER_SIZE - 4) && size - offset >= 4 + len
 
         resp = Protocol::Response.allocate
-        resp.op = f[1]
-        resp.status = f[2]
-        resp.id = f[4]
-        resp.token = f[5]
-        resp.lease_ms = f[6]
-        resp.detail = f[7]
-        resp.data = var_len.zero? ? NO_DATA : buf.byteslice(offset + Protocol::Size::HEADER, var_len)
+        resp.op = op
+        resp.status = status
+        resp.id = id
+        resp.token = token
+        resp.lease_ms = lease_ms
+        resp.detail = detail
+        resp.data = var_len.zero? ? NO_DATA : buf.byteslice(offset + HEADER_SIZE, var_len)
         offset += 4 + len
         session.handle_frame(self, resp)
+      end
+      if offset == size
+        # Every byte used (nearly always): nothing to keep.
+        @rbuf.clear unless @rbuf.empty?
+        return true
       end
       while offset < size && (decoded = Protocol.decode_response(buf, offset))
         resp, frame_size = decoded
         offset += frame_size
         session.handle_frame(self, resp)
       end
-      rest = buf.bytesize - offset
+      rest = size - offset
       if rest.positive?
         @rbuf = buf.byteslice(offset, rest).b
       elsif !@rbuf.empty?

@@ -32,6 +32,7 @@ module Ticketing
       @mutex = Mutex.new
       @lease_ms = lease_ms
       @deadline = deadline
+      @fire_at = Lock.fire_at(deadline, lease_ms)
       @extend_id = 0 # the request id of the EXTEND whose answer set @deadline (0: the grant's)
       @released = false
       @keep_alive = false
@@ -150,7 +151,7 @@ module Ticketing
         return true if @released && @release_error.nil?
         raise @release_error if @released
 
-        due = @lost_reason.nil? && !@detached && Clock.now >= fire_at
+        due = @lost_reason.nil? && !@detached && Clock.now >= @fire_at
         @lost_reason
       end
       if due
@@ -170,7 +171,7 @@ module Ticketing
       end
       released = @mutex.synchronize do
         # Still held and not due: released (else the slower path below marks it lost first).
-        if @lost_reason.nil? && (@detached || Clock.now < fire_at)
+        if @lost_reason.nil? && (@detached || Clock.now < @fire_at)
           @released = true
           @release_error = nil
           @cond&.broadcast
@@ -294,7 +295,14 @@ module Ticketing
     # look in the middle of that write is corrected by the add that follows it, or by
     # #deadline_reached.
     def fire_at
-      @deadline - ([Protocol::ClientRule::LOST_MARGIN_MS, @lease_ms / 10.0].min / 1000.0)
+      @fire_at
+    end
+
+    # @api private
+    # #fire_at for +deadline+ and a lease of +lease_ms+ (kept with the deadline: it is read on
+    # every release and by the deadline heap).
+    def self.fire_at(deadline, lease_ms)
+      deadline - ([Protocol::ClientRule::LOST_MARGIN_MS, lease_ms / 10.0].min / 1000.0)
     end
 
     # The client's deadline heap found this lock due (its scheduler thread): marks it lost when
@@ -342,6 +350,7 @@ module Ticketing
         @extend_id = resp.id
         @lease_ms = resp.lease_ms
         @deadline = t_first + (resp.lease_ms / 1000.0 * Session::RATE_FACTOR)
+        @fire_at = Lock.fire_at(@deadline, @lease_ms)
       end
       # The heap reads the new deadline (a later add for an older extend reads it too).
       @client.__send__(:deadline_add, self) unless @detached

@@ -9,6 +9,10 @@ module Ticketing
   # request fields.
   class Call
     EMPTY_KEY = "".b.freeze
+    # A request frame's header (Protocol's layout) and its length field without the key.
+    FRAME_FORMAT = "NCCnQ>Q>NN"
+    FRAME_BASE = Protocol::Size::HEADER - 4
+    private_constant :FRAME_FORMAT, :FRAME_BASE
     attr_reader :op, :key, :token, :lease_ms, :wait_ms
     # Request id (nil until queued for the wire), and the Clock time it was first queued for the
     # wire: an ACQUIRE's or EXTEND's answer sets the lock's deadline from it, whichever
@@ -53,9 +57,12 @@ module Ticketing
       Protocol.encode_request_fields(@op, 0, @id, @token, @lease_ms, @wait_ms, @key)
     end
 
-    # Appends the frame to +buf+.
+    # Appends the frame to +buf+ (Protocol.append_request_fields, inlined: one pack into the
+    # buffer, then the key).
     def frame_into(buf)
-      Protocol.append_request_fields(buf, @op, 0, @id, @token, @lease_ms, @wait_ms, @key)
+      key = @key
+      [FRAME_BASE + key.bytesize, @op, 0, key.bytesize, @id, @token, @lease_ms,
+       @wait_ms].pack(FRAME_FORMAT, buffer: buf) << key
     end
 
     def op_name
@@ -169,18 +176,24 @@ module Ticketing
     # queued whole: never an id in the table without its frame on the way.
     #
     # +awaits+: the caller calls #await for this call next (it may then keep the read role
-    # from here); false for a call nobody waits for (its answer runs its hook).
-    def submit(call, awaits = false)
+    # from here); false for a call nobody waits for (its answer runs its hook). +lead+ (with
+    # +awaits+, for a caller without a cancellation): when the call keeps the read role here,
+    # its caller reads its answer at once, until +limit+ (monotonic seconds, nil: no bound; the
+    # deadline it then passes to #await), within this method's interrupt mask: one mask per
+    # request, not two. The caller looks at Call#finished before calling #await.
+    def submit(call, awaits = false, lead = false, limit = nil)
       Thread.handle_interrupt(DEFER_INTERRUPTS) do
         got = :unread
+        reading = nil
         probe = @mutex.synchronize do
-          raise ClosedError, "the client is closed" if @state == :closed
+          state = @state
+          raise ClosedError, "the client is closed" if state == :closed
 
           # No thread reads the connection: take what the server sent meanwhile (an answer, a
           # push, the connection's end: a server that went away or restarted) before this call
-          # goes out, as a reader thread would have, so that the call follows it (#probe_locked).
-          c = probe_locked
-          if c.nil?
+          # goes out, as a reader thread would have, so that the call follows it.
+          c = @conn
+          unless state == :ready && c && c.reader.nil?
             queue_locked(call)
             next nil
           end
@@ -194,13 +207,15 @@ module Ticketing
               if awaits
                 c.reader = call
                 c.activity += 1
-              else
-                release_role_locked(c, :probe)
+                reading = c if lead
               end
+              # (Without +awaits+ the role stays free: with nothing in flight no caller waits
+              # for it, so there is nobody to hand it to.)
               assign_locked(call, c, Clock.now, true)
               next nil
             end
           end
+          c.reader = :probe
           c
         end
         if probe
@@ -211,6 +226,10 @@ module Ticketing
 
             queue_locked(call)
           end
+        elsif reading
+          # Queued and written, with the read role kept for it: read its answer now. (Only
+          # this thread gives the role up then, so no look under the mutex is needed.)
+          lead_deferred(reading, call, limit, nil)
         end
       end
     end
@@ -347,39 +366,29 @@ module Ticketing
     end
 
     # Reads +conn+ as the holder of its read role until +call+ is answered, +limit+ passes, the
-    # call is cancelled or the connection fails; then gives the role up (#release_role). Frames
-    # are handled with asynchronous interrupts deferred: one lands only while waiting for bytes.
+    # call is cancelled or the connection fails; then gives the role up and hands it on
+    # (#release_role_locked). Frames are handled with asynchronous interrupts deferred: one
+    # lands only while waiting for bytes.
     def lead(conn, call, limit, cancel)
-      Thread.handle_interrupt(DEFER_INTERRUPTS) do
-        while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop costs a block per call
-          break if call.answered || call.closed_out || cancel&.cancelled?
-          break unless conn.read_some(limit) == true
-        end
-      ensure
-        release_role(conn, call)
-      end
+      Thread.handle_interrupt(DEFER_INTERRUPTS) { lead_deferred(conn, call, limit, cancel) }
     end
 
-    # Gives up the read role +call+ holds on +conn+ and hands it on.
-    def release_role(conn, call)
+    # #lead, for a thread that runs with asynchronous interrupts deferred already (#submit).
+    def lead_deferred(conn, call, limit, cancel)
+      while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop costs a block per call
+        break if call.answered || call.closed_out || cancel&.cancelled?
+        break unless conn.read_some(limit) == true
+      end
+    ensure
       @mutex.synchronize { release_role_locked(conn, call) }
     end
 
+    # Gives up the read role +holder+ holds on +conn+ and hands it on. @mutex must be held.
     def release_role_locked(conn, holder)
       return unless conn.reader.equal?(holder)
 
       conn.reader = nil
       handoff_locked(conn)
-    end
-
-    # Takes the read role of the connection for #submit's look at the socket when it is free
-    # (no caller and not the background reader reads). Returns the connection, or nil.
-    def probe_locked
-      c = @conn
-      return nil unless @state == :ready && c && c.reader.nil?
-
-      c.reader = :probe
-      c
     end
 
     # The read role of +conn+ is free: wakes a caller still waiting for its answer, which takes
@@ -590,6 +599,9 @@ module Ticketing
 
         @pending.delete(id)
         c.answered = true
+        # An answered call no longer waits for the read role: out of the list that
+        # #handoff_locked walks (it would only pass it by).
+        @waiting.delete(c) unless @waiting.empty?
         @answers += 1
         maybe_ack_locked if @answers >= Protocol::ClientRule::ACK_EVERY
         unless c.hook

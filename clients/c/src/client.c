@@ -1,26 +1,38 @@
 /*
- * The blocking client: a tk_async engine behind a mutex, driven by one I/O thread per client.
+ * The blocking client: a tk_async engine behind a mutex (mu), plus one I/O thread per client.
  *
- * Threads: callers submit requests under mu (and write them at once when the socket allows);
- * the I/O thread polls the socket and a wake-up pipe, then processes input, timers and
- * reconnects under mu. Callbacks never run under mu: events are taken from the engine under mu
- * and run after it is released (by the I/O thread, or by the caller whose call queued them).
- * A blocking call waits on its own semaphore for its completion event, not on a condition
- * variable of mu: the I/O thread completes a batch of waiters without taking mu once per waiter,
- * and a woken caller returns without taking mu again (unless it must record an error).
+ * Reading (leader/follower): one thread at a time holds the reading role, polls the socket and a
+ * wake-up pipe, and processes what arrives (answers, timers, reconnects) under mu. A blocking
+ * caller that waits for its answer takes the role itself when no thread holds it: it reads,
+ * handles every answer it finds, wakes only the callers whose answers came (each on its own
+ * semaphore: no shared condition, no thundering herd) and keeps reading until its own answer is
+ * in. A call then costs no thread hand-off at all (one caller: send, poll, recv), and with many
+ * callers one thread reads for all of them while the others sleep until their answer is there.
+ * A caller that finds the role held sleeps; when the holder's own answer is in it gives the role
+ * up: it leaves it free while a caller it woke is still running (that caller takes it when it
+ * waits again, or the last of them to leave hands it on), else it hands it to a sleeping caller
+ * whose answer is still out. The I/O thread takes the role when no caller waits: after
+ * READ_LINGER_US without a reading caller (pushes of an idle connection), at once when an answer
+ * no blocking caller reads is due (tk_client_acquire_async, background releases, withdrawals) or
+ * a timer is due, and hands it to a caller that comes to wait (a sleeper) after its turn.
  *
- * Writes: a caller writes its request to the socket at once (under mu) while the I/O thread sleeps
- * in poll(); while the I/O thread is waking a batch of blocking callers (defer_flush), a caller
- * only queues its request, and the I/O thread writes everything queued meanwhile in one send()
- * when the batch is done. Without that, N threads each paid a send() under mu per request, one
- * after another (the C++ wrapper's blocking API did 0.06x the raw driver's pairs/s with 16
- * threads).
+ * Callbacks never run under mu, and user callbacks (lost, tk_client_acquire_async) never run on a
+ * thread that holds the reading role: a reading caller runs the completions of blocking callers
+ * only, and passes any batch with other events to the I/O thread whole (in order). The I/O thread
+ * also runs the events it reads, and a caller runs the events its own call queued.
+ *
+ * Writes: a caller writes its request to the socket at once (under mu) while the reader sleeps in
+ * poll(); while the reader is waking a batch of blocking callers (defer_flush), a caller only
+ * queues its request, and the reader writes everything queued meanwhile in one send() when the
+ * batch is done. Without that, N threads each paid a send() under mu per request, one after
+ * another.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,7 +40,14 @@
 
 #include "internal.h"
 
+/* How long the I/O thread stays out of the socket after a caller read it, while nothing else
+ * needs reading: callers that keep coming read their own answers; an idle connection's pushes
+ * are read by the I/O thread at most this late (timers are never late: it wakes for them). */
+#define READ_LINGER_US 10000
 
+enum { ROLE_NONE = 0, ROLE_IO, ROLE_CALLER }; /* who holds the reading role */
+
+typedef struct waiter waiter;
 
 struct tk_client {
     pthread_mutex_t mu;
@@ -36,29 +55,49 @@ struct tk_client {
     pthread_t thread;
     bool thread_started;
     bool thread_joined;
-    int wake[2];        /* pipe: written to wake the I/O thread */
+    int wake[2];        /* pipe: written to wake the thread polling the socket */
     bool stop;
     bool closed;
-    bool polling;       /* the I/O thread sleeps in poll() with the values below */
-    bool defer_flush;   /* the I/O thread is waking blocking callers only, and writes after */
+    bool polling;       /* the reading thread sleeps in poll() with the values below */
+    bool defer_flush;   /* the reading thread is waking blocking callers only, and writes after */
     int poll_fd;
     short poll_events;
     int64_t poll_until; /* INT64_MAX: no timeout */
     pid_t pid;
     tk_error last;
-    pthread_cond_t progress; /* broadcast by the I/O thread after each step while closing */
+    pthread_cond_t progress; /* broadcast by the reading thread after each step while closing */
     bool progress_init;
+
+    /* the reading role (mu) */
+    int role;                       /* ROLE_* */
+    waiter *sleep_head, *sleep_tail; /* callers asleep until their completion (or the role) comes */
+    atomic_int nrun;                /* sleepers woken by their completion that have not left yet */
+    int64_t read_at;                /* when a caller last gave the role up */
+    pthread_cond_t io_cv;           /* the I/O thread waits here while it does not read */
+    bool io_cv_init;
+    bool io_waiting;                /* it waits on io_cv... */
+    int64_t io_until;               /* ...until then (INT64_MAX: until signalled) */
+    tk_event *io_ev, *io_ev_tail;   /* events a reading caller passed to the I/O thread */
 };
 
-/* A blocking call's completion: the callback writes the results, then posts done (once); the
- * caller reads them once it has taken done (sem_post and sem_wait order the memory). */
-typedef struct waiter {
+/* A blocking call's completion: the callback writes the results, sets done, then posts sem; the
+ * caller reads them once it has seen done (the atomics and the semaphore order the memory). sem
+ * is also posted when the caller, asleep, is handed the reading role (lead); the caller takes
+ * every post (posts_due) before its waiter goes away. */
+struct waiter {
     tk_client *c;
-    sem_t done;
+    sem_t sem;
+    atomic_int done;
+    atomic_int polling;  /* it holds the role and sleeps in poll(): the completion writes the pipe */
+    atomic_int lead;     /* handed the reading role while asleep */
+    unsigned posts_due;  /* (mu) 1 (the completion) + hand-offs */
+    unsigned posts_taken;
+    bool sleeping;       /* (mu) in the list of sleepers */
+    waiter *sprev, *snext;
     tk_error err;
     tk_reply reply;
     tk_inspect_info inspect;
-} waiter;
+};
 
 void tk__client_lock(tk_client *c)
 {
@@ -66,26 +105,149 @@ void tk__client_lock(tk_client *c)
         pthread_mutex_lock(&c->mu);
 }
 
-/* Writes what is queued, or leaves it to the I/O thread when it writes soon (defer_flush); wakes
- * the I/O thread when what it polls for (fd, events, timeout) changed. c->mu held. */
+static void waiter_cb(tk_async *ac, const tk_reply *r, void *data);
+static void connect_cb(tk_async *ac, const tk_error *result, void *data);
+
+static void wake_pipe(tk_client *c)
+{
+    char b = 1;
+    ssize_t n = write(c->wake[1], &b, 1);
+    (void)n;
+}
+
+static void wake_io(tk_client *c)
+{
+    if (c->io_waiting) {
+        c->io_waiting = false; /* one signal is enough */
+        pthread_cond_signal(&c->io_cv);
+    }
+}
+
+/* With the role free, the I/O thread runs the timers: wakes it when one is due before it looks
+ * next (c->mu held). */
+static void io_timer_check(tk_client *c)
+{
+    if (c->role != ROLE_NONE || !c->io_waiting)
+        return;
+    int t = tk_async_timeout_ms(c->ac);
+    if (t >= 0 && tk__now_us() + (int64_t)t * 1000 < c->io_until)
+        wake_io(c);
+}
+
+/* Writes what is queued, or leaves it to the reading thread when it writes soon (defer_flush);
+ * wakes the thread polling the socket when what it polls for (fd, events, timeout) changed, or
+ * the I/O thread waiting for a timer when an earlier one is due and nobody polls. c->mu held. */
 static void kick(tk_client *c)
 {
     tk_async *ac = c->ac;
     if (c->defer_flush)
-        return; /* the I/O thread is awake, and flushes and recomputes its poll() before sleeping */
+        return; /* the reader is awake, and flushes and recomputes its poll() before sleeping */
     if (tk__conn_want_write(ac) && !ac->ssl_read_wants_write)
         tk__conn_flush(ac);
-    if (!c->polling)
+    if (!c->polling) {
+        io_timer_check(c);
         return;
+    }
     short ev = (short)((tk_async_want_read(ac) ? POLLIN : 0) | (tk_async_want_write(ac) ? POLLOUT : 0));
     int t = tk_async_timeout_ms(ac);
     int64_t until = t < 0 ? INT64_MAX : tk__now_us() + (int64_t)t * 1000;
     if (ac->fd != c->poll_fd || ev != c->poll_events || until < c->poll_until || ac->ev_head) {
-        char b = 1;
-        ssize_t n = write(c->wake[1], &b, 1);
-        (void)n;
+        wake_pipe(c);
         c->polling = false; /* one wake-up is enough */
     }
+}
+
+/* The blocking caller an event completes, or NULL. */
+static waiter *event_waiter(const tk_event *ev)
+{
+    if (ev->kind == TK__EV_REPLY && ev->cb == waiter_cb)
+        return ev->data;
+    if (ev->kind == TK__EV_CONNECT && ev->ccb == connect_cb)
+        return ev->data;
+    return NULL;
+}
+
+/* True when every event of the list completes a blocking caller: running them is quick (no user
+ * code), so the callers they wake may leave their next request to the reader. */
+static bool only_waiters(const tk_event *ev)
+{
+    for (; ev; ev = ev->next)
+        if (!event_waiter(ev))
+            return false;
+    return true;
+}
+
+static void sleepers_unlink(tk_client *c, waiter *w)
+{
+    if (w->sprev)
+        w->sprev->snext = w->snext;
+    else
+        c->sleep_head = w->snext;
+    if (w->snext)
+        w->snext->sprev = w->sprev;
+    else
+        c->sleep_tail = w->sprev;
+    w->sprev = w->snext = NULL;
+    w->sleeping = false;
+}
+
+/* Takes the engine's queued events (c->mu held). A sleeping caller completed by one of them
+ * leaves the sleepers (it can no longer be handed the role) and counts as running until it has
+ * woken. */
+static tk_event *take_events(tk_client *c)
+{
+    tk_event *ev = tk__take_events(c->ac);
+    for (tk_event *e = ev; e; e = e->next) {
+        waiter *w = event_waiter(e);
+        if (w && w->sleeping) {
+            sleepers_unlink(c, w);
+            atomic_fetch_add(&c->nrun, 1);
+        }
+    }
+    return ev;
+}
+
+/* Gives the reading role to the longest-sleeping caller (c->mu held, a sleeper exists). */
+static void hand_off(tk_client *c)
+{
+    waiter *s = c->sleep_head;
+    sleepers_unlink(c, s);
+    s->posts_due++;
+    atomic_store(&s->lead, 1);
+    c->role = ROLE_CALLER;
+    sem_post(&s->sem);
+}
+
+/* True when something other than a blocking caller's answer needs the socket read now: a
+ * connection being set up, or an answer that no sleeping caller will read (an async acquire, a
+ * background release, a withdrawal, a keep-alive). Heartbeats and ACKs can wait for the I/O
+ * thread's linger. */
+static bool needs_reader(const tk_client *c)
+{
+    const tk_async *ac = c->ac;
+    if (ac->cs >= TK__C_TCP && ac->cs <= TK__C_AUTH)
+        return true;
+    for (const tk_req *r = ac->req_head; r; r = r->next)
+        if (r->kind != TK__R_HEARTBEAT && r->kind != TK__R_ACK && !(r->kind == TK__R_USER && r->cb == waiter_cb))
+            return true;
+    return false;
+}
+
+/* With the role free (c->mu held): makes sure that somebody reads while an answer is awaited. A
+ * caller woken by its completion and still running takes the role when it waits again (and the
+ * last of them to leave calls this again); otherwise a sleeper gets it; with no sleepers, the I/O
+ * thread is woken when something needs reading now (else it takes the role after its linger). */
+static void appoint(tk_client *c)
+{
+    if (c->role != ROLE_NONE || c->stop || c->ac == NULL)
+        return;
+    if (c->sleep_head) {
+        if (atomic_load(&c->nrun) == 0)
+            hand_off(c);
+        return;
+    }
+    if (c->io_waiting && needs_reader(c)) /* (not waiting: it looks at its next turn) */
+        wake_io(c);
 }
 
 void tk__client_unlock_plain(tk_client *c)
@@ -97,21 +259,95 @@ void tk__client_unlock_plain(tk_client *c)
 void tk__client_unlock(tk_client *c)
 {
     kick(c);
-    tk_event *ev = tk__take_events(c->ac);
+    tk_event *ev = take_events(c);
+    appoint(c);
     pthread_mutex_unlock(&c->mu);
     tk__run_events(ev);
 }
 
-static void waiter_cb(tk_async *ac, const tk_reply *r, void *data);
-
-/* True when every event of the list completes a blocking caller (waiter_cb): running them is
- * quick (no user code), so the callers they wake may leave their next request to the I/O thread. */
-static bool only_waiters(const tk_event *ev)
+/* One turn of the reading role (c->mu held on entry and exit): polls the socket and the wake-up
+ * pipe until something is due, then reads, runs the timers and reconnects. w: the reading caller
+ * (NULL: the I/O thread); it does not poll once its completion has come. */
+static void poll_step(tk_client *c, waiter *w)
 {
-    for (; ev; ev = ev->next)
-        if (ev->kind != TK__EV_REPLY || ev->cb != waiter_cb)
-            return false;
-    return true;
+    tk_async *ac = c->ac;
+    struct pollfd p[2];
+    p[0].fd = c->wake[0];
+    p[0].events = POLLIN;
+    p[1].fd = ac->fd;
+    p[1].events = (short)((tk_async_want_read(ac) ? POLLIN : 0) | (tk_async_want_write(ac) ? POLLOUT : 0));
+    int timeout = tk_async_timeout_ms(ac);
+    c->polling = true;
+    c->poll_fd = ac->fd;
+    c->poll_events = p[1].events;
+    c->poll_until = timeout < 0 ? INT64_MAX : tk__now_us() + (int64_t)timeout * 1000;
+    if (w) {
+        /* with waiter_cb: one of the two sees the other's store (the pipe, or done) */
+        atomic_store(&w->polling, 1);
+        if (atomic_load(&w->done)) {
+            atomic_store(&w->polling, 0);
+            c->polling = false;
+            return;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    int n = poll(p, ac->fd >= 0 ? 2 : 1, timeout);
+    pthread_mutex_lock(&c->mu);
+    if (w)
+        atomic_store(&w->polling, 0);
+    c->polling = false;
+    if (n > 0 && (p[0].revents & POLLIN)) {
+        char buf[64];
+        while (read(c->wake[0], buf, sizeof buf) > 0) {
+        }
+    }
+    if (c->stop)
+        return;
+    int events = 0;
+    if (n > 0 && ac->fd >= 0 && p[1].fd == ac->fd) {
+        if (p[1].revents & (POLLIN | POLLERR | POLLHUP))
+            events |= TK_EV_READ;
+        if (p[1].revents & (POLLOUT | POLLERR))
+            events |= TK_EV_WRITE;
+    }
+    tk__process(ac, events);
+    if (c->closed && c->progress_init)
+        pthread_cond_broadcast(&c->progress); /* tk_client_close waits for withdrawals */
+}
+
+/* Runs what the reader took (c->mu held, released meanwhile): completions of blocking callers
+ * only, with the writes of the callers they wake deferred to one flush after. */
+static void run_waiter_events(tk_client *c, tk_event *ev)
+{
+    tk_async *ac = c->ac;
+    c->defer_flush = true;
+    pthread_mutex_unlock(&c->mu);
+    tk__run_events(ev);
+    pthread_mutex_lock(&c->mu);
+    c->defer_flush = false;
+    if (!c->stop && tk__conn_want_write(ac) && !ac->ssl_read_wants_write)
+        tk__conn_flush(ac);
+}
+
+/* The I/O thread waits on io_cv until signalled or until (tk__now_us's clock). c->mu held. */
+static void io_wait(tk_client *c, int64_t until)
+{
+    c->io_waiting = true;
+    c->io_until = until;
+    if (until == INT64_MAX) {
+        pthread_cond_wait(&c->io_cv, &c->mu);
+    } else {
+        int64_t us = until - tk__now_us();
+        if (us < 1000)
+            us = 1000; /* never a busy loop with mu held */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t ns = ts.tv_nsec + (us % 1000000) * 1000;
+        ts.tv_sec += (time_t)(us / 1000000 + ns / 1000000000);
+        ts.tv_nsec = (long)(ns % 1000000000);
+        pthread_cond_timedwait(&c->io_cv, &c->mu, &ts);
+    }
+    c->io_waiting = false;
 }
 
 static void *io_thread(void *arg)
@@ -120,53 +356,57 @@ static void *io_thread(void *arg)
     pthread_mutex_lock(&c->mu);
     while (!c->stop) {
         tk_async *ac = c->ac;
-        struct pollfd p[2];
-        p[0].fd = c->wake[0];
-        p[0].events = POLLIN;
-        p[1].fd = ac->fd;
-        p[1].events = (short)((tk_async_want_read(ac) ? POLLIN : 0) | (tk_async_want_write(ac) ? POLLOUT : 0));
-        int timeout = tk_async_timeout_ms(ac);
-        c->polling = true;
-        c->poll_fd = ac->fd;
-        c->poll_events = p[1].events;
-        c->poll_until = timeout < 0 ? INT64_MAX : tk__now_us() + (int64_t)timeout * 1000;
-        pthread_mutex_unlock(&c->mu);
-        int n = poll(p, ac->fd >= 0 ? 2 : 1, timeout);
-        pthread_mutex_lock(&c->mu);
-        c->polling = false;
-        if (n > 0 && (p[0].revents & POLLIN)) {
-            char buf[64];
-            while (read(c->wake[0], buf, sizeof buf) > 0) {
-            }
-        }
-        if (c->stop)
-            break;
-        int events = 0;
-        if (n > 0 && ac->fd >= 0 && p[1].fd == ac->fd) {
-            if (p[1].revents & (POLLIN | POLLERR | POLLHUP))
-                events |= TK_EV_READ;
-            if (p[1].revents & (POLLOUT | POLLERR))
-                events |= TK_EV_WRITE;
-        }
-        tk__process(ac, events);
-        if (c->closed && c->progress_init)
-            pthread_cond_broadcast(&c->progress); /* tk_client_close waits for withdrawals */
-        tk_event *ev = tk__take_events(ac);
-        if (ev) {
-            c->defer_flush = only_waiters(ev);
+        if (c->io_ev) {
+            tk_event *ev = c->io_ev;
+            c->io_ev = c->io_ev_tail = NULL;
             pthread_mutex_unlock(&c->mu);
             tk__run_events(ev);
             pthread_mutex_lock(&c->mu);
-            if (c->defer_flush) {
-                /* what the woken callers queued meanwhile goes in one write */
-                c->defer_flush = false;
-                if (!c->stop && tk__conn_want_write(ac) && !ac->ssl_read_wants_write)
-                    tk__conn_flush(ac);
+            continue;
+        }
+        if (c->role == ROLE_NONE) {
+            int t = tk_async_timeout_ms(ac);
+            int64_t now = tk__now_us();
+            int64_t until = t < 0 ? INT64_MAX : now + (int64_t)t * 1000;
+            if (t == 0 || (!c->sleep_head && (now >= c->read_at + READ_LINGER_US || needs_reader(c)))) {
+                c->role = ROLE_IO;
+            } else {
+                if (!c->sleep_head && c->read_at + READ_LINGER_US < until)
+                    until = c->read_at + READ_LINGER_US;
+                io_wait(c, until);
+                continue;
+            }
+        }
+        if (c->role == ROLE_CALLER) {
+            /* The reading caller runs the timers (one that gives the role up wakes the I/O
+             * thread when a timer is due before it looks again: io_timer_check); the I/O thread
+             * looks again after the linger, to read an idle connection. */
+            io_wait(c, tk__now_us() + READ_LINGER_US);
+            continue;
+        }
+        if (c->sleep_head) {
+            hand_off(c); /* a caller waits: it reads its own answer */
+            continue;
+        }
+        poll_step(c, NULL);
+        if (c->stop)
+            break;
+        tk_event *ev = take_events(c);
+        if (ev) {
+            if (only_waiters(ev)) {
+                run_waiter_events(c, ev);
+            } else {
+                pthread_mutex_unlock(&c->mu);
+                tk__run_events(ev);
+                pthread_mutex_lock(&c->mu);
             }
         }
     }
     c->defer_flush = false;
+    tk_event *ev = c->io_ev; /* passed on before the stop: run them all the same */
+    c->io_ev = c->io_ev_tail = NULL;
     pthread_mutex_unlock(&c->mu);
+    tk__run_events(ev);
     return NULL;
 }
 
@@ -174,10 +414,23 @@ static void waiter_init(waiter *w, tk_client *c)
 {
     memset(w, 0, sizeof *w);
     w->c = c;
-    sem_init(&w->done, 0, 0);
+    w->posts_due = 1;
+    sem_init(&w->sem, 0, 0);
 }
 
-static void waiter_destroy(waiter *w) { sem_destroy(&w->done); }
+static void waiter_destroy(waiter *w) { sem_destroy(&w->sem); }
+
+/* Marks w done and wakes it: on its semaphore, and through the pipe when it sleeps in poll()
+ * holding the reading role. w may be gone once sem is posted. */
+static void waiter_done(waiter *w)
+{
+    atomic_store(&w->done, 1);
+    tk_client *c = w->c;
+    bool in_poll = atomic_load(&w->polling) != 0;
+    sem_post(&w->sem);
+    if (in_poll)
+        wake_pipe(c);
+}
 
 static void waiter_cb(tk_async *ac, const tk_reply *r, void *data)
 {
@@ -189,30 +442,112 @@ static void waiter_cb(tk_async *ac, const tk_reply *r, void *data)
         w->inspect = *r->inspect;
     w->reply.error = &w->err;
     w->reply.inspect = &w->inspect;
-    sem_post(&w->done);
+    waiter_done(w);
 }
 
-/* Waits (c->mu held) until w is done, running the events queued by this thread meanwhile.
- * Returns true with c->mu still held when w was done before any wait; false, with c->mu released,
- * when it slept (the events queued meanwhile are the I/O thread's to run). */
+/* Takes every post of w's semaphore still due (c->mu held, or w never handed the role): after it
+ * the waiter may go away. */
+static void waiter_settle(waiter *w)
+{
+    while (w->posts_taken < w->posts_due) {
+        while (sem_wait(&w->sem) != 0) {
+            /* EINTR: a signal handler ran; wait on */
+        }
+        w->posts_taken++;
+    }
+}
+
+/* Holds the reading role for w (c->mu held on entry and exit) until w's completion has come, then
+ * gives it up. A batch with events other than completions of blocking callers goes to the I/O
+ * thread whole: user callbacks never run on a reading caller (a blocking call in one would wait
+ * for a reader that waits for it). */
+static void lead(tk_client *c, waiter *w)
+{
+    for (;;) {
+        tk_event *ev = take_events(c);
+        if (ev) {
+            /* (after events passed on, later ones follow them, in order; after the stop,
+             * nothing else would run them) */
+            if ((only_waiters(ev) && !c->io_ev) || c->stop) {
+                run_waiter_events(c, ev);
+            } else {
+                if (c->io_ev_tail)
+                    c->io_ev_tail->next = ev;
+                else
+                    c->io_ev = ev;
+                while (ev->next)
+                    ev = ev->next;
+                c->io_ev_tail = ev;
+                wake_io(c);
+            }
+            continue;
+        }
+        if (atomic_load(&w->done))
+            break;
+        poll_step(c, w);
+    }
+    c->role = ROLE_NONE;
+    c->read_at = tk__now_us();
+    appoint(c);
+    io_timer_check(c); /* a timer this reader armed may be due before the I/O thread looks */
+}
+
+/* Waits (c->mu held) until w is done, running the events queued by this thread meanwhile, and
+ * reading the socket itself when no other thread reads it. Returns true with c->mu still held
+ * when it did not sleep on its semaphore; false, with c->mu released, when its completion woke
+ * it. */
 static bool waiter_wait(tk_client *c, waiter *w)
 {
     for (;;) {
         kick(c);
-        tk_event *ev = tk__take_events(c->ac);
+        tk_event *ev = take_events(c);
         if (ev) {
             pthread_mutex_unlock(&c->mu);
             tk__run_events(ev);
             pthread_mutex_lock(&c->mu);
             continue;
         }
-        if (sem_trywait(&w->done) == 0)
+        if (atomic_load(&w->done)) {
+            waiter_settle(w);
             return true;
+        }
+        if (c->role == ROLE_NONE) {
+            c->role = ROLE_CALLER;
+            lead(c, w);
+            waiter_settle(w);
+            return true;
+        }
+        if (c->role == ROLE_IO && c->polling) {
+            wake_pipe(c); /* the I/O thread hands the role over after its turn */
+            c->polling = false;
+        }
+        w->sleeping = true;
+        w->sprev = c->sleep_tail;
+        w->snext = NULL;
+        if (c->sleep_tail)
+            c->sleep_tail->snext = w;
+        else
+            c->sleep_head = w;
+        c->sleep_tail = w;
         pthread_mutex_unlock(&c->mu);
-        while (sem_wait(&w->done) != 0) {
+        while (sem_wait(&w->sem) != 0) {
             /* EINTR: a signal handler ran; wait on */
         }
-        return false;
+        w->posts_taken++;
+        if (!atomic_load(&w->lead)) {
+            /* its completion woke it (a hand-off, made before it, would show) */
+            if (atomic_fetch_sub(&c->nrun, 1) == 1) {
+                pthread_mutex_lock(&c->mu);
+                appoint(c); /* the last woken caller to leave: the role must not stay free */
+                pthread_mutex_unlock(&c->mu);
+            }
+            return false;
+        }
+        pthread_mutex_lock(&c->mu);
+        atomic_store(&w->lead, 0);
+        lead(c, w); /* handed the role (it is this caller's now) */
+        waiter_settle(w);
+        return true;
     }
 }
 
@@ -271,7 +606,7 @@ static void connect_cb(tk_async *ac, const tk_error *result, void *data)
     (void)ac;
     waiter *w = data;
     w->err = *result;
-    sem_post(&w->done);
+    waiter_done(w);
 }
 
 tk_err tk_client_connect(const tk_options *opts, tk_client **out, tk_error *err)
@@ -291,7 +626,14 @@ tk_err tk_client_connect(const tk_options *opts, tk_client **out, tk_error *err)
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     c->progress_init = pthread_cond_init(&c->progress, &ca) == 0;
+    c->io_cv_init = pthread_cond_init(&c->io_cv, &ca) == 0;
     pthread_condattr_destroy(&ca);
+    atomic_init(&c->nrun, 0);
+    c->io_until = INT64_MAX;
+    if (!c->io_cv_init) {
+        tk__seterr(&e, TK_ERR_NO_MEMORY, "cannot create a condition variable");
+        goto fail;
+    }
     c->ac = tk_async_new(opts, &e);
     if (!c->ac)
         goto fail;
@@ -380,7 +722,8 @@ void tk_client_close(tk_client *c)
         until.tv_nsec = (long)(ns % 1000000000);
         for (int guard = 0; guard < 100000; guard++) {
             kick(c);
-            tk_event *ev = tk__take_events(ac);
+            tk_event *ev = take_events(c);
+            appoint(c); /* the withdrawals' answers need a reader */
             if (ev) {
                 pthread_mutex_unlock(&c->mu);
                 tk__run_events(ev);
@@ -408,7 +751,8 @@ void tk_client_close(tk_client *c)
         until.tv_nsec = (long)(ns % 1000000000);
         for (int guard = 0; w.left > 0 && guard < 100000; guard++) {
             kick(c);
-            tk_event *ev = tk__take_events(ac);
+            tk_event *ev = take_events(c);
+            appoint(c); /* the releases' answers need a reader */
             if (ev) {
                 pthread_mutex_unlock(&c->mu);
                 tk__run_events(ev);
@@ -420,7 +764,7 @@ void tk_client_close(tk_client *c)
         }
         /* what is left is answered CLOSED by tk__close below, before w goes away */
         tk__close(ac);
-        tk_event *ev = tk__take_events(ac);
+        tk_event *ev = take_events(c);
         pthread_mutex_unlock(&c->mu);
         tk__run_events(ev);
         pthread_mutex_lock(&c->mu);
@@ -429,12 +773,10 @@ void tk_client_close(tk_client *c)
     if (ac)
         tk__close(ac);
     c->stop = true;
-    if (c->wake[1] >= 0) {
-        char b = 1;
-        ssize_t n = write(c->wake[1], &b, 1);
-        (void)n;
-    }
-    tk_event *ev = ac ? tk__take_events(ac) : NULL;
+    if (c->wake[1] >= 0)
+        wake_pipe(c); /* the thread polling the socket */
+    wake_io(c);
+    tk_event *ev = ac ? take_events(c) : NULL;
     pthread_mutex_unlock(&c->mu);
     tk__run_events(ev);
     join_thread(c);
@@ -471,6 +813,8 @@ void tk_client_free(tk_client *c)
         close(c->wake[1]);
     if (c->progress_init)
         pthread_cond_destroy(&c->progress);
+    if (c->io_cv_init)
+        pthread_cond_destroy(&c->io_cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }

@@ -7,6 +7,8 @@
 #include <poll.h>
 #include <set>
 #include <sys/wait.h>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -894,4 +896,114 @@ TEST(Integration, AckKeepsTheServersStoredOutcomesBounded)
     EXPECT_EQ(n.busy, 0) << "outcomes piled up: ACK did not prune them";
     EXPECT_EQ(n.other, 0);
     tk_async_free(ac);
+}
+
+// The blocking client's reading role (client.c): callers that wait read the socket themselves.
+// Many threads on one client: every call completes, and user callbacks (on_lost) still run on the
+// I/O thread, never on a caller that reads for the others.
+TEST(Integration, ManyBlockingThreadsShareOneClient)
+{
+    Server s;
+    Client a(s.addr());
+    std::atomic<int> lost_calls{0}, lost_off_io{0};
+    struct Ctx {
+        tk_client *c;
+        std::atomic<int> *calls, *off;
+    } ctx{a, &lost_calls, &lost_off_io};
+    tk_acquire_opts o{};
+    o.on_lost = [](tk_lock *, tk_lost_reason, void *d) {
+        auto *x = static_cast<Ctx *>(d);
+        if (!tk_client_on_io_thread(x->c))
+            (*x->off)++;
+        (*x->calls)++;
+    };
+    o.on_lost_data = &ctx;
+    tk_lock *short_lease = must_acquire(a, "short", 300, &o); // lost while the threads run
+    const int threads = 8, pairs = 150;
+    const auto give_up = std::chrono::steady_clock::now() + 10s;
+    std::atomic<int> failures{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; t++) {
+        ts.emplace_back([&, t] {
+            std::string key = "many-" + std::to_string(t);
+            // at least `pairs` each, and on until the lost signal came (while callers read)
+            for (int i = 0; i < pairs || (lost_calls.load() == 0 && std::chrono::steady_clock::now() < give_up); i++) {
+                tk_lock *l = nullptr;
+                tk_error e;
+                if (tk_try_acquire(a, key.data(), key.size(), 10000, nullptr, &l, &e) != TK_OK || !l) {
+                    failures++;
+                    continue;
+                }
+                if (tk_lock_release(l, &e) != TK_OK)
+                    failures++;
+                tk_lock_free(l);
+            }
+        });
+    }
+    for (auto &t : ts)
+        t.join();
+    EXPECT_EQ(failures.load(), 0);
+    ASSERT_TRUE(wait_until([&] { return lost_calls.load() == 1; }, 3000ms));
+    EXPECT_EQ(lost_off_io.load(), 0) << "an on_lost callback ran on a caller's thread";
+    tk_lock_free(short_lease);
+}
+
+// A caller that reads for others leaves once its own answer is in: a caller still waiting (a
+// queued acquire) must be read for all the same, however many calls came and went meanwhile.
+TEST(Integration, AWaitingCallerIsReadForAfterTheReaderLeaves)
+{
+    Server s;
+    Raw r(s.addr());
+    uint64_t t = r.acquire("k", 30000);
+    ASSERT_GT(t, 0u);
+    Client a(s.addr());
+    std::atomic<int> rc{-1};
+    std::atomic<uint64_t> token{0};
+    std::thread waiter([&] {
+        tk_lock *l = nullptr;
+        tk_error e;
+        rc = tk_acquire(a, "k", 1, 10000, TK_WAIT_FOREVER, nullptr, &l, &e);
+        token = tk_lock_token(l);
+        tk_lock_free(l);
+    });
+    ASSERT_TRUE(wait_until([&] { return r.inspect("k").waiters == 1; }));
+    std::thread pinger([&] {
+        tk_error e;
+        for (int i = 0; i < 50; i++)
+            EXPECT_EQ(tk_ping(a, &e), TK_OK) << e.message;
+    });
+    for (int i = 0; i < 50; i++) {
+        tk_error e;
+        EXPECT_EQ(tk_ping(a, &e), TK_OK) << e.message;
+    }
+    pinger.join();
+    EXPECT_EQ(rc.load(), -1) << "the queued acquire is still waiting";
+    ASSERT_TRUE(r.release("k", t));
+    EXPECT_TRUE(wait_until([&] { return rc.load() == TK_OK; }, 3000ms)) << "the grant was never read for the waiting caller";
+    waiter.join();
+    EXPECT_GT(token.load(), t);
+}
+
+// A blocking caller alone reads the socket itself (nobody else waits): closing the client from
+// another thread wakes it with TK_ERR_CLOSED, and the acquire is withdrawn.
+TEST(Integration, CloseWakesAReadingCaller)
+{
+    Server s;
+    Raw r(s.addr());
+    uint64_t t = r.acquire("k", 30000);
+    ASSERT_GT(t, 0u);
+    Client a(s.addr());
+    std::atomic<int> rc{-1};
+    std::thread waiter([&] {
+        tk_lock *l = nullptr;
+        tk_error e;
+        rc = tk_acquire(a, "k", 1, 10000, TK_WAIT_FOREVER, nullptr, &l, &e);
+        tk_lock_free(l);
+    });
+    ASSERT_TRUE(wait_until([&] { return r.inspect("k").waiters == 1; }));
+    tk_client_close(a);
+    EXPECT_TRUE(wait_until([&] { return rc.load() == TK_ERR_CLOSED; }, 3000ms)) << rc.load();
+    waiter.join();
+    EXPECT_EQ(r.inspect("k").waiters, 0u);
+    EXPECT_TRUE(r.release("k", t));
 }

@@ -178,14 +178,14 @@ namespace Ticketing
     /// continuation returns. So an answer waits at most about 2 · <see cref="WatchdogMs"/> behind
     /// a continuation, and never on one that blocks.</para>
     /// <para><b>Writing.</b> Frames are queued in order (under the engine's lock, so in request id
-    /// order). Whoever finds no writer at work becomes the writer: it takes every queued frame,
+    /// order), encoded straight into one buffer. Whoever finds no writer at work becomes the writer: it takes every queued frame,
     /// sends them in one blocking write, and goes on until the queue is empty, so that frames
     /// queued while it writes go out together in its next write. The caller of a request is
     /// usually that writer (<see cref="Flush"/>, after the engine's lock is let go): its frame
     /// goes out on its own thread, with no thread switch. While the reader runs a batch of
     /// completions, the frames they queue are sent together after the batch (one write, not one
     /// per caller). Frames the client sends for itself (ACK, heartbeat, re-sends after a
-    /// reconnect) are flushed from the pool (<see cref="Enqueue(byte[])"/>). A blocking write
+    /// reconnect) are flushed from the pool (<see cref="Enqueue(Request)"/>). A blocking write
     /// waits only while the socket's send buffer is full: a server that stops reading for that
     /// long misses the heartbeat, and the connection is then closed, which ends the write.</para>
     /// <para><b>TLS.</b> A TLS connection keeps the async read loop, and its answers complete on the
@@ -204,7 +204,8 @@ namespace Ticketing
         /// </summary>
         internal const int WatchdogMs = 10;
 
-        private const int MaxBatch = 64 * 1024;
+        /// <summary>The write buffers' size to start with, and the size a larger one shrinks back to after its write.</summary>
+        private const int BufferSize = 16 * 1024;
 
         /// <summary>The connection whose reader role this thread holds while it hands a frame to the engine: its completions are deferred to it.</summary>
         [ThreadStatic]
@@ -218,8 +219,13 @@ namespace Ticketing
         private readonly Stream _stream;
         private readonly FrameReader _reader;
         private readonly IConnectionListener _listener;
-        private readonly Queue<byte[]> _queue = new Queue<byte[]>(); // guarded by itself
-        private readonly byte[] _batch = new byte[MaxBatch]; // used by the writer only
+        private readonly object _queue = new object(); // guards the queued frames and the writer's flags
+        // The queued frames, encoded back to back in the order queued (guarded by _queue): the writer
+        // swaps this buffer with its own and writes it outside the lock, so a frame costs neither
+        // an array of its own nor a copy into a batch.
+        private byte[] _pending = new byte[BufferSize];
+        private int _pendingLen; // guarded by _queue
+        private byte[] _spare = new byte[BufferSize]; // the writer's: swapped with _pending under _queue (null during its write)
         private readonly WaitCallback _poolFlush;
         private readonly Action _watchdogTick;
         private bool _writing; // guarded by _queue: a thread holds the writer role
@@ -363,7 +369,7 @@ namespace Ticketing
         /// Queues a frame and makes sure it is sent: by the writer at work, else by a flush on the
         /// pool. Frames reach the wire in the order queued.
         /// </summary>
-        internal void Enqueue(byte[] frame)
+        internal void Enqueue(Request r)
         {
             lock (_queue)
             {
@@ -371,9 +377,23 @@ namespace Ticketing
                 {
                     return;
                 }
-                _queue.Enqueue(frame);
+                AppendLocked(r);
             }
             Kick();
+        }
+
+        /// <summary>_queue must be held. Encodes <paramref name="r"/>'s frame after those queued.</summary>
+        private void AppendLocked(Request r)
+        {
+            int size = r.FrameSize;
+            if (_pending.Length - _pendingLen < size)
+            {
+                byte[] larger = new byte[Math.Max(_pending.Length * 2, _pendingLen + size)];
+                Buffer.BlockCopy(_pending, 0, larger, 0, _pendingLen);
+                _pending = larger;
+            }
+            r.EncodeTo(_pending, _pendingLen);
+            _pendingLen += size;
         }
 
         /// <summary>Makes sure the queued frames are sent: by the writer at work, else by a flush on the pool.</summary>
@@ -381,7 +401,7 @@ namespace Ticketing
         {
             lock (_queue)
             {
-                if (_closed || _queue.Count == 0 || _writing || _flushQueued)
+                if (_closed || _pendingLen == 0 || _writing || _flushQueued)
                 {
                     return; // nothing to send, or the writer at work, or the flush on its way, takes it
                 }
@@ -394,13 +414,13 @@ namespace Ticketing
         /// Queues a frame that the caller sends itself with <see cref="Flush"/> once it holds no
         /// lock (the engine queues under its lock, in request id order).
         /// </summary>
-        internal void EnqueueForFlush(byte[] frame)
+        internal void EnqueueForFlush(Request r)
         {
             lock (_queue)
             {
                 if (!_closed)
                 {
-                    _queue.Enqueue(frame);
+                    AppendLocked(r);
                 }
             }
         }
@@ -433,7 +453,7 @@ namespace Ticketing
             }
             lock (_queue)
             {
-                if (_writing || _closed || _queue.Count == 0)
+                if (_writing || _closed || _pendingLen == 0)
                 {
                     return; // the writer at work sends what was queued, or nothing is left
                 }
@@ -443,44 +463,35 @@ namespace Ticketing
             {
                 while (true)
                 {
-                    byte[] single = null;
-                    int n = 0;
+                    byte[] batch;
+                    int n;
                     lock (_queue)
                     {
-                        if (_closed || _queue.Count == 0)
+                        if (_closed || _pendingLen == 0)
                         {
                             _writing = false;
                             return;
                         }
-                        if (_queue.Count == 1 || _queue.Peek().Length > MaxBatch / 2)
-                        {
-                            single = _queue.Dequeue(); // nothing to coalesce: no copy
-                        }
-                        else
-                        {
-                            while (_queue.Count > 0 && _queue.Peek().Length <= MaxBatch - n)
-                            {
-                                byte[] f = _queue.Dequeue();
-                                Buffer.BlockCopy(f, 0, _batch, n, f.Length);
-                                n += f.Length;
-                            }
-                        }
+                        // Every frame queued so far, in one write; frames queued meanwhile go into
+                        // the other buffer, for the next.
+                        batch = _pending;
+                        n = _pendingLen;
+                        _pending = _spare;
+                        _spare = null; // the writer's again after the write
+                        _pendingLen = 0;
                     }
-                    if (single != null)
-                    {
-                        _stream.Write(single, 0, single.Length);
-                    }
-                    else
-                    {
-                        _stream.Write(_batch, 0, n);
-                    }
+                    _stream.Write(batch, 0, n);
                     _stream.Flush();
+                    // Only the writer touches _spare (the writer role is held); a buffer that grew for
+                    // a burst (or a long key) is not kept.
+                    _spare = batch.Length > BufferSize ? new byte[BufferSize] : batch;
                 }
             }
             catch (Exception e)
             {
                 lock (_queue)
                 {
+                    _spare = _spare ?? new byte[BufferSize]; // the failed write's buffer may be half sent
                     _writing = false;
                 }
                 _listener.OnFailure(this, new ConnectionLostException("connection to " + Endpoint + " lost while writing: " + e.Message, e));
@@ -497,7 +508,7 @@ namespace Ticketing
                     return;
                 }
                 _closed = true;
-                _queue.Clear();
+                _pendingLen = 0;
             }
             try
             {
@@ -535,6 +546,7 @@ namespace Ticketing
                     {
                         return; // the watchdog gave the reading to another thread
                     }
+                    bool read = true; // the first frame may need a read; those after it came with it
                     do
                     {
                         ResponseFrame f = _reader.ReadFrame();
@@ -543,7 +555,12 @@ namespace Ticketing
                             failure = new ConnectionLostException("connection to " + Endpoint + " closed by the server");
                             goto failed;
                         }
-                        Interlocked.Exchange(ref _lastReceive, Stopwatch.GetTimestamp());
+                        if (read)
+                        {
+                            // Once per read, not per frame: the frames of one read arrived together.
+                            Interlocked.Exchange(ref _lastReceive, Stopwatch.GetTimestamp());
+                            read = false;
+                        }
                         _decoding = this;
                         try
                         {
@@ -588,7 +605,7 @@ namespace Ticketing
         {
             lock (_queue)
             {
-                if (_queue.Count == 0 || _writing || _closed)
+                if (_pendingLen == 0 || _writing || _closed)
                 {
                     return true; // the common case: the last completion of the batch sent it all
                 }

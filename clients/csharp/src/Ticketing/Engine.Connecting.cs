@@ -421,7 +421,7 @@ namespace Ticketing
                 foreach (Request r in InflightInOrder())
                 {
                     r.NotRun = false;
-                    _conn.Enqueue(r.Encode());
+                    _conn.Enqueue(r);
                 }
                 foreach (Request r in InflightInOrder())
                 {
@@ -440,7 +440,7 @@ namespace Ticketing
                     if (r.NotRun)
                     {
                         r.NotRun = false;
-                        _conn.Enqueue(r.Encode());
+                        _conn.Enqueue(r);
                     }
                     else
                     {

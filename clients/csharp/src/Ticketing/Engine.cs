@@ -119,8 +119,18 @@ namespace Ticketing
 
         // ---- requests ----
 
-        /// <summary>Sends (or queues until connected) a request; returns its answer.</summary>
+        /// <summary>Sends (or queues until connected) a request made without a handler; returns its answer.</summary>
         internal Task<ResponseFrame> Submit(Request r)
+        {
+            Send(r);
+            return r.Answer;
+        }
+
+        /// <summary>
+        /// Sends (or queues until connected) a request; its outcome goes to its handler or its
+        /// <see cref="Request.Answer"/>. Refused at once (on this thread) when the client is closed.
+        /// </summary>
+        internal void Send(Request r)
         {
             Connection flush = null;
             bool closed = false;
@@ -133,13 +143,14 @@ namespace Ticketing
                 }
                 else
                 {
+                    long now = Clock.Now; // one clock read for the timeout and the first send
                     if (r.Op != Op.Acquire || _conn == null)
                     {
-                        _timeouts.Add(r, Opts.RequestTimeout.TotalMilliseconds);
+                        _timeouts.Add(r, Opts.RequestTimeout.TotalMilliseconds, now);
                     }
                     if (_conn != null)
                     {
-                        SendLocked(r, true);
+                        SendLocked(r, true, now);
                         flush = _conn;
                     }
                     else
@@ -152,39 +163,40 @@ namespace Ticketing
             if (closed)
             {
                 // Nobody awaits the task yet: completed here, its awaiter goes on at once.
-                r.Answer.TrySetException(new ClosedException("the client is closed"));
+                r.FailNow(new ClosedException("the client is closed"));
                 r.SetSettled();
             }
             // The caller's own thread writes the frame (and any queued with it), off _mu: no
             // thread switch before it reaches the socket (Connection's remarks).
             flush?.Flush();
-            return r.Answer.Task;
         }
 
         /// <summary>_mu must be held and _conn set. Takes the next id (unless it has one) and queues the frame.</summary>
         private void SendLocked(Request r)
         {
-            SendLocked(r, false);
+            SendLocked(r, false, null);
         }
 
         /// <summary>
         /// _mu must be held and _conn set. Takes the next id (unless it has one) and queues the
         /// frame; with <paramref name="callerFlushes"/> the caller calls <see cref="Connection.Flush"/>
-        /// once it let _mu go, else the frame is flushed from the pool.
+        /// once it let _mu go, else the frame is flushed from the pool. <paramref name="now"/>: the
+        /// <see cref="Clock.Now"/> the caller just read, if it did.
         /// </summary>
-        private void SendLocked(Request r, bool callerFlushes)
+        private void SendLocked(Request r, bool callerFlushes, long? now)
         {
             if (r.Id == 0)
             {
+                long m = now ?? Clock.Now;
                 r.Id = _nextId++;
-                r.FirstSent = Opts.DeadlineClock.Now;
+                r.FirstSent = Opts.DeadlineClock.At(m);
                 r.Generation = _generation;
                 if (r.Op == Op.Acquire)
                 {
                     r.CancelTimer();
                     if (r.WaitMs == 0)
                     {
-                        _timeouts.Add(r, Opts.RequestTimeout.TotalMilliseconds); // a single try: the request timeout only
+                        _timeouts.Add(r, Opts.RequestTimeout.TotalMilliseconds, m); // a single try: the request timeout only
                     }
                     else if (r.WaitMs != Wire.WaitForever)
                     {
@@ -196,17 +208,17 @@ namespace Ticketing
             _inflight[r.Id] = r;
             if (callerFlushes)
             {
-                _conn.EnqueueForFlush(r.Encode());
+                _conn.EnqueueForFlush(r);
             }
             else
             {
-                _conn.Enqueue(r.Encode());
+                _conn.Enqueue(r);
             }
         }
 
         /// <summary>
         /// The action that times <paramref name="r"/> out: a method of its own, as a lambda in
-        /// <see cref="SendLocked(Request, bool)"/> made the compiler allocate its closure on every call.
+        /// <see cref="SendLocked(Request, bool, long?)"/> made the compiler allocate its closure on every call.
         /// </summary>
         private Action TimeoutAction(Request r)
         {
@@ -336,7 +348,7 @@ namespace Ticketing
         private void ReleaseGrantLocked(byte[] key, ulong token, Request acquire)
         {
             var rel = new Request(Op.Release, key, token, 0, 0, true);
-            rel.Answer.Task.ContinueWith(_ => acquire.SetSettled(), TaskContinuationOptions.ExecuteSynchronously);
+            rel.Answer.ContinueWith(_ => acquire.SetSettled(), TaskContinuationOptions.ExecuteSynchronously);
             _timeouts.Add(rel, Opts.RequestTimeout.TotalMilliseconds);
             if (_conn != null)
             {

@@ -8,9 +8,24 @@ using Ticketing.Protocol;
 namespace Ticketing
 {
     /// <summary>
+    /// Takes a request's outcome instead of a <see cref="TaskCompletionSource{TResult}"/> of the
+    /// answer frame: the calls made most (acquire, release) turn the answer into their own result
+    /// here, on the thread <see cref="Completions"/> runs it on and off every lock, where an async
+    /// method awaiting the frame cost a task, a state machine box and a continuation delegate per call.
+    /// </summary>
+    internal interface IAnswerHandler
+    {
+        /// <summary>The server answered (any status). Runs once per request, never under a lock.</summary>
+        void OnAnswer(Request r, ResponseFrame f);
+
+        /// <summary>The request ended without an answer (timeout, close, lost connection...). Runs once per request, never under a lock.</summary>
+        void OnError(Request r, Exception e);
+    }
+
+    /// <summary>
     /// One request and its life in the engine. Every mutable field is guarded by the engine's lock
-    /// (<c>Engine._mu</c>); <see cref="Answer"/> and <see cref="Settled"/> are completed outside it.
-    /// <see cref="Answer"/> is completed only through <see cref="PostAnswer"/> and
+    /// (<c>Engine._mu</c>); <see cref="Answer"/> (or the <see cref="IAnswerHandler"/> given instead)
+    /// and <see cref="Settled"/> are completed outside it. <see cref="Answer"/> is completed only through <see cref="PostAnswer"/> and
     /// <see cref="PostError"/>, where <see cref="Completions"/> says (the reader thread after its
     /// frame, or the pool: its continuations run there), never under a lock;
     /// <see cref="Settled"/>'s continuations run on the pool.
@@ -32,7 +47,13 @@ namespace Ticketing
         /// <see cref="Completions"/> says, off every lock, and the awaiting caller goes on there
         /// without another hand-off.
         /// </remarks>
-        internal readonly TaskCompletionSource<ResponseFrame> Answer = new TaskCompletionSource<ResponseFrame>();
+        private readonly TaskCompletionSource<ResponseFrame> _answer; // null with a handler
+
+        /// <summary>Takes the outcome instead of <see cref="Answer"/> (null: <see cref="Answer"/> does).</summary>
+        private readonly IAnswerHandler _handler;
+
+        /// <summary>The answer of a request made without an <see cref="IAnswerHandler"/> (see <see cref="_answer"/>).</summary>
+        internal Task<ResponseFrame> Answer => _answer.Task;
 
         /// <summary>Stands for "settled" in <see cref="_settled"/>.</summary>
         private static readonly object SettledMark = new object();
@@ -73,8 +94,13 @@ namespace Ticketing
         internal bool CancelSent; // the CANCEL for an abandoned ACQUIRE is on its way
         internal bool NotRun; // answered NOT_LEADER: never run; send again after the reconnect
 
-        internal Request(Op op, byte[] key, ulong token, uint leaseMs, uint waitMs, bool isInternal)
+        internal Request(Op op, byte[] key, ulong token, uint leaseMs, uint waitMs, bool isInternal, IAnswerHandler handler = null)
         {
+            _handler = handler;
+            if (handler == null)
+            {
+                _answer = new TaskCompletionSource<ResponseFrame>();
+            }
             Op = op;
             Key = key ?? Frames.Empty;
             Token = token;
@@ -104,17 +130,41 @@ namespace Ticketing
         {
             if (_error != null)
             {
-                Answer.TrySetException(_error);
+                FailNow(_error);
+            }
+            else if (_handler != null)
+            {
+                _handler.OnAnswer(this, _result);
             }
             else
             {
-                Answer.TrySetResult(_result);
+                _answer.TrySetResult(_result);
             }
         }
 
-        internal byte[] Encode()
+        /// <summary>
+        /// Fails the request on the calling thread (no lock held): for a request refused before
+        /// anyone can await it, or from <see cref="ICompletion.Run"/>. Once per request.
+        /// </summary>
+        internal void FailNow(Exception e)
         {
-            return RequestFrame.Encode(Op, 0, Id, Token, LeaseMs, WaitMs, Key); // the key was checked by Args.Key
+            if (_handler != null)
+            {
+                _handler.OnError(this, e);
+            }
+            else
+            {
+                _answer.TrySetException(e);
+            }
+        }
+
+        /// <summary>The size of the request's frame on the wire.</summary>
+        internal int FrameSize => Wire.Header + Key.Length;
+
+        /// <summary>Writes the request's frame at <paramref name="at"/> of <paramref name="b"/> (room for <see cref="FrameSize"/> bytes).</summary>
+        internal void EncodeTo(byte[] b, int at)
+        {
+            RequestFrame.EncodeTo(b, at, Op, 0, Id, Token, LeaseMs, WaitMs, Key); // the key was checked by Args.Key
         }
 
         // On the engine's TimeoutList (its request timeout): the neighbours and the due time.
@@ -194,8 +244,14 @@ namespace Ticketing
         /// <summary>Adds <paramref name="r"/>, due <paramref name="delayMs"/> from now (the same for every request of the list).</summary>
         internal void Add(Request r, double delayMs)
         {
+            Add(r, delayMs, Clock.Now);
+        }
+
+        /// <summary>Adds <paramref name="r"/>, due <paramref name="delayMs"/> from <paramref name="now"/> (<see cref="Clock.Now"/>, just read).</summary>
+        internal void Add(Request r, double delayMs, long now)
+        {
             r.CancelTimer();
-            r.TimeoutDue = Clock.Now + Clock.FromMs(delayMs);
+            r.TimeoutDue = now + Clock.FromMs(delayMs);
             r.Timeouts = this;
             r.TimeoutPrev = _tail;
             r.TimeoutNext = null;

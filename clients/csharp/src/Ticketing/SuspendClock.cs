@@ -38,13 +38,12 @@ namespace Ticketing
         /// time ago, so it is never later than <see cref="ExactNow"/>. For the time a request is
         /// first sent: a deadline counted from it is only earlier.
         /// </summary>
-        internal long Now
+        internal long Now => At(Stopwatch.GetTimestamp());
+
+        /// <summary><see cref="Now"/> for the <see cref="Stopwatch"/> timestamp <paramref name="m"/>, read just before (one clock read serves two uses).</summary>
+        internal long At(long m)
         {
-            get
-            {
-                long m = Stopwatch.GetTimestamp();
-                return m - Volatile.Read(ref _lastLook) < LookEvery ? m + Volatile.Read(ref _suspend) : ExactNow;
-            }
+            return m - Volatile.Read(ref _lastLook) < LookEvery ? m + Volatile.Read(ref _suspend) : ExactNow;
         }
 
         /// <summary>The clock now, with every suspend the source knows of: for deciding whether a deadline has passed.</summary>

@@ -132,7 +132,8 @@ namespace Ticketing
         /// <exception cref="TicketingException">a server or connection error</exception>
         public Task<TicketingLock> AcquireAsync(string key, TimeSpan lease, TimeSpan? waitTimeout = null, CancellationToken cancellationToken = default(CancellationToken))
         {
-            return AcquireAsync(key, new AcquireOptions(lease) { WaitTimeout = waitTimeout }, cancellationToken);
+            // Options made here need no defensive copy (Check's): nobody else holds them.
+            return AcquireCoreAsync(Args.Key(key), Validate(new AcquireOptions(lease) { WaitTimeout = waitTimeout }), cancellationToken);
         }
 
         /// <summary>Acquires the lock on <paramref name="key"/> with these options; see <see cref="AcquireAsync(string, TimeSpan, TimeSpan?, CancellationToken)"/>.</summary>
@@ -167,7 +168,8 @@ namespace Ticketing
         /// <returns>the lock, or null</returns>
         public Task<TicketingLock> TryAcquireAsync(string key, TimeSpan lease, TimeSpan waitTimeout = default(TimeSpan), CancellationToken cancellationToken = default(CancellationToken))
         {
-            return TryAcquireAsync(key, new AcquireOptions(lease) { WaitTimeout = waitTimeout }, cancellationToken);
+            // Options made here need no defensive copy (Check's): nobody else holds them.
+            return AcquireCoreAsync(Args.Key(key), Validate(new AcquireOptions(lease) { WaitTimeout = waitTimeout }), cancellationToken, true);
         }
 
         /// <summary>Tries to acquire with these options (their wait timeout applies): null when not acquired.</summary>
@@ -303,7 +305,12 @@ namespace Ticketing
             {
                 throw new ArgumentNullException(nameof(options), "acquire options are required (new AcquireOptions(lease))");
             }
-            AcquireOptions o = options.Copy();
+            return Validate(options.Copy());
+        }
+
+        /// <summary>Checks options the client owns (a copy, or made by the client); returns them.</summary>
+        private static AcquireOptions Validate(AcquireOptions o)
+        {
             Args.LeaseMs(o.Lease, "options.Lease");
             Args.WaitMs(o.WaitTimeout, "options.WaitTimeout");
             if (o.MaxHold != null && o.MaxHold.Value < TimeSpan.Zero)
@@ -317,7 +324,71 @@ namespace Ticketing
         /// Acquires; when not acquired within the wait timeout, throws <see cref="NotAcquiredException"/>,
         /// or returns null with <paramref name="orNull"/> (the try forms: no exception thrown and caught).
         /// </summary>
-        private async Task<TicketingLock> AcquireCoreAsync(byte[] key, AcquireOptions o, CancellationToken ct, bool orNull = false)
+        private Task<TicketingLock> AcquireCoreAsync(byte[] key, AcquireOptions o, CancellationToken ct, bool orNull = false)
+        {
+            if (o.RefuseHeld || ct.CanBeCanceled)
+            {
+                return AcquireSlowAsync(key, o, ct, orNull);
+            }
+            // The common call (no token, no RefuseHeld): no async method. The answer is turned
+            // into the lock by the call object itself where the answer is handled (the reader
+            // thread, or the pool: Completions), and the caller's continuation runs there, as it
+            // did after the async method's own await.
+            var call = new AcquireCall(this, key, o, orNull);
+            var r = new Request(Op.Acquire, key, 0, Args.LeaseMs(o.Lease), Args.WaitMs(o.WaitTimeout), false, call);
+            try
+            {
+                _engine.Send(r);
+            }
+            catch (Exception e)
+            {
+                call.TrySetException(e); // as the async method would have: in the task, not thrown
+            }
+            return call.Task;
+        }
+
+        /// <summary>
+        /// An acquire's task and its answer's handler in one object (<see cref="AcquireCoreAsync"/>'s
+        /// common path). Its continuations run where it completes, as those of the request's answer did.
+        /// </summary>
+        private sealed class AcquireCall : TaskCompletionSource<TicketingLock>, IAnswerHandler
+        {
+            private readonly TicketingClient _client;
+            private readonly byte[] _key;
+            private readonly AcquireOptions _options;
+            private readonly bool _orNull;
+
+            internal AcquireCall(TicketingClient client, byte[] key, AcquireOptions options, bool orNull)
+            {
+                _client = client;
+                _key = key;
+                _options = options;
+                _orNull = orNull;
+            }
+
+            public void OnAnswer(Request r, ResponseFrame f)
+            {
+                TicketingLock l;
+                try
+                {
+                    l = _client.Granted(_key, _options, r, f, _orNull);
+                }
+                catch (Exception e)
+                {
+                    TrySetException(e);
+                    return;
+                }
+                TrySetResult(l);
+            }
+
+            public void OnError(Request r, Exception e)
+            {
+                TrySetException(e);
+            }
+        }
+
+        /// <summary>The acquire with a cancellation token or <see cref="AcquireOptions.RefuseHeld"/>.</summary>
+        private async Task<TicketingLock> AcquireSlowAsync(byte[] key, AcquireOptions o, CancellationToken ct, bool orNull)
         {
             if (o.RefuseHeld && _engine.Holds(key))
             {
@@ -344,6 +415,16 @@ namespace Ticketing
             {
                 reg.Dispose();
             }
+            return Granted(key, o, r, f, orNull);
+        }
+
+        /// <summary>
+        /// What an acquire's answer means: the held lock, null (not acquired, with
+        /// <paramref name="orNull"/>), or the exception thrown.
+        /// </summary>
+        private TicketingLock Granted(byte[] key, AcquireOptions o, Request r, ResponseFrame f, bool orNull)
+        {
+            uint waitMs = r.WaitMs;
             if (f.Status != Status.Ok)
             {
                 // The key's text only now: formatting it for every call cost more than the rest of a call's own work.

@@ -36,16 +36,29 @@ namespace Ticketing
         private readonly AcquireOptions _options;
         private readonly long _grantedAt;
         private readonly object _gate = new object();
-        private readonly CancellationTokenSource _lostCts = new CancellationTokenSource();
-        private readonly TaskCompletionSource<LostReason> _lost =
-            new TaskCompletionSource<LostReason>(TaskCreationOptions.RunContinuationsAsynchronously);
+
+        /// <summary>
+        /// How close to the lost time the deadline timer is armed. Farther away the client's lost
+        /// check (<see cref="LostWatch"/>, every <see cref="Wire.LostCheckMs"/>) arms it, four
+        /// checks ahead: a lock released well before its deadline, as most are, never puts an
+        /// entry on the timer heap (an allocation, a delegate and two heap operations under the
+        /// timer queue's lock per lock).
+        /// </summary>
+        internal const int DeadlineTimerWindowMs = 4 * Wire.LostCheckMs;
 
         // guarded by _gate
+        // The lost signal's sources, made when first asked for (most locks are released without
+        // anyone asking): a task made with options captured the execution context on Mono.
+        private CancellationTokenSource _lostCts;
+        private TaskCompletionSource<LostReason> _lost;
+        private bool _lostTokenFired; // the token is being (or was) cancelled: a source made from now on starts cancelled
+        private bool _lostTaskFired; // the callbacks ran: a Lost task made from now on starts completed
         private uint _leaseMs;
         private long _deadline; // on _clock
         private ulong _extendId; // the request id of the EXTEND whose answer set the deadline; 0: the grant's
         private LostReason? _lostReason;
         private bool _released;
+        private bool _started; // Start ran: the deadline is watched (timer and lost check)
         private Task _releasing;
         private TimerEntry _deadlineTimer;
         private TimerEntry _keepAliveTimer;
@@ -59,7 +72,7 @@ namespace Ticketing
             Token = token;
             _leaseMs = leaseMs;
             _options = options;
-            _grantedAt = Clock.Now;
+            _grantedAt = options.KeepAlive && options.MaxHold != null ? Clock.Now : 0; // read only for MaxHold
             _deadline = firstSent + Clock.FromMs(((double)detailMs + leaseMs) * RateFactor);
         }
 
@@ -143,10 +156,56 @@ namespace Ticketing
         /// Cancelled when the lock is lost (never for a lock released first). Pass it to the work
         /// the lock protects, or register a callback; read <see cref="LostReason"/> for why.
         /// </summary>
-        public CancellationToken HandleLostToken => _lostCts.Token;
+        public CancellationToken HandleLostToken
+        {
+            get
+            {
+                lock (_gate)
+                {
+                    if (_lostCts == null)
+                    {
+                        _lostCts = new CancellationTokenSource();
+                        if (_lostTokenFired)
+                        {
+                            _lostCts.Cancel(); // nothing is registered yet: no callback runs under _gate
+                        }
+                    }
+                    return _lostCts.Token;
+                }
+            }
+        }
 
         /// <summary>A task that completes with the reason when the lock is lost; it never completes for a lock released first.</summary>
-        public Task<LostReason> Lost => _lost.Task;
+        public Task<LostReason> Lost
+        {
+            get
+            {
+                lock (_gate)
+                {
+                    if (_lost == null)
+                    {
+                        _lost = new TaskCompletionSource<LostReason>(TaskCreationOptions.RunContinuationsAsynchronously);
+                        if (_lostTaskFired)
+                        {
+                            _lost.TrySetResult(_lostReason.Value); // no continuation yet
+                        }
+                    }
+                    return _lost.Task;
+                }
+            }
+        }
+
+        /// <summary>Whether the deadline timer is armed now (for tests: <see cref="DeadlineTimerWindowMs"/>).</summary>
+        internal bool DeadlineTimerArmed
+        {
+            get
+            {
+                lock (_gate)
+                {
+                    return _deadlineTimer != null;
+                }
+            }
+        }
 
         internal bool KeyEquals(byte[] other)
         {
@@ -162,6 +221,10 @@ namespace Ticketing
                 {
                     return; // lost meanwhile (EXPIRED): nothing to watch
                 }
+                _started = true;
+                // ExactNow: Now can miss a suspend that ended less than a look ago, and a timer
+                // placed from it would fire that much late (the lost check would catch it only
+                // at its next run).
                 ArmDeadlineLocked(_clock.ExactNow);
                 _engine.Watch.Add(this);
                 if (_options.KeepAlive)
@@ -177,10 +240,19 @@ namespace Ticketing
             return _deadline - Clock.FromMs(Math.Min(Wire.LostMarginMs, _leaseMs / 10.0));
         }
 
+        /// <summary>
+        /// Arms the deadline timer for the lost time when it is within <see cref="DeadlineTimerWindowMs"/>;
+        /// else leaves it to the lost check (<see cref="CheckDeadline(long)"/>), with no timer.
+        /// </summary>
         private void ArmDeadlineLocked(long now)
         {
             _deadlineTimer?.Dispose();
-            _deadlineTimer = Clock.Once(Clock.ToMs(LostAtLocked() - now), OnDeadlineTimer);
+            _deadlineTimer = null;
+            long left = LostAtLocked() - now;
+            if (left <= Clock.FromMs(DeadlineTimerWindowMs))
+            {
+                _deadlineTimer = Clock.Once(Clock.ToMs(left), OnDeadlineTimer);
+            }
         }
 
         private void OnDeadlineTimer()
@@ -202,13 +274,25 @@ namespace Ticketing
             AfterLost(Ticketing.LostReason.Expired);
         }
 
-        /// <summary>Fires the lost signal if the deadline clock, read at <paramref name="now"/>, is past the lost time.</summary>
+        /// <summary>
+        /// Fires the lost signal if the deadline clock, read at <paramref name="now"/>, is past the
+        /// lost time; else arms the deadline timer once the lost time is within
+        /// <see cref="DeadlineTimerWindowMs"/> (the lost check calls this every <see cref="Wire.LostCheckMs"/>).
+        /// </summary>
         internal void CheckDeadline(long now)
         {
             lock (_gate)
             {
-                if (_lostReason != null || _released || now < LostAtLocked())
+                if (_lostReason != null || _released)
                 {
+                    return;
+                }
+                if (now < LostAtLocked())
+                {
+                    if (_deadlineTimer == null && _started)
+                    {
+                        ArmDeadlineLocked(now);
+                    }
                     return;
                 }
                 SetLostLocked(Ticketing.LostReason.Expired);
@@ -248,7 +332,7 @@ namespace Ticketing
 
         internal Task ReleaseInternalAsync(bool isInternal)
         {
-            TaskCompletionSource<bool> done;
+            ReleaseCall done;
             LostReason? lostBefore;
             CheckDeadline();
             lock (_gate)
@@ -275,10 +359,10 @@ namespace Ticketing
                 else
                 {
                     StopKeepAliveLocked();
-                    // Completed (ReleaseCoreAsync) where the release's answer is handled (the
+                    // Completed (ReleaseCall) where the release's answer is handled (the
                     // reader thread, or the pool: Completions), or here on the caller's thread
                     // before the task is returned; never under a lock, so continuations may run inline.
-                    done = new TaskCompletionSource<bool>();
+                    done = new ReleaseCall(this);
                     _releasing = done.Task;
                     lostBefore = null;
                 }
@@ -295,55 +379,86 @@ namespace Ticketing
                 failed.SetException(LostError(reason));
                 return failed.Task;
             }
-            _ = ReleaseCoreAsync(done, isInternal);
-            return done.Task;
-        }
-
-        /// <summary>Sends the release and completes <paramref name="done"/> with its outcome; the returned task never faults.</summary>
-        private async Task ReleaseCoreAsync(TaskCompletionSource<bool> done, bool isInternal)
-        {
             try
             {
-                ResponseFrame f;
-                try
-                {
-                    f = await _engine.Submit(new Request(Op.Release, _key, Token, 0, 0, isInternal)).ConfigureAwait(false);
-                }
-                catch (Exception)
-                {
-                    lock (_gate)
-                    {
-                        _releasing = null; // may be retried
-                    }
-                    throw;
-                }
-                if (f.Status == Status.Ok)
-                {
-                    FinishRelease();
-                    done.TrySetResult(true);
-                    return;
-                }
-                if (f.Status == Status.NotHeld)
-                {
-                    MarkLost(Ticketing.LostReason.NotHeld);
-                    FinishRelease();
-                    LostReason? reason;
-                    lock (_gate)
-                    {
-                        reason = _lostReason;
-                    }
-                    throw LostError(reason ?? Ticketing.LostReason.NotHeld);
-                }
-                lock (_gate)
-                {
-                    _releasing = null;
-                }
-                throw TicketingClient.StatusError(f, "release of " + Describe());
+                _engine.Send(new Request(Op.Release, _key, Token, 0, 0, isInternal, done));
             }
             catch (Exception e)
             {
-                done.TrySetException(e);
+                done.OnError(null, e); // in the task, as for every other failure
             }
+            return done.Task;
+        }
+
+        /// <summary>
+        /// A release's task and its answer's handler in one object: the answer is handled where it
+        /// arrives (the reader thread, or the pool: Completions), off every lock, with no async
+        /// method between it and the caller's continuation.
+        /// </summary>
+        private sealed class ReleaseCall : TaskCompletionSource<bool>, IAnswerHandler
+        {
+            private readonly TicketingLock _lock;
+
+            internal ReleaseCall(TicketingLock l)
+            {
+                _lock = l;
+            }
+
+            public void OnAnswer(Request r, ResponseFrame f)
+            {
+                Exception e;
+                try
+                {
+                    e = _lock.Released(f);
+                }
+                catch (Exception thrown)
+                {
+                    e = thrown;
+                }
+                if (e == null)
+                {
+                    TrySetResult(true);
+                }
+                else
+                {
+                    TrySetException(e);
+                }
+            }
+
+            public void OnError(Request r, Exception e)
+            {
+                lock (_lock._gate)
+                {
+                    _lock._releasing = null; // may be retried
+                }
+                TrySetException(e);
+            }
+        }
+
+        /// <summary>What the answer to this lock's release means: null when released, else the error.</summary>
+        private Exception Released(ResponseFrame f)
+        {
+            if (f.Status == Status.Ok)
+            {
+                FinishRelease();
+                return null;
+            }
+            if (f.Status == Status.NotHeld)
+            {
+                MarkLost(Ticketing.LostReason.NotHeld);
+                FinishRelease();
+                LostReason? reason;
+                lock (_gate)
+                {
+                    reason = _lostReason;
+                }
+                return LostError(reason ?? Ticketing.LostReason.NotHeld);
+            }
+            lock (_gate)
+            {
+                _releasing = null;
+            }
+            return TicketingClient.StatusError(f, "release of " + Describe());
         }
 
         private void FinishRelease()
@@ -499,9 +614,15 @@ namespace Ticketing
             _engine.Unregister(this);
             ThreadPool.QueueUserWorkItem(_ =>
             {
+                CancellationTokenSource cts;
+                lock (_gate)
+                {
+                    cts = _lostCts;
+                    _lostTokenFired = true; // a token asked for from now on is cancelled already
+                }
                 try
                 {
-                    _lostCts.Cancel(); // runs the HandleLostToken callbacks here, off every lock
+                    cts?.Cancel(); // runs the HandleLostToken callbacks here, off every lock
                 }
                 catch (AggregateException e)
                 {
@@ -509,7 +630,13 @@ namespace Ticketing
                 }
                 finally
                 {
-                    _lost.TrySetResult(reason);
+                    TaskCompletionSource<LostReason> lost;
+                    lock (_gate)
+                    {
+                        lost = _lost;
+                        _lostTaskFired = true;
+                    }
+                    lost?.TrySetResult(reason); // a task asked for later is made completed (Lost)
                 }
             });
         }

@@ -161,16 +161,25 @@ namespace Ticketing.Protocol
         internal static byte[] Encode(Op op, byte flags, ulong requestId, ulong token, uint leaseMs, uint waitMs, byte[] key)
         {
             byte[] b = new byte[Wire.Header + key.Length];
-            BigEndian.WriteUInt32(b, 0, (uint)(b.Length - 4));
-            b[4] = (byte)op;
-            b[5] = flags;
-            BigEndian.WriteUInt16(b, 6, (ushort)key.Length);
-            BigEndian.WriteUInt64(b, 8, requestId);
-            BigEndian.WriteUInt64(b, 16, token);
-            BigEndian.WriteUInt32(b, 24, leaseMs);
-            BigEndian.WriteUInt32(b, 28, waitMs);
-            Buffer.BlockCopy(key, 0, b, Wire.Header, key.Length);
+            EncodeTo(b, 0, op, flags, requestId, token, leaseMs, waitMs, key);
             return b;
+        }
+
+        /// <summary>
+        /// Writes a request with these fields at <paramref name="at"/> of <paramref name="b"/>, which
+        /// has room for <c>Wire.Header</c> + the key's length (the key's length checked by the caller).
+        /// </summary>
+        internal static void EncodeTo(byte[] b, int at, Op op, byte flags, ulong requestId, ulong token, uint leaseMs, uint waitMs, byte[] key)
+        {
+            BigEndian.WriteUInt32(b, at, (uint)(Wire.Header - 4 + key.Length));
+            b[at + 4] = (byte)op;
+            b[at + 5] = flags;
+            BigEndian.WriteUInt16(b, at + 6, (ushort)key.Length);
+            BigEndian.WriteUInt64(b, at + 8, requestId);
+            BigEndian.WriteUInt64(b, at + 16, token);
+            BigEndian.WriteUInt32(b, at + 24, leaseMs);
+            BigEndian.WriteUInt32(b, at + 28, waitMs);
+            Buffer.BlockCopy(key, 0, b, at + Wire.Header, key.Length);
         }
 
         /// <summary>Decodes one whole request frame.</summary>

@@ -739,7 +739,7 @@ def test_lost_fires_before_the_server_expiry() -> None:
         assert lock.deadline - t0 <= want + 0.001
         # The deadline (checked above) is before the earliest moment the server can expire it;
         # the timer fires at it plus its latency, which a loaded machine stretches.
-        assert fired[0] - t0 < 0.4 + 0.5
+        assert fired[0] - t0 < 0.4 + 1.5  # the same margin as the asyncio test's (load)
         assert fired[0] >= lock.deadline
 
 

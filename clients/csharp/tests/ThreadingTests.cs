@@ -152,6 +152,98 @@ namespace Ticketing.Tests
             Tasks.Failure<ClosedException>(ping);
             Tasks.Failure<ClosedException>(c.PingAsync());
         }
+
+        /// <summary>
+        /// Fills the thread pool with work items that block until the returned gate is set: the
+        /// pool is held to 2 threads to start with, every one of them blocks, and 64 more items
+        /// queue behind, so a work item queued now waits until the pool has added threads for all
+        /// of them (on Mono, seconds). Dispose the gate to let them all go and restore the pool.
+        /// </summary>
+        private static IDisposable SaturatePool()
+        {
+            int minWorkers, minIo;
+            ThreadPool.GetMinThreads(out minWorkers, out minIo);
+            ThreadPool.SetMinThreads(2, minIo);
+            var gate = new ManualResetEvent(false); // a kernel wait: the blocked items do not spin
+            int running = 0;
+            for (int i = 0; i < 66; i++)
+            {
+                ThreadPool.UnsafeQueueUserWorkItem(_ =>
+                {
+                    Interlocked.Increment(ref running);
+                    gate.WaitOne();
+                }, null);
+            }
+            Poll.Until(TimeSpan.FromSeconds(5), () => Volatile.Read(ref running) >= 2, "pool threads blocked");
+            return new Releaser(() =>
+            {
+                gate.Set();
+                ThreadPool.SetMinThreads(minWorkers, minIo);
+                Poll.Until(TimeSpan.FromSeconds(30), () => Volatile.Read(ref running) == 66, "the blocked work items ran");
+            });
+        }
+
+        private sealed class Releaser : IDisposable
+        {
+            private readonly Action _release;
+
+            internal Releaser(Action release)
+            {
+                _release = release;
+            }
+
+            public void Dispose()
+            {
+                _release();
+            }
+        }
+
+        /// <summary>
+        /// Expects four <paramref name="op"/> frames in a row, each within <paramref name="gapMs"/>
+        /// of the one before (the first of when this is called), answering each.
+        /// <paramref name="state"/> describes the client for a failure's message.
+        /// </summary>
+        private void ExpectSteadily(Op op, int gapMs, Action<FakeServer.Received> answer, Func<string> state)
+        {
+            for (int i = 0; i < 4; i++)
+            {
+                FakeServer.Received r = _server.Poll(gapMs);
+                Assert.IsNotNull(r, op + " " + i + " did not reach the server within " + gapMs + " ms of the one before (" + state() + ")");
+                Assert.AreEqual(op, r.Op, "expected " + op + ", got " + r.Op + " id " + r.Id);
+                answer(r);
+            }
+        }
+
+        [Test]
+        public void KeepAliveExtendReachesTheServerWhileThePoolIsBusy()
+        {
+            // Keep-alive extends from the timer thread; its frame must not wait for a pool thread
+            // (a late extend can lose a lock the application still holds). While the frame was
+            // flushed from the pool, none came within 5 s.
+            TicketingClient c = Connect(NoHeartbeat);
+            TicketingLock l = Held(c, "k", 8, new AcquireOptions(TimeSpan.FromMilliseconds(1500)) { KeepAlive = true });
+            using (SaturatePool())
+            {
+                // An extend every 500 ms (a third of the lease); 700 ms more for a busy machine, and
+                // still well within the lease.
+                ExpectSteadily(Op.Extend, 1200, ext => ext.Conn.Reply(ext.Frame, Status.Ok, 8, 1500), () => l.ToString());
+                Assert.IsFalse(l.IsLost);
+            }
+        }
+
+        [Test]
+        public void HeartbeatPingReachesTheServerWhileThePoolIsBusy()
+        {
+            TicketingClient c = Connect(o => o.HeartbeatInterval = TimeSpan.FromMilliseconds(200));
+            _server.AutoPing = false;
+            using (SaturatePool())
+            {
+                // A PING after 200 ms of silence, checked every 200 ms: one every 400 ms at most;
+                // 1.1 s more for a busy machine (while PINGs were flushed from the pool, none came
+                // within 5 s).
+                ExpectSteadily(Op.Ping, 1500, ping => ping.Conn.Ok(ping.Frame), () => "session " + c.SessionId);
+            }
+        }
     }
 
     /// <summary>The request timeouts' list (Request.cs) on its own.</summary>

@@ -184,8 +184,9 @@ namespace Ticketing
     /// usually that writer (<see cref="Flush"/>, after the engine's lock is let go): its frame
     /// goes out on its own thread, with no thread switch. While the reader runs a batch of
     /// completions, the frames they queue are sent together after the batch (one write, not one
-    /// per caller). Frames the client sends for itself (ACK, heartbeat, re-sends after a
-    /// reconnect) are flushed from the pool (<see cref="Enqueue(Request)"/>). A blocking write
+    /// per caller). Frames the client sends for itself (keep-alive's EXTEND, heartbeat, ACK,
+    /// re-sends after a reconnect) are flushed by the connection's own writer thread, never the
+    /// pool (<see cref="Kick"/>). A blocking write
     /// waits only while the socket's send buffer is full: a server that stops reading for that
     /// long misses the heartbeat, and the connection is then closed, which ends the write.</para>
     /// <para><b>TLS.</b> A TLS connection keeps the async read loop, and its answers complete on the
@@ -226,10 +227,9 @@ namespace Ticketing
         private byte[] _pending = new byte[BufferSize];
         private int _pendingLen; // guarded by _queue
         private byte[] _spare = new byte[BufferSize]; // the writer's: swapped with _pending under _queue (null during its write)
-        private readonly WaitCallback _poolFlush;
         private readonly Action _watchdogTick;
         private bool _writing; // guarded by _queue: a thread holds the writer role
-        private bool _flushQueued; // guarded by _queue: a pool flush is on its way
+        private bool _flushQueued; // guarded by _queue: the writer thread is asked to flush
         private bool _closed; // guarded by _queue
         private long _lastReceive = Stopwatch.GetTimestamp();
 
@@ -249,14 +249,6 @@ namespace Ticketing
             _stream = d.Stream;
             _reader = d.Reader;
             _listener = listener;
-            _poolFlush = _ =>
-            {
-                lock (_queue)
-                {
-                    _flushQueued = false;
-                }
-                Flush();
-            };
             _watchdogTick = WatchdogTick;
         }
 
@@ -279,6 +271,13 @@ namespace Ticketing
 
         internal void Start()
         {
+            // Started with the connection, not at the first frame it sends: starting a thread took
+            // up to 90 ms on a loaded machine, too long for a keep-alive's EXTEND to wait.
+            var writer = new Thread(WriterLoop) { IsBackground = true, Name = "Ticketing writer " + Endpoint };
+            using (ExecutionContext.SuppressFlow())
+            {
+                writer.Start();
+            }
             if (!(_stream is NetworkStream))
             {
                 // TLS keeps the async read loop, and its completions run on the pool (the class's
@@ -366,8 +365,8 @@ namespace Ticketing
         }
 
         /// <summary>
-        /// Queues a frame and makes sure it is sent: by the writer at work, else by a flush on the
-        /// pool. Frames reach the wire in the order queued.
+        /// Queues a frame and makes sure it is sent: by the writer at work, else by the writer
+        /// thread (<see cref="Kick"/>). Frames reach the wire in the order queued.
         /// </summary>
         internal void Enqueue(Request r)
         {
@@ -396,18 +395,72 @@ namespace Ticketing
             _pendingLen += size;
         }
 
-        /// <summary>Makes sure the queued frames are sent: by the writer at work, else by a flush on the pool.</summary>
+        /// <summary>
+        /// Makes sure the queued frames are sent without writing on this thread: by the writer at
+        /// work, else by the connection's writer thread, which this wakes. Never blocks on the
+        /// socket.
+        /// </summary>
+        /// <remarks>
+        /// The frames the client sends for itself are made where no caller waits to write them:
+        /// keep-alive's <c>EXTEND</c> and the heartbeat's <c>PING</c> on the timer thread, which must
+        /// never wait for the socket (the heartbeat that ends a write stuck on a server that stopped
+        /// reading runs there); <c>ACK</c>s on the reader thread; re-sends after a reconnect. They
+        /// used to be flushed by a thread pool work item, and under load Mono's pool ran it 250 ms
+        /// and more late (in a test that blocks the pool's threads, never within 5 s): a keep-alive
+        /// <c>EXTEND</c> that leaves late can lose a lock the application still holds. So each
+        /// connection has a thread of its own for them, idle on <c>_queue</c>'s monitor until woken
+        /// here: it owes nothing to the pool, and a blocking write on it (TLS included: an
+        /// <c>SslStream</c> has no partial non-blocking write) waits no longer than the pool's did
+        /// and is ended the same way, by the heartbeat closing the connection. Sending from the
+        /// timer thread itself when the socket is writable (<c>Socket.Poll</c>, then a send that
+        /// takes what it can, the rest handed over) would save the thread switch, but needs this
+        /// thread anyway for TLS and for a partial send, and these frames are a few per lease
+        /// or heartbeat interval: not worth a second path. The request path is unchanged: a
+        /// caller writes its own frame (<see cref="Flush"/>).
+        /// </remarks>
         private void Kick()
         {
             lock (_queue)
             {
                 if (_closed || _pendingLen == 0 || _writing || _flushQueued)
                 {
-                    return; // nothing to send, or the writer at work, or the flush on its way, takes it
+                    return; // nothing to send, or the writer at work, or the writer thread woken already, takes it
                 }
                 _flushQueued = true;
+                Monitor.Pulse(_queue); // only the writer thread waits on _queue
             }
-            ThreadPool.UnsafeQueueUserWorkItem(_poolFlush, null);
+        }
+
+        /// <summary>
+        /// The connection's writer thread (<see cref="Kick"/>): a background thread that flushes
+        /// each time it is woken, and ends when the connection closes (<see cref="Close"/> wakes it).
+        /// </summary>
+        private void WriterLoop()
+        {
+            try
+            {
+                while (true)
+                {
+                    lock (_queue)
+                    {
+                        while (!_flushQueued && !_closed)
+                        {
+                            Monitor.Wait(_queue);
+                        }
+                        if (_closed)
+                        {
+                            return;
+                        }
+                        _flushQueued = false;
+                    }
+                    Flush();
+                }
+            }
+            catch (Exception e)
+            {
+                // Flush never throws; an exception would end the process on a thread of our own.
+                Engine.Log.TraceEvent(TraceEventType.Error, 0, "the writer thread of {0} failed: {1}", Endpoint, e);
+            }
         }
 
         /// <summary>
@@ -438,6 +491,7 @@ namespace Ticketing
             {
                 // A timer action (keep-alive's extend) must not wait for the socket: the heartbeat,
                 // which would end a write stuck on a server that stopped reading, runs there too.
+                // The connection's writer thread sends it (Kick's remarks).
                 Kick();
                 return;
             }
@@ -509,6 +563,7 @@ namespace Ticketing
                 }
                 _closed = true;
                 _pendingLen = 0;
+                Monitor.Pulse(_queue); // the writer thread ends
             }
             try
             {

@@ -1669,6 +1669,20 @@ class FakeServerTest {
             }
             requests[which.get(0)].conn().sendRaw(b.toByteArray());
         }
+
+        /** Grants every caller but {@code first} in one write and checks each got its own token. */
+        void grantAllBut(int first) throws Exception {
+            List<Integer> rest = new ArrayList<>();
+            for (int i = 0; i < threads.size(); i++) {
+                if (i != first) {
+                    rest.add(i);
+                }
+            }
+            grant(rest);
+            for (int i : rest) {
+                assertEquals(100 + i, tokens.get(i).get(10, TimeUnit.SECONDS));
+            }
+        }
     }
 
     /**
@@ -1687,16 +1701,7 @@ class FakeServerTest {
         assertEquals(100 + first, crowd.tokens.get(first).get(10, TimeUnit.SECONDS));
         int second = crowd.reader(first); // handed to a caller still waiting, the others parked
         assertNotEquals(first, second);
-        List<Integer> rest = new ArrayList<>();
-        for (int i = 0; i < 4; i++) {
-            if (i != first) {
-                rest.add(i);
-            }
-        }
-        crowd.grant(rest);
-        for (int i : rest) {
-            assertEquals(100 + i, crowd.tokens.get(i).get(10, TimeUnit.SECONDS));
-        }
+        crowd.grantAllBut(first);
         assertEquals(before, conn.readerFrames(), "answers read by the reader thread");
     }
 
@@ -1716,16 +1721,7 @@ class FakeServerTest {
         assertEquals(crowd.requests[first].frame().requestId(), cancel.frame().token()); // CANCEL names the request id
         int second = crowd.reader(first);
         assertNotEquals(first, second);
-        List<Integer> rest = new ArrayList<>();
-        for (int i = 0; i < 4; i++) {
-            if (i != first) {
-                rest.add(i);
-            }
-        }
-        crowd.grant(rest);
-        for (int i : rest) {
-            assertEquals(100 + i, crowd.tokens.get(i).get(10, TimeUnit.SECONDS));
-        }
+        crowd.grantAllBut(first);
         assertEquals(before, conn.readerFrames(), "answers read by the reader thread");
         crowd.requests[first].conn().reply(crowd.requests[first].frame(), Status.CANCELLED, 0, 0, 0);
         cancel.conn().reply(cancel.frame(), Status.OK, 0, 0, 1);

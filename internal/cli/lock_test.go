@@ -39,6 +39,31 @@ func waitFile(t *testing.T, path string) string {
 	}
 }
 
+// waitChild is waitFile for the file COMMAND writes when it starts under `ticketing lock`:
+// when the CLI exits first, or the file never comes, it fails with the CLI's stderr (a timeout
+// alone says nothing about which of the CLI, its watchdog or COMMAND did not get there).
+func waitChild(t *testing.T, path string, exited <-chan struct{}, errb *syncBuffer) string {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		if b, err := os.ReadFile(path); err == nil {
+			return string(b)
+		}
+		select {
+		case <-exited:
+			if b, err := os.ReadFile(path); err == nil {
+				return string(b)
+			}
+			t.Fatalf("ticketing lock exited before COMMAND started; stderr:\n%s", errb)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never appeared; ticketing lock's stderr:\n%s", path, errb)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // procState is the state letter of pid in /proc ("R", "S", "T" stopped, "Z" zombie), or "" when
 // the process is gone.
 func procState(pid int) string {
@@ -55,6 +80,30 @@ func procState(pid int) string {
 		return "?"
 	}
 	return s[i+2 : i+3]
+}
+
+// procInfo describes pid for a failure message: its state, whether it is exiting (PF_EXITING in
+// the stat flags), and its pending signals.
+func procInfo(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "gone"
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	info := "state " + f[0]
+	if len(f) > 6 {
+		flags, _ := strconv.ParseUint(f[6], 10, 64)
+		info += fmt.Sprintf(" exiting=%v", flags&0x4 != 0)
+	}
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, l := range strings.Split(string(st), "\n") {
+			if strings.HasPrefix(l, "SigPnd") || strings.HasPrefix(l, "ShdPnd") {
+				info += " " + strings.Join(strings.Fields(l), "")
+			}
+		}
+	}
+	return info
 }
 
 // alive reports whether pid is a live process (a zombie counts as gone).
@@ -100,7 +149,7 @@ func TestCLILockForwardsSignals(t *testing.T) {
 	cmd, _, errb := cliCmd(t, []string{"TICKETING_ADDR=" + srv.Addr, "TICKETING_TEST_CHILD=sleep", "TICKETING_TEST_OUT=" + out},
 		"lock", "sig", "--lease", "2s", "--", self)
 	exited := running(t, cmd)
-	waitFile(t, out)
+	waitChild(t, out, exited, errb)
 	cmd.Process.Signal(syscall.SIGTERM)
 	waitExit(t, exited, errb)
 	if code := cmd.ProcessState.ExitCode(); code != 143 {
@@ -169,15 +218,16 @@ func (w *grantWatch) check(t *testing.T, pid int, errb *syncBuffer) {
 	}
 	defer g.lk.Release(context.Background())
 	if alive(pid) {
-		t.Fatalf("second client granted while the command (pid %d) still runs; lock's stderr:\n%s", pid, errb)
+		t.Fatalf("second client granted while the command (pid %d, %s) still runs; lock's stderr:\n%s", pid, procInfo(pid), errb)
 	}
+	var goneAt time.Time
 	select {
-	case <-w.gone:
+	case goneAt = <-w.gone:
 	case <-time.After(bound):
 		t.Fatal("process watcher stuck")
 	}
 	if last := time.Unix(0, w.lastAlive.Load()); !last.Before(g.at) {
-		t.Fatalf("command seen running at or after the second client's grant; lock's stderr:\n%s", errb)
+		t.Fatalf("command seen running at or after the second client's grant (%v after it; gone %v after it); lock's stderr:\n%s", last.Sub(g.at), goneAt.Sub(g.at), errb)
 	}
 }
 
@@ -195,7 +245,7 @@ func TestCLILockStopsCommandBeforeHandoff(t *testing.T) {
 			cmd, _, errb := cliCmd(t, []string{"TICKETING_TEST_CHILD=" + mode, "TICKETING_TEST_OUT=" + out},
 				"lock", "guarded", "--addr", proxy.Addr, "--timeout", "1s", "--lease", "1500ms", "--kill-grace", "600ms", "--", self)
 			exited := running(t, cmd)
-			pid, err := strconv.Atoi(waitFile(t, out))
+			pid, err := strconv.Atoi(waitChild(t, out, exited, errb))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -229,7 +279,7 @@ func TestCLILockWatchdog(t *testing.T) {
 		cmd, _, errb := cliCmd(t, []string{"TICKETING_ADDR=" + srv.Addr, "TICKETING_TEST_CHILD=stubborn", "TICKETING_TEST_OUT=" + out},
 			"lock", "stopped", "--lease", "1500ms", "--kill-grace", "600ms", "--", self)
 		exited := running(t, cmd)
-		pid, err := strconv.Atoi(waitFile(t, out))
+		pid, err := strconv.Atoi(waitChild(t, out, exited, errb))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,10 +297,10 @@ func TestCLILockWatchdog(t *testing.T) {
 	})
 	t.Run("SIGKILL", func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "child")
-		cmd, _, _ := cliCmd(t, []string{"TICKETING_ADDR=" + srv.Addr, "TICKETING_TEST_CHILD=sleep", "TICKETING_TEST_OUT=" + out},
+		cmd, _, errb := cliCmd(t, []string{"TICKETING_ADDR=" + srv.Addr, "TICKETING_TEST_CHILD=sleep", "TICKETING_TEST_OUT=" + out},
 			"lock", "killed", "--lease", "10s", "--", self)
 		exited := running(t, cmd)
-		pid, err := strconv.Atoi(waitFile(t, out))
+		pid, err := strconv.Atoi(waitChild(t, out, exited, errb))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,9 +326,12 @@ func TestCLILockJobControl(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "child")
 	self, _ := os.Executable()
 	cmd, _, errb := cliCmd(t, []string{"TICKETING_ADDR=" + srv.Addr, "TICKETING_TEST_CHILD=sleep", "TICKETING_TEST_OUT=" + out},
-		"lock", "jobs", "--lease", "3s", "--", self) // 3 s: 1.5 s lost the lock with the machine at load 14 (an extend 2.6 s late)
+		"lock", "jobs", "--lease", "6s", "--kill-grace", "500ms", "--", self)
+	// The lease leaves an extend (every lease/3) 3.5 s late before the watchdog's SIGTERM, which
+	// is what the product must do then: 1.5 s lost the lock at load 14 (an extend 2.6 s late),
+	// 3 s (kill-grace lease/4: 1.25 s of slack) at load 10 with the race detector on.
 	exited := running(t, cmd)
-	pid, err := strconv.Atoi(waitFile(t, out))
+	pid, err := strconv.Atoi(waitChild(t, out, exited, errb))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +343,7 @@ func TestCLILockJobControl(t *testing.T) {
 	for !strings.Contains(errb.String(), "has been continued") && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	const watch = 4 * time.Second // more than a lease: a stopped CLI would lose the lock in it
+	const watch = 6500 * time.Millisecond // more than a lease: a stopped CLI would lose the lock in it
 	end := time.Now().Add(watch)
 	for time.Now().Before(end) {
 		if st := procState(cmd.Process.Pid); st == "T" {

@@ -266,10 +266,25 @@ func RunSupervisor() int {
 		termSent, killSent bool
 		exited             bool
 		stops              []int64
-		period             = time.Duration(max(min(grace/10, int64(100*time.Millisecond)), int64(time.Millisecond)))
-		tick               = time.NewTicker(period)
+		// The deadlines are boot-clock instants, which go on through a suspend where Go's timers
+		// (monotonic) stop: the watchdog sleeps until the next one is due, but never longer than
+		// period, so that one passed during a suspend is acted on at most period after it. A plain
+		// tick of period was up to 100 ms late, out of the half grace (300 ms for 600) that
+		// SIGKILL has before the deadline.
+		period = time.Duration(max(min(grace/10, int64(100*time.Millisecond)), int64(time.Millisecond)))
+		tick   = time.NewTimer(period)
 	)
 	defer tick.Stop()
+	next := func() time.Duration {
+		d := period
+		switch now := bootNanos(); {
+		case !termSent:
+			d = min(d, time.Duration(termAt-now))
+		case !killSent:
+			d = min(d, time.Duration(killAt-now))
+		}
+		return max(d, 0)
+	}
 	group := func(sig syscall.Signal) {
 		if !exited {
 			syscall.Kill(-pid, sig)
@@ -286,6 +301,7 @@ func RunSupervisor() int {
 		emit("term %s", who)
 	}
 	for {
+		tick.Reset(next())
 		select {
 		case ws, ok := <-statuses:
 			switch {

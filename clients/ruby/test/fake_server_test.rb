@@ -915,6 +915,51 @@ class FakeServerTest < Minitest::Test
     assert_in_delta 0, c.ping, 1
   end
 
+  # A lone caller that reads its own answer handles a push that came in the same read first, as
+  # a reader thread would (here an EXPIRED for the lock being released: the release then
+  # reports the loss, not a success).
+  def test_a_lone_answer_read_with_a_push_before_it_handles_the_push_first
+    srv = server do |s, conn, req|
+      if req.op == P::Op::RELEASE
+        push = P.encode_response(op: P::Op::EXPIRED, status: 0, id: 0, token: req.token, detail: 1, data: req.key)
+        answer = P.encode_response(op: req.op, status: P::Status::OK, id: req.id)
+        conn.send_frame(push + answer) # one write: one read on the client
+        :silent
+      else
+        s.default_answer(req)
+      end
+    end
+    c = client(srv, heartbeat_interval: 0).connect
+    lock = c.try_acquire("k", lease: 30)
+    err = assert_raises(Ticketing::LockLostError) { lock.release }
+    assert_equal :expired, err.reason
+    assert_in_delta 0, c.ping, 1
+  end
+
+  # ...and an answer that comes in pieces (a read that ends inside its header, then inside
+  # its data) is put together before it is handled.
+  def test_a_lone_answer_split_across_reads
+    srv = server do |s, conn, req|
+      if req.op == P::Op::INSPECT
+        bytes = P.encode_response(op: req.op, status: P::Status::OK, id: req.id, token: 7, lease_ms: 900, detail: 2,
+                                  data: [5, 6, 1].pack("NNN"))
+        [bytes.byteslice(0, 10), bytes.byteslice(10, 30), bytes.byteslice(40, bytes.bytesize - 40)].each do |part|
+          conn.send_frame(part)
+          sleep 0.02 # separate reads on the client
+        end
+        :silent
+      else
+        s.default_answer(req)
+      end
+    end
+    c = client(srv, heartbeat_interval: 0).connect
+    info = c.inspect_key("k")
+    assert info.held?
+    assert_equal 2, info.waiters
+    assert_in_delta 0.9, info.lease_left, 0.001
+    assert_in_delta 0, c.ping, 1
+  end
+
   def test_heartbeat_pings_an_idle_connection
     srv = server
     c = client(srv, heartbeat_interval: 0.05).connect

@@ -205,17 +205,17 @@ class IntegrationTest < Minitest::Test
     a = client(srv.endpoint)
     r = client(srv.endpoint)
     lost = Queue.new
-    # A 1.5 s lease, extended every 0.5 s, held for one and a half leases: with 0.3 s (extends
+    # A 3 s lease, extended every 1 s, held for one and a half leases: with 0.3 s (extends
     # every 0.1 s) a stall of 0.2 s on a loaded machine loses the lock (it did in Java's and Go's
-    # tests beside two CPU hogs).
-    lock = a.acquire("k", lease: 1.5, keep_alive: true)
+    # tests beside two CPU hogs), and with 1.5 s an extend 1 s late did at load 13-17.
+    lock = a.acquire("k", lease: 3, keep_alive: true)
     lock.on_lost { |_l, reason| lost << reason }
-    refute lock.wait_lost(2.25)
+    refute lock.wait_lost(4.5)
     assert lock.verify
     assert r.inspect_key("k").held?
     lock.release
     refute r.inspect_key("k").held?
-    sleep 1.0 # two keep-alive periods: a stray extend would answer NOT_HELD, and nothing may be held
+    sleep 2.0 # two keep-alive periods: a stray extend would answer NOT_HELD, and nothing may be held
     refute r.inspect_key("k").held?
     assert_equal 0, lost.size
   end

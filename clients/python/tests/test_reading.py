@@ -25,15 +25,16 @@ from .test_fake import in_thread, wait_for
 
 
 def _record_readers(monkeypatch: pytest.MonkeyPatch) -> list[threading.Thread]:
-    """Record the thread of every read made by a caller (Connection._lead)."""
+    """Record the thread of every read made by a caller (Connection._read_done: after a
+    Connection._lead, or a lone caller's read in Connection.solo_round)."""
     seen: list[threading.Thread] = []
-    real = connection.Connection._lead
+    real = connection.Connection._read_done
 
-    def lead(self: connection.Connection, left: float | None) -> None:
+    def read_done(self: connection.Connection, data: bytes | None, error: Exception | None) -> None:
         seen.append(threading.current_thread())
-        real(self, left)
+        real(self, data, error)
 
-    monkeypatch.setattr(connection.Connection, "_lead", lead)
+    monkeypatch.setattr(connection.Connection, "_read_done", read_done)
     return seen
 
 
@@ -439,6 +440,7 @@ def test_a_caller_that_finds_the_reading_role_held_is_woken_by_its_answer(monkey
 
     monkeypatch.setattr(connection.Connection, "_lead", lead)
     second_back = threading.Event()
+    conns: list[connection.Connection] = []
 
     def script(c: FakeConn) -> None:
         c.handshake()
@@ -446,6 +448,9 @@ def test_a_caller_that_finds_the_reading_role_held_is_woken_by_its_answer(monkey
         assert first.key == b"a"
         second = c.recv()
         assert second.key == b"b"
+        # answered once "b"'s caller waits behind "a"'s (answered sooner, "a"'s caller could
+        # read it before "b"'s caller looked, and "b"'s would find it done, never waiting)
+        wait_for(lambda: bool(conns and conns[0]._followers), timeout=10)
         c.answer(second, token=2, lease_ms=second.lease_ms)
         assert second_back.wait(10)
         c.answer(first, token=1, lease_ms=first.lease_ms)
@@ -460,6 +465,7 @@ def test_a_caller_that_finds_the_reading_role_held_is_woken_by_its_answer(monkey
         # the steps below: "b"'s caller found the role free and read its own answer (seen once in
         # CI). Without the blocking recv a leading caller polls with its own timeout (60 s).
         conn._blocking_after = None
+        conns.append(conn)
         ta, out_a = in_thread(lambda: client.try_acquire("a", 10))
         wait_for(lambda: ta in leading)  # "a"'s caller holds the reading role (in recv) till data comes
         wait_for(lambda: any(r.key == b"a" for r in fake.requests))
@@ -495,3 +501,180 @@ def test_a_child_forked_from_a_worker_thread_knows_its_main_thread() -> None:
     t.join(30)
     assert status == [0]
     assert client_module._main_ident == threading.main_thread().ident
+
+
+# --- a lone caller sends and reads in one step (Connection.claim_solo / solo_round) -------------
+
+
+def _worker_pings(client: ticketing.Client, n: int) -> None:
+    t, out = in_thread(lambda: [client.ping() for _ in range(n)])
+    t.join(10)
+    assert len(out) == 1 and isinstance(out[0], list), out
+
+
+def test_a_lone_caller_claims_both_roles_and_reads_without_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Alone, a worker thread's request takes the send and the read role at once: it sends and
+    # reads its own answer without the wait loop (wait_answer) or the send queue.
+    claims: list[bool] = []
+    waits: list[int] = []
+    real_claim = connection.Connection.claim_solo
+    real_wait = connection.Connection.wait_answer
+
+    def claim(self: connection.Connection) -> bool:
+        ok = real_claim(self)
+        claims.append(ok)
+        return ok
+
+    def wait(self: connection.Connection, call: Any, timeout: float | None) -> bool:
+        waits.append(1)
+        return real_wait(self, call, timeout)
+
+    monkeypatch.setattr(connection.Connection, "claim_solo", claim)
+    monkeypatch.setattr(connection.Connection, "wait_answer", wait)
+    monkeypatch.setattr(connection, "_LINGER", 5.0)  # the reader thread stays out once it yielded
+    seen = _record_readers(monkeypatch)
+    with FakeServer(leader) as fake, ticketing.Client(fake.addr, heartbeat=0) as client:
+        client.connect()  # (the main thread: the reader thread reads its answer)
+
+        def pairs() -> int:
+            for _ in range(30):
+                client.try_acquire("solo", 10).release()  # type: ignore[union-attr]
+            return 30
+
+        t, out = in_thread(pairs)
+        t.join(10)
+        assert out == [30]
+        # the first request finds the reader thread reading (it yields the role); the others
+        # go solo, none of them waiting in wait_answer
+        assert claims.count(True) >= 55 and len(waits) == claims.count(False)
+        assert t in seen and threading.main_thread() not in seen
+        ids = [r.id for r in fake.requests]
+        assert ids == sorted(ids)
+        assert client._conn is not None and not client._conn._sending and client._conn._leader != connection._CALLER
+
+
+def test_claim_solo_refuses_while_another_thread_sends_reads_or_the_connection_closed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connection, "_LINGER", 5.0)  # the reader thread stays out once it yielded
+    with FakeServer(leader) as fake, ticketing.Client(fake.addr, heartbeat=0) as client:
+        _worker_pings(client, 3)  # the reader thread yielded the role to the worker
+        conn = client._conn
+        assert conn is not None and conn._leader == 0
+        with client._mu:
+            assert conn.claim_solo()
+            assert conn._sending and conn._leader == connection._CALLER
+            assert not conn.claim_solo()  # both roles are taken
+            conn.abort_solo()
+            assert not conn._sending and conn._leader == 0
+            conn._sending = True  # another thread sends
+            assert not conn.claim_solo() and conn._leader == 0
+            conn._sending = False
+            conn._out += b"x"  # bytes queued for the sender
+            assert not conn.claim_solo() and not conn._sending and conn._leader == 0
+            conn._out.clear()
+            conn._leader = connection._READER  # the reader thread reads
+            assert not conn.claim_solo() and not conn._sending
+            conn._leader = 0
+        _worker_pings(client, 3)
+        conn.close("test")
+        with client._mu:
+            assert not conn.claim_solo()
+        assert len(fake.conns) >= 1
+
+
+def test_a_lone_callers_partial_send_goes_to_the_writer_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The socket takes part of the request: the rest is queued for the writer thread, and the
+    # caller still reads its answer.
+    monkeypatch.setattr(connection, "_LINGER", 5.0)
+    with FakeServer(leader) as fake, ticketing.Client(fake.addr, heartbeat=0) as client:
+        _worker_pings(client, 2)
+        conn = client._conn
+        assert conn is not None and conn._direct_sock is not None
+        real = conn._direct_sock
+        sends: list[int] = []
+
+        class Short:
+            def send(self, data: bytes, flags: int = 0) -> int:
+                n = real.send(data[:5] if not sends else data, flags)
+                sends.append(n)
+                return n
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(real, name)
+
+        conn._direct_sock = Short()  # type: ignore[assignment]
+        t, out = in_thread(lambda: client.try_acquire("part", 10))
+        t.join(10)
+        assert len(out) == 1 and isinstance(out[0], ticketing.Lock), out
+        assert sends[0] == 5
+        assert [r.key for r in fake.requests if r.op == Op.ACQUIRE] == [b"part"]
+        conn._direct_sock = real
+        out[0].release()
+
+
+def test_a_lone_caller_whose_first_read_is_not_its_answer_waits_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The solo read brings a push, not the answer: the caller keeps waiting (wait_answer) and
+    # reads its answer when it comes; the push is handled on the way.
+    monkeypatch.setattr(connection, "_LINGER", 5.0)
+
+    def script(c: FakeConn) -> None:
+        c.handshake()
+        for _ in range(2):
+            c.answer(c.recv(answer_pings=False))
+        acq = c.recv()
+        c.answer(acq, token=9, lease_ms=acq.lease_ms)
+        ping = c.recv(answer_pings=False)
+        c.send(Response(op=Op.EXPIRED, status=Status.OK, id=0, token=9, detail=ExpiredReason.LEASE, data=acq.key))
+        time.sleep(0.2)
+        c.answer(ping)
+        serve(c)
+
+    with FakeServer(script) as fake, ticketing.Client(fake.addr, heartbeat=0) as client:
+        _worker_pings(client, 2)
+        claims: list[bool] = []
+        real_claim = client._conn.claim_solo  # type: ignore[union-attr]
+
+        def claim() -> bool:
+            ok = real_claim()
+            claims.append(ok)
+            return ok
+
+        client._conn.claim_solo = claim  # type: ignore[method-assign, union-attr]
+
+        def work() -> ticketing.Lock:
+            lock = client.acquire("k", 60)
+            client.ping()
+            return lock
+
+        t, out = in_thread(work)
+        t.join(10)
+        assert len(out) == 1 and isinstance(out[0], ticketing.Lock), out
+        assert out[0].lost_reason is LostReason.EXPIRED
+        assert claims == [True, True]
+        ops = fake.ops()
+        assert ops[ops.index(Op.ACQUIRE) + 1:] == [Op.PING]
+
+
+def test_a_lone_caller_with_no_time_left_gives_the_reading_role_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    # solo_round with a timeout already spent sends, reads nothing and frees both roles; the
+    # answer is then read by whoever reads next.
+    monkeypatch.setattr(connection, "_LINGER", 5.0)
+    with FakeServer(leader) as fake, ticketing.Client(fake.addr, heartbeat=0) as client:
+        _worker_pings(client, 2)
+        conn = client._conn
+        assert conn is not None
+        call = ticketing._session.Call(Op.PING)
+
+        def run() -> bool:
+            with client._mu:
+                assert conn.claim_solo()
+                data = client._session.submit_data(call, 0.0)
+            return conn.solo_round(call, data, 0.0)
+
+        t, out = in_thread(run)
+        t.join(10)
+        assert len(out) == 1 and isinstance(out[0], bool)
+        assert not conn._sending and conn._leader != connection._CALLER
+        _worker_pings(client, 1)  # the next caller reads (and handles) the PING's answer too
+        wait_for(lambda: call.done)
+        assert fake.ops().count(Op.PING) >= 4

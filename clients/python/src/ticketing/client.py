@@ -365,7 +365,7 @@ class Client(ForkAware):
         """Acquire ``key`` only if it is free now: the :class:`Lock`, or None when it is taken."""
         k = key_bytes(key)
         lm = lease_ms(lease)
-        cap = seconds_option("max_hold", max_hold)
+        cap = None if max_hold is None else seconds_option("max_hold", max_hold)
         if refuse_held and self._holds(k):
             raise AlreadyHeld(f"this client already holds key {describe_key(k)} (refuse_held=True)")
         call = Call(_ACQUIRE, k, 0, lm, 0)
@@ -480,7 +480,9 @@ class Client(ForkAware):
             arm = fire - _clock.now() < LOST_ARM_WITHIN or bool(unarmed and unarmed[-1][0] > fire)
             if not arm:
                 unarmed.append((fire, lock))
-        lock._start(keepalive and not self._closed, max_hold, arm)
+            keepalive = keepalive and not self._closed
+        if arm or keepalive:  # (else _start has nothing to do: the usual lock)
+            lock._start(keepalive, max_hold, arm)
         if reason is not None:
             lock._set_lost(LostReason(reason))
         return lock
@@ -537,6 +539,7 @@ class Client(ForkAware):
         # (Connection.wait_answer): no hand-off from the reader thread. The main thread, where a
         # KeyboardInterrupt lands, leaves the reading to the reader thread.
         done: _thread.LockType | None = None
+        solo: Connection | None = None
         if _get_ident() == _main_ident:
             # A plain lock taken once and released by the answer's callback: a cheaper wake-up
             # than threading.Event (no Condition, no waiter list). Registered before the submit:
@@ -549,10 +552,27 @@ class Client(ForkAware):
         else:
             # Other threads make their wake-up lock only when they have to wait for another
             # thread (wait_for_done, Connection.wait_answer): a caller that reads its own answer,
-            # as every caller does while it is alone, needs none.
-            conn = self._submit(call, connect=connect, lead=True)
+            # as every caller does while it is alone, needs none. A lone caller (nobody sends,
+            # nobody reads, nothing queued) claims both roles with its request id, under the
+            # lock (Connection.claim_solo), then sends and reads in one step (solo_round).
+            with self._mu:
+                if self._closed or (self._closing and call.op != Op.RELEASE):
+                    raise ClientClosed(f"the client is closed ({call.describe()})")
+                session = self._session
+                current = self._conn
+                if current is not None and session.ready and not session.out and current.claim_solo():
+                    try:
+                        data = session.submit_data(call, _clock.now())
+                    except BaseException:  # (the arguments were checked: not expected)
+                        current.abort_solo()
+                        raise
+                    solo = current
+            if solo is None:
+                conn = self._submit(call, connect=connect, lead=True)
         try:
-            if conn is not None:
+            if solo is not None:
+                answered = solo.solo_round(call, data, timeout)
+            elif conn is not None:
                 answered = conn.wait_answer(call, timeout)
             elif done is not None:
                 answered = done.acquire(True, -1 if timeout is None else timeout)

@@ -10,9 +10,13 @@ callers one send carries the requests of several.
 On a plain connection a waiting caller may also read the socket itself while no other thread
 reads it (:meth:`Connection.wait_answer`, leader/follower): it handles every frame that arrives,
 and once its own answer is in it hands the reading role to another waiting caller, or leaves it
-free. On Linux the socket has a receive timeout (``SO_RCVTIMEO``, ``_RCV_TIMEOUT``): a caller
-whose deadline is further away than that blocks in ``recv`` itself, one system call instead of
-``poll`` then ``recv`` (the timeout bounds the wait, and it looks at its deadline again); a
+free. A lone caller (nobody sends, nobody reads, nothing queued: :meth:`Connection.claim_solo`,
+under the client's lock, with its request id) takes the sending and the reading role at once and
+then sends and reads in one step (:meth:`Connection.solo_round`): one ``send``, one ``recv``, no
+queue, no wait for another thread; anything unusual (a partial send, a push before its answer, the
+receive timeout) goes on as above. On Linux the socket has a receive timeout (``SO_RCVTIMEO``,
+``_RCV_TIMEOUT``): a caller whose deadline is further away than that blocks in ``recv`` itself,
+one system call instead of ``poll`` then ``recv`` (the timeout bounds the wait, and it looks at its deadline again); a
 caller with less time left polls with its own timeout. The reader thread takes the timeout as a
 quiet interval and reads on. The reader thread then stays out of the socket while callers keep coming (it takes the role
 back after ``_LINGER`` without a reading caller, or at once when :meth:`Connection.write` queues
@@ -501,8 +505,8 @@ class Connection:
         they complete, then give the role up (to a waiting caller whose answer is still out)."""
         sock = self._direct_sock
         assert sock is not None
-        reason = ""
         blocking_after = self._blocking_after
+        data: bytes | None
         try:
             if blocking_after is not None and (left is None or left > blocking_after):
                 # Blocking recv: returns what arrives, b"" at the end (also once close() shut
@@ -516,6 +520,22 @@ class Connection:
                     data = sock.recv(_RECV_SIZE, _DONTWAIT)
                 else:
                     data = None
+        except Exception as e:
+            self._read_done(None, e)
+        except BaseException:
+            self._read_done(None, None)
+            raise
+        else:
+            self._read_done(data, None)
+
+    def _read_done(self, data: bytes | None, error: Exception | None) -> None:
+        """The reading role's read returned ``data`` (None: nothing within the wait; b"": the end)
+        or failed with ``error``: handle every frame completed, give the role up (to a waiting
+        caller whose answer is still out), close the connection if the read says so."""
+        reason = ""
+        try:
+            if error is not None:
+                raise error
             if data is not None:
                 if not data:
                     reason = "the server closed the connection"
@@ -529,7 +549,7 @@ class Connection:
                             self._on_frames(self, frames)
                         finally:
                             handling.on = False
-        except BlockingIOError:
+        except BlockingIOError:  # the socket's receive timeout passed
             pass
         except ProtocolError as e:
             reason = f"protocol error from the server: {e}"
@@ -540,10 +560,12 @@ class Connection:
             reason = f"reader failed: {e!r}"
             log.exception("reading on a caller's thread failed")
         finally:
-            with self._rl:
-                self._leader = 0
-                if self._followers:
-                    self._hand_off_locked()
+            rl = self._rl
+            rl.acquire()
+            self._leader = 0
+            if self._followers:
+                self._hand_off_locked()  # (does not raise)
+            rl.release()
         if reason:
             self.close(reason)
 
@@ -602,6 +624,101 @@ class Connection:
                 self._out.clear()
             self._sending = True
             return data
+
+    def claim_solo(self) -> bool:
+        """For a caller about to send a request and read its answer, with the client's lock held
+        (taken before this connection's locks): when nobody sends, nothing is queued and nobody
+        reads, make this thread the sender and the reader at once and return True; it must call
+        :meth:`solo_round` next, once it no longer holds the client's lock. Else change nothing
+        and return False (the caller takes :meth:`write_claim` and :meth:`wait_answer`).
+
+        The lone caller's request in one step: no queue, no hand-off, and no wait for another
+        thread (the reading role cannot be taken by the reader thread between the send and the
+        read, so the answer is read where it is awaited)."""
+        lock = self._lock
+        lock.acquire()  # (not ``with``: cheaper, and nothing below can raise)
+        if self._sending or self._out or self._closed or not self.shared_reading:
+            lock.release()
+            return False
+        rl = self._rl
+        rl.acquire()  # taken last, as everywhere (see __init__)
+        if self._leader:
+            rl.release()
+            lock.release()
+            return False
+        self._leader = _CALLER
+        self._recent = True
+        rl.release()
+        self._sending = True
+        lock.release()
+        return True
+
+    def abort_solo(self) -> None:
+        """Give up both roles that :meth:`claim_solo` took, without sending or reading."""
+        with self._lock:
+            self._sending = False
+            if self._out:
+                self._cond.notify()
+        with self._rl:
+            self._leader = 0
+            if self._followers:
+                self._hand_off_locked()
+
+    def solo_round(self, call: _Waitable, data: bytes, timeout: float | None) -> bool:
+        """After :meth:`claim_solo`: send ``data`` without blocking (what the socket does not take
+        goes to the writer thread, with what others queued meanwhile), then read while holding the
+        reading role, as :meth:`wait_answer` does, and go on as it does if ``call`` is not done
+        by then. Returns ``call.done``; does not raise."""
+        end = None if timeout is None else time.monotonic() + timeout
+        sock = self._direct_sock
+        assert sock is not None
+        try:
+            sent = sock.send(data, _DONTWAIT)
+        except OSError:  # BlockingIOError: the socket's buffer is full; else the writer reports it
+            sent = 0
+        lock = self._lock
+        lock.acquire()
+        if sent == len(data) and not self._out:  # the usual case: all sent, nobody queued meanwhile
+            self._sending = False
+            lock.release()
+        else:
+            lock.release()
+            self._send_rest(data, sent)
+        blocking_after = self._blocking_after
+        if timeout is not None and timeout <= 0:  # no time to wait (as wait_answer): give the role up
+            self._read_done(None, None)
+        elif blocking_after is None or (timeout is not None and timeout <= blocking_after):
+            self._lead(timeout)  # releases the role (and wakes a caller that waits for it)
+        else:
+            # _lead's blocking read, without its steps
+            try:
+                got = sock.recv(_RECV_SIZE)
+            except Exception as e:
+                self._read_done(None, e)
+            except BaseException:
+                self._read_done(None, None)  # (gives the role up)
+                raise
+            else:
+                self._read_done(got, None)
+        if call.done:
+            return True
+        return self.wait_answer(call, None if end is None else end - time.monotonic())
+
+    def _send_rest(self, data: bytes, sent: int) -> None:
+        """The sender sent ``sent`` bytes of ``data``: queue the rest for the writer thread, or
+        send what others queued meanwhile (:meth:`send_claimed`), or end the send claim."""
+        with self._lock:
+            if sent < len(data):
+                self._out[:0] = data[sent:]
+                self._sending = False
+                self._cond.notify()
+                return
+            if not self._out or self._closed:
+                self._sending = False
+                return
+            data = bytes(self._out)
+            self._out.clear()
+        self.send_claimed(data)
 
     def send_claimed(self, data: bytes) -> None:
         """Send ``data`` (from :meth:`write_claim`) without blocking, then what others queued

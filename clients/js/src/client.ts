@@ -24,6 +24,7 @@ import { Lock, type CallOptions, type LockDone, type LockOwner } from './lock.js
 import type { Reply } from './connection.js';
 import { ExpiredReason, FrameError, InspectFlag, Op, Status, decodeInspectData } from './protocol.js';
 import { Session, whatText, type Answer, type CallSpec, type OnDone, type What } from './session.js';
+import { IntTable } from './table.js';
 import {
   boolOption,
   describeKey,
@@ -303,6 +304,44 @@ function parseEndpoints(v: unknown): Endpoint[] {
   });
 }
 
+/** 2^53: the tokens that the {@link IntTable} of {@link LockTable} keys exactly (every token, in practice). */
+const SAFE_TOKEN = 0x20000000000000n;
+
+/**
+ * The locks held, by token: an {@link IntTable} (a lock added and removed per acquire and
+ * release allocates nothing there, unlike a `Map`), and a `Map` for tokens of 2^53 and above,
+ * which a number cannot tell apart (never reached in practice: 2^53 grants).
+ */
+class LockTable {
+  readonly #small = new IntTable<Lock>();
+  #big: Map<bigint, Lock> | undefined;
+
+  get size(): number {
+    return this.#small.size + (this.#big?.size ?? 0);
+  }
+
+  get(token: bigint): Lock | undefined {
+    return token < SAFE_TOKEN ? this.#small.get(Number(token)) : this.#big?.get(token);
+  }
+
+  set(token: bigint, lock: Lock): void {
+    if (token < SAFE_TOKEN) this.#small.set(Number(token), lock);
+    else (this.#big ??= new Map()).set(token, lock);
+  }
+
+  delete(token: bigint): void {
+    if (token < SAFE_TOKEN) this.#small.delete(Number(token));
+    else this.#big?.delete(token);
+  }
+
+  /** The locks, by token (a new array). */
+  values(): Lock[] {
+    const out = this.#small.values();
+    if (this.#big) out.push(...this.#big.values());
+    return out;
+  }
+}
+
 /**
  * A Ticketing client: one session with the server over one multiplexed connection. Safe to
  * share across the whole process; every call may run concurrently (requests are pipelined).
@@ -326,7 +365,7 @@ export class Client extends EventEmitter<ClientEvents> implements LockOwner {
   readonly #releaseOnClose: boolean;
   readonly #unrefWhileHeld: boolean;
   /** Locks held (not released, not lost), by token. */
-  readonly #locks = new Map<bigint, Lock>();
+  readonly #locks = new LockTable();
   #closing: Promise<void> | undefined;
   #closed = false;
 

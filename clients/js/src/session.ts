@@ -44,6 +44,7 @@ import {
   UnsupportedVersionError,
 } from './errors.js';
 import { ClientRules, GoawayReason, HEADER_SIZE, Op, Sizes, Status, encodeRequest } from './protocol.js';
+import { IntTable } from './table.js';
 
 /** Send ACK after this many answers (half of ACK_EVERY, so that a slow ACK never breaks the rule). */
 const ACK_AFTER = ClientRules.ACK_EVERY / 2;
@@ -303,16 +304,21 @@ const MAX_TIMER_MS = 0x7fffffff;
 /** 2^53: tokens below it are written as two 32-bit halves of a number (no bigint arithmetic). */
 const SAFE = 0x20000000000000n;
 
-/** Writes a u64 at `off`. */
-function putU64(b: Buffer, off: number, v: bigint): void {
-  if (v === 0n) {
-    b.writeUInt32BE(0, off);
-    b.writeUInt32BE(0, off + 4);
-  } else if (v < SAFE) {
-    const n = Number(v);
-    b.writeUInt32BE(Math.floor(n / 0x100000000), off);
-    b.writeUInt32BE(n >>> 0, off + 4);
-  } else b.writeBigUInt64BE(v, off);
+/**
+ * Writes the u32 `v` at `off` (big-endian). Plain byte stores: Buffer#writeUInt32BE checks its
+ * value and offset on every call, and the fields here are checked already.
+ */
+function put32(b: Buffer, off: number, v: number): void {
+  b[off] = v >>> 24;
+  b[off + 1] = v >>> 16;
+  b[off + 2] = v >>> 8;
+  b[off + 3] = v;
+}
+
+/** Writes a u64 below 2^53 at `off`. */
+function put53(b: Buffer, off: number, v: number): void {
+  put32(b, off, Math.floor(v / 0x100000000));
+  put32(b, off + 4, v >>> 0);
 }
 
 /**
@@ -325,15 +331,18 @@ function encodeFrame(op: number, id: number, token: bigint, leaseMs: number, wai
   }
   const n = key === undefined ? 0 : key.length;
   const b = Buffer.allocUnsafe(HEADER_SIZE + n);
-  b.writeUInt32BE(HEADER_SIZE - 4 + n, 0);
+  put32(b, 0, HEADER_SIZE - 4 + n);
   b[4] = op;
   b[5] = 0;
-  b.writeUInt16BE(n, 6);
-  b.writeUInt32BE(Math.floor(id / 0x100000000), 8);
-  b.writeUInt32BE(id >>> 0, 12);
-  putU64(b, 16, token);
-  b.writeUInt32BE(leaseMs, 24);
-  b.writeUInt32BE(waitMs, 28);
+  b[6] = n >>> 8;
+  b[7] = n;
+  put53(b, 8, id);
+  if (token === 0n) {
+    put32(b, 16, 0);
+    put32(b, 20, 0);
+  } else put53(b, 16, Number(token));
+  put32(b, 24, leaseMs);
+  put32(b, 28, waitMs);
   if (n > 0) b.set(key!, HEADER_SIZE);
   return b;
 }
@@ -348,7 +357,8 @@ export class Session {
   sessionId: Buffer = newSessionId();
   #nextId = 1;
   readonly #queue: Call[] = [];
-  readonly #sent = new Map<number, Call>();
+  /** Written requests awaiting their answer, by id (a table that allocates nothing per request; values() in id order). */
+  readonly #sent = new IntTable<Call>();
   #conn: Connection | undefined;
   #dialing: Promise<void> | undefined;
   #dialAbort: AbortController | undefined;
@@ -420,10 +430,13 @@ export class Session {
     }
     this.#pendingUser++;
     this.#updateRef();
+    // The bookkeeping goes before the write where it can: a frame written at once (see
+    // Connection.write) may wake the server on this CPU, which then waits for this code to end.
+    if (spec.timeoutMs > 0 && spec.op !== Op.ACQUIRE) this.#deadlines.arm(call, spec.timeoutMs);
     this.#submit(call);
     // An ACQUIRE written at once got its timer from #send (its wait timeout plus this one, or none
     // for a wait without limit): one timer per call, not two.
-    if (spec.timeoutMs > 0 && !call.settled && (spec.op !== Op.ACQUIRE || call.state === 'queued')) {
+    if (spec.timeoutMs > 0 && spec.op === Op.ACQUIRE && call.state === 'queued' && !call.settled) {
       this.#deadlines.arm(call, spec.timeoutMs);
     }
     return call;
@@ -456,7 +469,7 @@ export class Session {
     call.retried = retry;
     this.#sent.set(call.id, call);
     const s = call.spec;
-    conn.write(encodeFrame(s.op, call.id, s.token ?? 0n, s.leaseMs ?? 0, s.waitMs ?? 0, s.key));
+    // The timer before the write (see request).
     if (first && s.timeoutMs > 0) {
       if (call.internal) {
         this.#deadlines.arm(call, s.timeoutMs);
@@ -466,6 +479,7 @@ export class Session {
         else this.#deadlines.arm(call, s.waitMs! + s.timeoutMs);
       }
     }
+    conn.write(encodeFrame(s.op, call.id, s.token ?? 0n, s.leaseMs ?? 0, s.waitMs ?? 0, s.key));
   }
 
   #onTimeout(call: Call): void {

@@ -143,8 +143,9 @@ const RENAMED: Record<string, string> = {
 export function optionsArg<T extends object>(name: string, v: unknown, known: readonly string[]): Partial<T> {
   if (v === undefined) return {};
   if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new InvalidArgumentError(`${name} must be an object, got ${show(v)}`);
-  for (const k of Object.keys(v)) {
-    if (known.includes(k)) continue;
+  // for-in, not Object.keys: no array per call (an own-property check keeps Object.keys' meaning).
+  for (const k in v) {
+    if (known.includes(k) || !Object.hasOwn(v, k)) continue;
     const hint = RENAMED[k] && known.includes(RENAMED[k]) ? ` (did you mean ${RENAMED[k]}? durations are integer milliseconds)` : '';
     throw new InvalidArgumentError(`unknown option ${JSON.stringify(k)} in ${name}${hint}; known: ${known.join(', ')}`);
   }

@@ -125,6 +125,58 @@ describe('handshake', () => {
     );
   });
 
+  test('after a read of one answer the next request is written at once, the rest of its tick after it: ids in wire order', async () => {
+    // One answer per read: each caller's next request takes the write-at-once path; several
+    // requests made in the same tick after it (a burst) follow it, queued for the tick's end.
+    const { srv, client } = await setup({}, { heartbeatIntervalMs: 0 });
+    for (let round = 0; round < 20; round++) {
+      const lock = await client.tryAcquire(`one-${round % 3}`);
+      assert.ok(lock);
+      await lock.release();
+    }
+    await client.ping();
+    const burst = await Promise.all([client.ping(), client.acquire('b1'), client.ping(), client.inspect('b2'), client.acquire('b3')]);
+    assert.equal(burst.length, 5);
+    const ids = (await srv.conn(0)).requests.map((r) => r.id);
+    assert.deepEqual(
+      ids,
+      Array.from({ length: ids.length }, (_, i) => BigInt(i + 1)),
+    );
+    assert.equal(ids.length, 20 * 2 + 1 + 5);
+  });
+
+  test('a read of several answers: the callers it resumes write their requests together, ids in wire order', async () => {
+    // The server holds its answers and sends each group of 4 in one write, so that one read
+    // carries several answers (the write-at-once path is then not taken for what they prompt).
+    let held: Buffer[] = [];
+    const grouped = (c: FakeConn, r: Request): void => {
+      const token = r.op === Op.ACQUIRE ? 1000n + r.id : (r.token ?? 0n);
+      held.push(encodeResponse({ op: r.op, status: Status.OK, id: r.id, token, leaseMs: r.leaseMs ?? 0, detail: 0 }));
+      if (held.length === 4) {
+        c.socket.write(Buffer.concat(held));
+        held = [];
+      }
+    };
+    const { srv, client } = await setup({ onRequest: grouped }, { heartbeatIntervalMs: 0 });
+    const pairs = await Promise.all(
+      Array.from({ length: 4 }, async (_, i) => {
+        let n = 0;
+        for (let k = 0; k < 10; k++) {
+          const lock = await client.acquire(`g${i}`);
+          await lock.release();
+          n++;
+        }
+        return n;
+      }),
+    );
+    assert.deepEqual(pairs, [10, 10, 10, 10]);
+    const ids = (await srv.conn(0)).requests.map((r) => r.id);
+    assert.deepEqual(
+      ids,
+      Array.from({ length: 80 }, (_, i) => BigInt(i + 1)),
+    );
+  });
+
   test('refuses a server without AUTH_REQUIRED when a token is configured', async () => {
     const { client } = await setup({}, { token: 'secret' });
     await assert.rejects(client.connect(), (e: unknown) => e instanceof AuthFailedError && /does not require authentication/.test(e.message));

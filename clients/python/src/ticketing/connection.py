@@ -707,18 +707,26 @@ class Connection:
     def _send_rest(self, data: bytes, sent: int) -> None:
         """The sender sent ``sent`` bytes of ``data``: queue the rest for the writer thread, or
         send what others queued meanwhile (:meth:`send_claimed`), or end the send claim."""
+        more = self._after_send(data, sent)
+        if more is not None:
+            self.send_claimed(more)
+
+    def _after_send(self, data: bytes, sent: int) -> bytes | None:
+        """The sender sent ``sent`` bytes of ``data``: queue the rest for the writer thread and
+        end the send claim; or, all sent, take what others queued meanwhile (still the sender)
+        and return it; or end the send claim. None: the claim ended."""
         with self._lock:
             if sent < len(data):
                 self._out[:0] = data[sent:]
                 self._sending = False
                 self._cond.notify()
-                return
+                return None
             if not self._out or self._closed:
                 self._sending = False
-                return
-            data = bytes(self._out)
+                return None
+            more = bytes(self._out)
             self._out.clear()
-        self.send_claimed(data)
+            return more
 
     def send_claimed(self, data: bytes) -> None:
         """Send ``data`` (from :meth:`write_claim`) without blocking, then what others queued
@@ -730,17 +738,10 @@ class Connection:
                 sent = sock.send(data, _DONTWAIT)
             except OSError:  # BlockingIOError: the socket's buffer is full; else the writer reports it
                 sent = 0
-            with self._lock:
-                if sent < len(data):
-                    self._out[:0] = data[sent:]
-                    self._sending = False
-                    self._cond.notify()
-                    return
-                if not self._out or self._closed:
-                    self._sending = False
-                    return
-                data = bytes(self._out)
-                self._out.clear()
+            more = self._after_send(data, sent)
+            if more is None:
+                return
+            data = more
         with self._lock:
             self._out[:0] = data
             self._sending = False

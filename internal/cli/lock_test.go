@@ -27,21 +27,13 @@ import (
 // waitFile waits (bounded) until path exists and returns its content.
 func waitFile(t *testing.T, path string) string {
 	t.Helper()
-	deadline := time.Now().Add(bound)
-	for {
-		if b, err := os.ReadFile(path); err == nil {
-			return string(b)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never appeared", path)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return waitChild(t, path, nil, nil)
 }
 
 // waitChild is waitFile for the file COMMAND writes when it starts under `ticketing lock`:
 // when the CLI exits first, or the file never comes, it fails with the CLI's stderr (a timeout
 // alone says nothing about which of the CLI, its watchdog or COMMAND did not get there).
+// exited and errb may be nil (waitFile).
 func waitChild(t *testing.T, path string, exited <-chan struct{}, errb *syncBuffer) string {
 	t.Helper()
 	deadline := time.Now().Add(bound)
@@ -50,7 +42,7 @@ func waitChild(t *testing.T, path string, exited <-chan struct{}, errb *syncBuff
 			return string(b)
 		}
 		select {
-		case <-exited:
+		case <-exited: // (a nil channel: never)
 			if b, err := os.ReadFile(path); err == nil {
 				return string(b)
 			}
@@ -58,6 +50,9 @@ func waitChild(t *testing.T, path string, exited <-chan struct{}, errb *syncBuff
 		default:
 		}
 		if time.Now().After(deadline) {
+			if errb == nil {
+				t.Fatalf("%s never appeared", path)
+			}
 			t.Fatalf("%s never appeared; ticketing lock's stderr:\n%s", path, errb)
 		}
 		time.Sleep(5 * time.Millisecond)

@@ -556,8 +556,7 @@ class Client(ForkAware):
             # nobody reads, nothing queued) claims both roles with its request id, under the
             # lock (Connection.claim_solo), then sends and reads in one step (solo_round).
             with self._mu:
-                if self._closed or (self._closing and call.op != Op.RELEASE):
-                    raise ClientClosed(f"the client is closed ({call.describe()})")
+                self._refuse_closed_locked(call)
                 session = self._session
                 current = self._conn
                 if current is not None and session.ready and not session.out and current.claim_solo():
@@ -619,14 +618,19 @@ class Client(ForkAware):
         with self._mu:
             return _timeout_error(call, timeout, self.endpoint, self._endpoints, self._last_error, self._last_round)
 
+    def _refuse_closed_locked(self, call: Call) -> None:
+        """Raise ClientClosed for ``call`` once the client is closed (or closing: a RELEASE still
+        goes out). The lock must be held."""
+        if self._closed or (self._closing and call.op != Op.RELEASE):
+            raise ClientClosed(f"the client is closed ({call.describe()})")
+
     def _submit(self, call: Call, *, connect: bool = False, lead: bool = False) -> Connection | None:
         """Queue ``call`` and send it from this thread when possible. With ``lead`` (the caller
         waits for the answer on a thread that may read), returns the connection to read it on
         with :meth:`Connection.wait_answer` (None: wait for the callback); else the reader
         thread is told that an answer is coming."""
         with self._mu:
-            if self._closed or (self._closing and call.op != Op.RELEASE):
-                raise ClientClosed(f"the client is closed ({call.describe()})")
+            self._refuse_closed_locked(call)
             session = self._session
             current = self._conn
             if current is not None and session.ready and not session.out:

@@ -271,14 +271,10 @@ func run(o *options) error {
 	if has(o.systems, "ticketing") && o.tkBin == "" {
 		o.tkBin = filepath.Join(o.out, "tmp", "ticketing")
 		abs, _ := filepath.Abs(o.tkBin)
-		flags, err := serverBuildFlags(o.repo)
-		if err != nil {
-			return err
-		}
-		logf("building the Ticketing server: CGO_ENABLED=0 go build <cmd/ticketing/gcflags.txt> -o %s ./cmd/ticketing (in %s; static, as make build does)", abs, o.repo)
-		cmd := exec.Command("go", append(append([]string{"build"}, flags...), "-o", abs, "./cmd/ticketing")...)
+		logf("building the Ticketing server: toolchain/go-build.sh -o %s ./cmd/ticketing (in %s; the release build of make build)", abs, o.repo)
+		repo, _ := filepath.Abs(o.repo)
+		cmd := exec.Command("bash", filepath.Join(repo, "toolchain", "go-build.sh"), "-o", abs, "./cmd/ticketing")
 		cmd.Dir = o.repo
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("building the Ticketing server: %w", err)
@@ -410,20 +406,4 @@ func run(o *options) error {
 	b.meta.LoadAvgEnd = loadAvg()
 	b.meta.Finished = time.Now().UTC().Format(time.RFC3339)
 	return b.report()
-}
-
-// serverBuildFlags reads the release build's compiler flags (cmd/ticketing/gcflags.txt, one per
-// line, '#' lines comments), so that the harness measures the binary `make build` makes.
-func serverBuildFlags(repo string) ([]string, error) {
-	b, err := os.ReadFile(filepath.Join(repo, "cmd", "ticketing", "gcflags.txt"))
-	if err != nil {
-		return nil, fmt.Errorf("the server's build flags: %w", err)
-	}
-	var flags []string
-	for _, line := range strings.Split(string(b), "\n") {
-		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
-			flags = append(flags, line)
-		}
-	}
-	return flags, nil
 }

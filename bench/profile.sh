@@ -33,7 +33,7 @@ func init() {
 	}
 }
 GO
-(cd "$work" && CGO_ENABLED=0 go build $(grep -v '^#' cmd/ticketing/gcflags.txt) -o "$out/tmp/ticketing-pprof" ./cmd/ticketing)
+(cd "$work" && toolchain/go-build.sh -o "$out/tmp/ticketing-pprof" ./cmd/ticketing)
 cd "$here"
 go build -o "$out/tmp/bench" .
 "$out/tmp/bench" -systems ticketing -workloads a -conns 64 -duration 10s \

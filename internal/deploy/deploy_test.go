@@ -273,8 +273,8 @@ func TestDeploySystemdUnitVerifies(t *testing.T) {
 	}
 }
 
-// TestDockerfileBuildStage runs the Dockerfile's build command (the build stage's `go build`
-// line, /out replaced by a temporary folder) and checks that it yields a static binary that
+// TestDockerfileBuildStage runs the Dockerfile's build command (the build stage's
+// toolchain/go-build.sh line, /out replaced by a temporary folder) and checks that it yields a static binary that
 // starts from the generated command line and grants a lock.
 func TestDockerfileBuildStage(t *testing.T) {
 	df, err := os.ReadFile("../../deploy/Dockerfile")
@@ -289,7 +289,7 @@ func TestDockerfileBuildStage(t *testing.T) {
 			}
 			stage1 = line
 		}
-		if strings.HasPrefix(line, "RUN ") && strings.Contains(line, "go build") {
+		if strings.HasPrefix(line, "RUN ") && strings.Contains(line, "toolchain/go-build.sh") {
 			buildCmd = strings.TrimPrefix(line, "RUN ")
 		}
 	}

@@ -477,6 +477,8 @@ func (t *Table) drain(now int64) {
 	if len(evs) == 0 {
 		return
 	}
+	// One output per event, most often: room for them at once (see SetCeiling).
+	t.sess.outs = slices.Grow(t.sess.outs, len(evs))
 	for k := range evs {
 		ev := &evs[k]
 		i := t.sess.slotOf(ev.Owner)

@@ -218,3 +218,37 @@ func TestMemoryBusySessionOutcomes(t *testing.T) {
 		bound(t, fmt.Sprintf("per busy session's stored outcomes (ACK every %d answers, lagging %d)", tc.every, tc.lag), bytes, tc.maxBytes)
 	}
 }
+
+// TestCeilingBurstGrowsOnce: a node's first burst of acquires waits for its first durable write
+// (the horizon), and when the ceiling comes every stalled key is granted in one call. The events
+// and the outputs of that call take room for all of them at once: grown by doubling, both lists
+// left as much again in outgrown arrays, resident until the first collection (issue 28: about
+// 590 KB at 64 busy connections with 32 requests in flight each).
+func TestCeilingBurstGrowsOnce(t *testing.T) {
+	const n = 2048
+	tb := New(Config{Durable: true})
+	s := attach(t, tb, 1, 1, 1, 5e9)
+	reqs := make([]wire.Request, n)
+	for i := range reqs {
+		reqs[i] = acq(uint64(i+1), fmt.Sprintf("burst-%d", i), 30000)
+	}
+	if outs := send(tb, 2, s, reqs...); len(outs) != 0 {
+		t.Fatalf("%d outputs before the ceiling: the acquires did not wait for it", len(outs))
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	tb.Ceiling(3, 1<<20, 3+3600e9)
+	runtime.ReadMemStats(&after)
+	if got := len(tb.Outs()); got != n {
+		t.Fatalf("%d outputs after the ceiling, want %d grants", got, n)
+	}
+	// The events once, the outputs once, the stored outcomes' growth steps (TestOutcomeGrowth)
+	// and the lease timers' slab (a few arrays, none per grant).
+	if mallocs := after.Mallocs - before.Mallocs; mallocs > 16 {
+		t.Errorf("granting %d stalled keys took %d allocations", n, mallocs)
+	}
+	evsz, outsz := unsafe.Sizeof(Event{})*n, unsafe.Sizeof(Out{})*n
+	if bytes := after.TotalAlloc - before.TotalAlloc; bytes > uint64(2*(evsz+outsz)) {
+		t.Errorf("granting %d stalled keys allocated %d bytes; its events and outputs are %d and %d", n, bytes, evsz, outsz)
+	}
+}

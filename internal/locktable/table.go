@@ -601,6 +601,11 @@ func (t *Table) SetCeiling(now int64, tokenLimit uint64, horizon int64) {
 	}
 	t.tokenLimit = max(t.tokenLimit, tokenLimit)
 	t.horizon = max(t.horizon, horizon)
+	// Every stalled key and deferred extend may produce an event: room for all of them at once.
+	// A node's first burst of acquires waits here for its first horizon write (2,048 at 64
+	// connections with 32 in flight each), and growing the list by doubling left as much again
+	// in outgrown arrays, resident until the first collection (issue 28).
+	t.events = slices.Grow(t.events, t.nstalled+len(t.deferred))
 	for n := t.nstalled; n > 0 && t.shead != nilIdx; n-- {
 		ei := t.shead
 		t.unstall(ei)

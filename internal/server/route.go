@@ -70,7 +70,7 @@ func (s *Server) route(cur *conn) {
 				s.crashBeforeGrantReply() // tests: the grant is committed (and applied here), its answer never written
 			}
 			if d == cur {
-				cur.resp = wire.AppendResponse(cur.resp, &o.Resp)
+				cur.resp = wire.AppendResponse(answerBuf(cur.resp), &o.Resp)
 				if grant {
 					cur.grants = append(cur.grants, grantMark{len(cur.resp), o.Resp.ID})
 				}

@@ -200,7 +200,17 @@ func (b *bench) workloadA() error {
 				if sys == "ticketing" && b.pprofAddr != "" && conns == maxConns && rep == 0 {
 					prof = b.fetchServerProfile()
 				}
+				// Ticketing's admin listener is on (its default) and /metrics is scraped once a
+				// second during every point, as an operator's Prometheus would (issue 28).
+				var scr *scraper
+				if sys == "ticketing" {
+					scr = startScraper(b.server(sys).adminAddr())
+				}
 				res, err := runPoint(b.server(sys).target(), ws, o.warmup, o.duration, o.drain, false)
+				scraped := ""
+				if scr != nil {
+					scraped = "  /metrics: " + scr.stop()
+				}
 				if prof != nil {
 					if perr := <-prof; perr != nil {
 						logf("server CPU profile: %v", perr)
@@ -217,8 +227,8 @@ func (b *bench) workloadA() error {
 						res.pingRTT = rtt
 					}
 				}
-				logf("(a) run %d/%d  %-9s conns=%-3d depth=%d  %12.0f ops/s  p99 %8.0f us  rss max %6d KiB  errors %d  cpu server %.2f harness %.2f  ping %.1f us",
-					rep+1, o.repeat, sys, conns, o.depth, res.opsPerSec(), us(res.hist.ValueAtQuantile(99)), res.rssMaxKB, res.errs, res.cpuServer, res.cpuHarn, us(int64(res.pingRTT)))
+				logf("(a) run %d/%d  %-9s conns=%-3d depth=%d  %12.0f ops/s  p99 %8.0f us  rss max %6d KiB  errors %d  cpu server %.2f harness %.2f  ping %.1f us%s",
+					rep+1, o.repeat, sys, conns, o.depth, res.opsPerSec(), us(res.hist.ValueAtQuantile(99)), res.rssMaxKB, res.errs, res.cpuServer, res.cpuHarn, us(int64(res.pingRTT)), scraped)
 				if b.aRuns[sys] == nil {
 					b.aRuns[sys] = map[int][]*pointResult{}
 				}

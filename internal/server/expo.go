@@ -1,12 +1,14 @@
 package server
 
 import (
+	"bytes"
 	"math"
 	"os"
 	"runtime"
 	rtmetrics "runtime/metrics"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -21,7 +23,15 @@ import (
 const expoContentType = "text/plain; version=0.0.4; charset=utf-8"
 
 // expo accumulates one scrape.
-type expo struct{ b []byte }
+type expo struct {
+	b []byte
+	// Reused from scrape to scrape (metrics.scrapeMu): a scrape allocates nothing of its own
+	// once warm, so that a scraped node's memory does not grow between collections, which the
+	// request path, allocating nothing, makes rare (issue 28).
+	samples []rtmetrics.Sample
+	stat    [1024]byte // /proc/self/stat
+	dirents []byte     // /proc/self/fd's entries
+}
 
 // family starts a family; its samples must follow before the next family.
 func (e *expo) family(name, typ, help string) {
@@ -155,10 +165,13 @@ var goSamples = []struct {
 
 // writeRuntime writes the go_* and process_* series.
 func (e *expo) writeRuntime() {
-	samples := make([]rtmetrics.Sample, len(goSamples))
-	for i := range goSamples {
-		samples[i].Name = goSamples[i].metric
+	if e.samples == nil {
+		e.samples = make([]rtmetrics.Sample, len(goSamples))
+		for i := range goSamples {
+			e.samples[i].Name = goSamples[i].metric
+		}
 	}
+	samples := e.samples
 	rtmetrics.Read(samples)
 	e.family("go_info", "gauge", "Information about the Go environment.")
 	e.float("go_info", 1, "version", runtime.Version())
@@ -181,34 +194,43 @@ const userHZ = 100
 
 // writeProcess writes the process_* series from /proc (nothing where there is no /proc).
 func (e *expo) writeProcess() {
-	stat, err := os.ReadFile("/proc/self/stat")
+	n, err := readProc("/proc/self/stat", e.stat[:])
 	if err != nil {
 		return
 	}
+	stat := e.stat[:n]
 	// The fields after the command name (which may hold spaces and parentheses): state is 0,
 	// utime 11, stime 12, starttime 19, vsize 20, rss 21.
-	i := strings.LastIndexByte(string(stat), ')')
+	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 {
 		return
 	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 22 {
+	var f [22][]byte
+	k := 0
+	for field := range bytes.FieldsSeq(stat[i+1:]) {
+		if k == len(f) {
+			break
+		}
+		f[k] = field
+		k++
+	}
+	if k < len(f) {
 		return
 	}
-	num := func(k int) float64 { v, _ := strconv.ParseUint(f[k], 10, 64); return float64(v) }
+	num := func(k int) float64 { v, _ := strconv.ParseUint(string(f[k]), 10, 64); return float64(v) }
 	e.family("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.")
 	e.float("process_cpu_seconds_total", (num(11)+num(12))/userHZ)
 	e.family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.")
 	e.float("process_resident_memory_bytes", num(21)*float64(os.Getpagesize()))
 	e.family("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.")
 	e.float("process_virtual_memory_bytes", num(20))
-	if boot := bootTime(); boot > 0 {
+	if boot := bootTimeOnce(); boot > 0 {
 		e.family("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.")
 		e.float("process_start_time_seconds", float64(boot)+num(19)/userHZ)
 	}
-	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
+	if fds, ok := e.openFDs(); ok {
 		e.family("process_open_fds", "gauge", "Number of open file descriptors.")
-		e.uint("process_open_fds", uint64(len(fds)))
+		e.uint("process_open_fds", uint64(fds))
 	}
 	var rl syscall.Rlimit
 	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) == nil {
@@ -216,6 +238,70 @@ func (e *expo) writeProcess() {
 		e.uint("process_max_fds", rl.Cur)
 	}
 }
+
+// readProc reads a small /proc file into buf (truncated at its size).
+func readProc(path string, buf []byte) (int, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer syscall.Close(fd)
+	n := 0
+	for n < len(buf) {
+		m, err := syscall.Read(fd, buf[n:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return n, nil
+}
+
+// openFDs counts the entries of /proc/self/fd (less its own descriptor, "." and ".."), reading
+// them into a buffer kept for the next scrape.
+func (e *expo) openFDs() (int, bool) {
+	fd, err := syscall.Open("/proc/self/fd", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, false
+	}
+	defer syscall.Close(fd)
+	if e.dirents == nil {
+		e.dirents = make([]byte, 8<<10)
+	}
+	count := 0
+	for {
+		n, err := syscall.ReadDirent(fd, e.dirents)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, false
+		}
+		if n <= 0 {
+			break
+		}
+		// struct linux_dirent64: ino 8, off 8, reclen 2, type 1, name.
+		for b := e.dirents[:n]; len(b) >= 19; {
+			reclen := int(b[16]) | int(b[17])<<8
+			if reclen < 19 || reclen > len(b) {
+				return 0, false
+			}
+			if name := b[19:reclen]; !(name[0] == '.' && (name[1] == 0 || name[1] == '.' && name[2] == 0)) {
+				count++
+			}
+			b = b[reclen:]
+		}
+	}
+	return count - 1, true // less the descriptor counting them
+}
+
+var bootTimeOnce = sync.OnceValue(bootTime)
 
 // bootTime is the kernel's boot time in Unix seconds (/proc/stat btime), 0 if unknown.
 func bootTime() int64 {

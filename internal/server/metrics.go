@@ -1,10 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 	"math/bits"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -54,6 +56,9 @@ var (
 type metrics struct {
 	s  *Server
 	on bool // EnableMetrics ran (before Serve): the event counters below are live
+
+	scrapeMu sync.Mutex
+	expo     expo // the last scrape's buffers, reused (scrapeMu)
 
 	// Answers by op and status: routed by the route step (Server.mu), and written by the validate step
 	// outside it (atomic). A series exists once its count is non-zero.
@@ -401,12 +406,26 @@ func (m *metrics) slowConsumer() {
 // serveMetrics is GET /metrics.
 func (m *metrics) serveMetrics(w *adminhttp.Response, r *adminhttp.Request) {
 	w.Set("Content-Type", expoContentType)
-	w.Write(m.scrape())
+	m.scrapeMu.Lock()
+	defer m.scrapeMu.Unlock()
+	w.Write(m.scrapeLocked())
 }
 
 // scrape is the whole exposition: the state, the events (with EnableMetrics), the runtime.
 func (m *metrics) scrape() []byte {
-	e := &expo{b: make([]byte, 0, 16<<10)}
+	m.scrapeMu.Lock()
+	defer m.scrapeMu.Unlock()
+	return bytes.Clone(m.scrapeLocked())
+}
+
+// scrapeLocked writes the exposition into the buffers kept for the next scrape and returns it,
+// valid until scrapeMu is released. scrapeMu must be held.
+func (m *metrics) scrapeLocked() []byte {
+	e := &m.expo
+	if e.b == nil {
+		e.b = make([]byte, 0, 16<<10)
+	}
+	e.b = e.b[:0]
 	m.writeState(e)
 	if m.on {
 		m.writeEvents(e, m.events())

@@ -16,7 +16,7 @@ all: build
 # a static binary (no cgo: Go's own DNS resolver, no libc mapped: it starts anywhere and maps about
 # 1.5 MB less), inlining only where the server spends its time (cmd/ticketing/gcflags.txt, about
 # 430 KiB less resident), and the functions a node runs placed together at the front of the binary
-# by Go's linker with one addition (cmd/ticketing/textorder.txt, toolchain/README.md: about 2.5 MB
+# by Go's linker with one addition (cmd/ticketing/textorder.txt, toolchain/README.md: about 3 MB
 # less resident).
 build:
 	toolchain/go-build.sh -o $(BIN) ./cmd/ticketing

@@ -4,7 +4,7 @@
 # A static binary (CGO_ENABLED=0), the compiler flags of cmd/ticketing/gcflags.txt (inlining
 # where the server spends its time), and the functions of cmd/ticketing/textorder.txt placed at
 # the front of the binary by the ordering linker (toolchain/README.md). TICKETING_LINK_ORDER=off
-# builds with Go's standard linker instead (the same program; about 2 MB more of it resident).
+# builds with Go's standard linker instead (the same program; about 3 MB more of it resident).
 # TICKETING_LINK_TEXT_ORDER names another order file (toolchain/gen-order.sh).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

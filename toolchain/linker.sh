@@ -14,7 +14,7 @@ anchor='	// Sort the text symbols by type, so that FIPS symbols are'
 anchor2='	text := ctxt.xdefine("runtime.text", sym.STEXT, 0)'
 if [[ ! -f "$src/data.go" ]] || ! grep -qxF "$anchor" "$src/data.go" || ! grep -qxF "$anchor2" "$src/data.go"; then
   echo "toolchain/linker.sh: $(go env GOVERSION)'s linker source ($src/data.go) lacks the lines the text order goes before;" >&2
-  echo "  update toolchain/linker.sh for this Go, or build with TICKETING_LINK_ORDER=off (the standard linker: about 2 MB more resident per node)" >&2
+  echo "  update toolchain/linker.sh for this Go, or build with TICKETING_LINK_ORDER=off (the standard linker: about 3 MB more resident per node)" >&2
   exit 1
 fi
 key="$(cat "$src/data.go" "$here/textorder.go.txt" "$here/linker.sh" | sha256sum | cut -c1-16)"

@@ -9,6 +9,8 @@
 # 1. A coverage build of the server (go build -cover -coverpkg=all, the release compiler flags)
 #    runs the bench harness's workloads (a) to (e) and the /metrics scrapes of "metrics" at 1 to
 #    64 connections, each on a fresh server, writing which functions ran.
+#    Then a 3-node cluster of the coverage build runs the cluster workload: what its nodes run
+#    beyond that is the list's second tier, after the single node's front.
 # 2. genorder maps those functions to the release binary's symbols (with the runtime, every
 #    package initialiser, closures, generic instances and assembly helpers).
 # 3. Where perf is available: the ordered binary starts under `perf record -e page-faults`, then
@@ -31,6 +33,11 @@ echo "gen-order: running the workloads on the coverage build" >&2
 (cd bench && go build -o "$tmp/bench" . && "$tmp/bench" -systems ticketing -workloads a,b,c,d,e,metrics \
   -conns 1,4,16,64 -repeat 1 -duration 2s -warmup 1s -ticketing-bin "$tmp/cover-server" \
   -ticketing-env "GOCOVERDIR=$tmp/cover" -out "$tmp/bench-out" >/dev/null)
+# A cluster's nodes, for the second tier: what a cluster node runs beyond a single node's code
+# follows the front (the cluster workload: 3 nodes on 127.0.0.x, acquires through the leader).
+mkdir -p "$tmp/cover-cluster"
+(cd bench && "$tmp/bench" -systems ticketing -workloads cluster -repeat 1 -duration 2s -warmup 1s \
+  -ticketing-bin "$tmp/cover-server" -ticketing-env "GOCOVERDIR=$tmp/cover-cluster" -out "$tmp/bench-cluster" >/dev/null)
 touch "$tmp/faults"
 go run ./toolchain/genorder -bin "$tmp/plain" -cover "$tmp/cover" -o "$tmp/order"
 
@@ -74,5 +81,8 @@ WRAP
 else
   echo "gen-order: perf cannot record page faults here: the list is the coverage data's alone" >&2
 fi
+# The single node's front is settled (the rounds above built without the second tier, so that
+# what a single node faults in behind its front is found): the cluster's tier goes after it.
+go run ./toolchain/genorder -bin "$tmp/plain" -cover "$tmp/cover" -faults "$tmp/faults" -then "$tmp/cover-cluster" -o "$tmp/order"
 cp "$tmp/order" cmd/ticketing/textorder.txt
 echo "gen-order: wrote cmd/ticketing/textorder.txt ($(grep -vc '^#' cmd/ticketing/textorder.txt) functions)" >&2

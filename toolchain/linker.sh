@@ -20,14 +20,18 @@ fi
 key="$(cat "$src/data.go" "$here/textorder.go.txt" "$here/linker.sh" | sha256sum | cut -c1-16)"
 dir="${XDG_CACHE_HOME:-$HOME/.cache}/ticketing-link/$(go env GOVERSION)-$key"
 if [[ ! -x "$dir/link" ]]; then
-  mkdir -p "$dir/src"
+  # Each build writes its own overlay and renames the linker into place, so that two builds at
+  # once (make test runs several) never see each other's half-written files.
+  mkdir -p "$dir"
+  work="$(mktemp -d "$dir/src.XXXXXX")"
+  trap 'rm -rf "$work"' EXIT
   awk -v a="$anchor" -v b="$anchor2" '
     $0 == a { print "\tapplyTextOrder(ctxt)"; print "" }
     $0 == b { print "\tplaceFIPSText(ctxt)"; print "" }
-    { print }' "$src/data.go" > "$dir/src/data.go"
-  cp "$here/textorder.go.txt" "$dir/src/textorder.go"
-  printf '{"Replace":{"%s":"%s","%s":"%s"}}\n' "$src/data.go" "$dir/src/data.go" "$src/textorder.go" "$dir/src/textorder.go" > "$dir/src/overlay.json"
-  go build -overlay "$dir/src/overlay.json" -o "$dir/link.$$" cmd/link
-  mv "$dir/link.$$" "$dir/link"
+    { print }' "$src/data.go" > "$work/data.go"
+  cp "$here/textorder.go.txt" "$work/textorder.go"
+  printf '{"Replace":{"%s":"%s","%s":"%s"}}\n' "$src/data.go" "$work/data.go" "$src/textorder.go" "$work/textorder.go" > "$work/overlay.json"
+  go build -overlay "$work/overlay.json" -o "$work/link" cmd/link
+  mv "$work/link" "$dir/link"
 fi
 echo "$dir/link"

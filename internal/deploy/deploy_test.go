@@ -274,8 +274,8 @@ func TestDeploySystemdUnitVerifies(t *testing.T) {
 }
 
 // TestDockerfileBuildStage runs the Dockerfile's build command (the build stage's
-// toolchain/go-build.sh line, /out replaced by a temporary folder) and checks that it yields a static binary that
-// starts from the generated command line and grants a lock.
+// toolchain/go-build.sh line, /out replaced by a temporary folder) and checks that it yields a
+// static binary that starts from the generated command line and grants a lock.
 func TestDockerfileBuildStage(t *testing.T) {
 	df, err := os.ReadFile("../../deploy/Dockerfile")
 	if err != nil {

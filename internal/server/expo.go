@@ -292,7 +292,11 @@ func (e *expo) openFDs() (int, bool) {
 			if reclen < 19 || reclen > len(b) {
 				return 0, false
 			}
-			if name := b[19:reclen]; !(name[0] == '.' && (name[1] == 0 || name[1] == '.' && name[2] == 0)) {
+			name := b[19:reclen]
+			if end := bytes.IndexByte(name, 0); end >= 0 {
+				name = name[:end]
+			}
+			if string(name) != "." && string(name) != ".." {
 				count++
 			}
 			b = b[reclen:]

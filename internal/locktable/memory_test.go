@@ -243,12 +243,15 @@ func TestCeilingBurstGrowsOnce(t *testing.T) {
 		t.Fatalf("%d outputs after the ceiling, want %d grants", got, n)
 	}
 	// The events once, the outputs once, the stored outcomes' growth steps (TestOutcomeGrowth)
-	// and the lease timers' slab (a few arrays, none per grant).
-	if mallocs := after.Mallocs - before.Mallocs; mallocs > 16 {
+	// and the lease timers' slab: 14 allocations and 393 KB measured (16 and 737 KB under
+	// -race); grown by doubling, 38 and 1.24 MB.
+	mallocs, bytes := after.Mallocs-before.Mallocs, after.TotalAlloc-before.TotalAlloc
+	t.Logf("granting %d stalled keys: %d allocations, %d bytes", n, mallocs, bytes)
+	if mallocs > 20 {
 		t.Errorf("granting %d stalled keys took %d allocations", n, mallocs)
 	}
 	evsz, outsz := unsafe.Sizeof(Event{})*n, unsafe.Sizeof(Out{})*n
-	if bytes := after.TotalAlloc - before.TotalAlloc; bytes > uint64(2*(evsz+outsz)) {
+	if bytes > uint64(3*(evsz+outsz)) {
 		t.Errorf("granting %d stalled keys allocated %d bytes; its events and outputs are %d and %d", n, bytes, evsz, outsz)
 	}
 }

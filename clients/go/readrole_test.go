@@ -272,8 +272,12 @@ func TestOwnReadInterrupted(t *testing.T) {
 			if err := waiter.Ping(ctxT(t)); err != nil {
 				t.Fatal(err)
 			}
-			waitReader(t, waiter, readByNone)
 			for i := 0; i < 3; i++ {
+				// Nobody reads before the Acquire is sent, so that its caller reads for itself:
+				// the background reader, which read the answers of the CANCEL and of the
+				// TryAcquire before, gives the role up only after it handed the last one over,
+				// and it keeps the role if a call waits by then (the Acquire, read by it then).
+				waitReader(t, waiter, readByNone)
 				// Cancelled once its caller reads (a timeout could end it before waitReader
 				// saw the caller read, on a loaded machine).
 				ctx, cancel := context.WithCancel(context.Background())

@@ -58,6 +58,29 @@ func (t *Table) Ceiling(now int64, tokenLimit uint64, horizon int64) {
 	t.drain(now)
 }
 
+// CeilingStep is Ceiling in steps: it raises the durable bounds and hands off at most max of
+// the stalled keys; it reports whether more are left, for ResumeStalled to hand off once the
+// outputs so far are routed (see resumeStalled). The state at the end of the steps is the one
+// Ceiling leaves.
+func (t *Table) CeilingStep(now int64, tokenLimit uint64, horizon int64, max int) bool {
+	now = t.tick(now)
+	t.Advance(now)
+	t.raiseCeiling(tokenLimit, horizon)
+	more := t.resumeStalled(now, max)
+	t.drain(now)
+	return more
+}
+
+// ResumeStalled hands off at most max more of the keys left by CeilingStep, after applying the
+// deadlines up to now, and reports whether any are still left.
+func (t *Table) ResumeStalled(now int64, max int) bool {
+	now = t.tick(now)
+	t.Advance(now)
+	more := t.resumeStalled(now, max)
+	t.drain(now)
+	return more
+}
+
 // Storage records whether storage is failing (see SetStorageFailing).
 func (t *Table) Storage(now int64, failing bool) {
 	now = t.tick(now)

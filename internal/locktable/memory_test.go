@@ -255,3 +255,81 @@ func TestCeilingBurstGrowsOnce(t *testing.T) {
 		t.Errorf("granting %d stalled keys allocated %d bytes; its events and outputs are %d and %d", n, bytes, evsz, outsz)
 	}
 }
+
+// TestCeilingInSteps: the stalled keys of a burst handed off in steps (CeilingStep, then
+// ResumeStalled, the outputs taken between steps) give the same outputs in the same order and
+// the same state as Ceiling in one go, including keys that still do not fit (they stall again,
+// once each) and a deferred extend (applied at the end of the pass); the event and output lists
+// stay the size of a step, where one go takes room for the whole burst.
+func TestCeilingInSteps(t *testing.T) {
+	const n, step = 2048, 256
+	run := func(stepped bool) (*Table, []Out) {
+		tb := New(Config{Durable: true})
+		s := attach(t, tb, 1, 1, 1, 5e9)
+		send(tb, 2, s, acq(1, "held", 5000))
+		tb.Ceiling(2, 1<<20, 2+10e9)
+		if outs := takeOuts(tb); len(outs) != 1 || outs[0].Resp.Status != wire.StatusOK {
+			t.Fatalf("the first grant: %+v", outs)
+		}
+		// An extend past the horizon waits for the next one.
+		if outs := send(tb, 2, s, wire.Request{Op: wire.OpExtend, ID: 2, Key: []byte("held"), Token: 1, Lease: 30000}); len(outs) != 0 {
+			t.Fatalf("an extend past the horizon was answered at once: %+v", outs)
+		}
+		reqs := make([]wire.Request, n)
+		for i := range reqs {
+			lease := uint32(30000)
+			if i%7 == 3 {
+				lease = 600000 // past the next horizon too: stalls again
+			}
+			reqs[i] = acq(uint64(i+3), fmt.Sprintf("burst-%d", i), lease)
+		}
+		if outs := send(tb, 3, s, reqs...); len(outs) != 0 {
+			t.Fatalf("%d outputs before the ceiling", len(outs))
+		}
+		if !stepped {
+			tb.Ceiling(4, 1<<20, 4+60e9)
+			return tb, takeOuts(tb)
+		}
+		var all []Out
+		steps := 0
+		for more := tb.CeilingStep(4, 1<<20, 4+60e9, step); ; more = tb.ResumeStalled(4, step) {
+			if got := len(tb.Outs()); got > step+1 {
+				t.Fatalf("step %d: %d outputs, more than a step", steps, got)
+			}
+			if more && tb.StorageWaiting() {
+				t.Fatalf("step %d: storage asked for in the middle of a pass", steps)
+			}
+			all = append(all, takeOuts(tb)...)
+			steps++
+			if !more || steps > n {
+				break
+			}
+		}
+		if want := (n + step - 1) / step; steps != want {
+			t.Errorf("%d steps, want %d", steps, want)
+		}
+		if c := max(cap(tb.events), cap(tb.sess.outs)); c >= 2*step {
+			t.Errorf("the event and output lists took room for %d entries in steps of %d", c, step)
+		}
+		return tb, all
+	}
+	whole, wantOuts := run(false)
+	stepped, gotOuts := run(true)
+	if len(wantOuts) < n-n/7-1 || !stepped.StorageWaiting() {
+		t.Fatalf("%d outputs, storage waiting %v: the burst did not run as meant", len(wantOuts), stepped.StorageWaiting())
+	}
+	if len(gotOuts) != len(wantOuts) {
+		t.Fatalf("in steps %d outputs, in one go %d", len(gotOuts), len(wantOuts))
+	}
+	for k := range wantOuts {
+		if fmt.Sprint(gotOuts[k]) != fmt.Sprint(wantOuts[k]) {
+			t.Fatalf("output %d: in steps %+v, in one go %+v", k, gotOuts[k], wantOuts[k])
+		}
+	}
+	if stepped.StateHash() != whole.StateHash() {
+		t.Fatal("the state after the steps differs from the state after one go")
+	}
+	if c := cap(whole.sess.outs); c < n-n/7 {
+		t.Errorf("one go's output list has room for %d: the comparison is void", c)
+	}
+}

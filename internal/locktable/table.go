@@ -45,6 +45,10 @@ type Table struct {
 	// Entries waiting for storage, oldest first.
 	shead, stail int32
 	nstalled     int
+	// The pass over them that the last raise of the durable bounds began (resumeStalled):
+	// whether it is under way, and how many stalled entries it has still to try.
+	resuming   bool
+	resumeLeft int
 
 	// Extends waiting for a durable horizon, oldest first.
 	deferred []deferredExtend
@@ -596,21 +600,49 @@ func (t *Table) Abort(now int64) {
 // deferred extends applied in order (EvExtended or EvExtendNotHeld); what
 // still does not fit stays waiting.
 func (t *Table) SetCeiling(now int64, tokenLimit uint64, horizon int64) {
+	t.raiseCeiling(tokenLimit, horizon)
+	t.resumeStalled(now, math.MaxInt)
+}
+
+// raiseCeiling raises the durable bounds and begins a pass over what waits for them (see
+// resumeStalled).
+func (t *Table) raiseCeiling(tokenLimit uint64, horizon int64) {
 	if !t.cfg.Durable {
 		return
 	}
 	t.tokenLimit = max(t.tokenLimit, tokenLimit)
 	t.horizon = max(t.horizon, horizon)
-	// Every stalled key and deferred extend may produce an event: room for all of them at once.
-	// A node's first burst of acquires waits here for its first horizon write (2,048 at 64
-	// connections with 32 in flight each), and growing the list by doubling left as much again
-	// in outgrown arrays, resident until the first collection (issue 28).
-	t.events = slices.Grow(t.events, t.nstalled+len(t.deferred))
-	for n := t.nstalled; n > 0 && t.shead != nilIdx; n-- {
+	t.resuming, t.resumeLeft = true, t.nstalled
+}
+
+// resumeStalled goes on with the pass raiseCeiling began: up to max more stalled keys are
+// handed off, oldest first (a key whose next grant still does not fit stalls again, behind the
+// others); once every key stalled at the raise was tried, the deferred extends are applied in
+// order. It reports whether keys are left for the pass.
+//
+// A node's first burst of acquires waits for its first horizon write (2,048 at 64 connections
+// with 32 in flight each). Granted in one go, the event and output lists took room for all of
+// them (about 350 KB), kept for reuse, resident for good; in steps of ceilingStep, with the
+// outputs routed between steps (CeilingStep), they stay at the size of one step (issue 28).
+func (t *Table) resumeStalled(now int64, max int) bool {
+	if !t.resuming {
+		return false
+	}
+	n := min(t.resumeLeft, max)
+	// Every key tried may produce an event: room for them at once (not by doubling, whose
+	// outgrown arrays would stay resident until a collection that a busy node runs late).
+	t.events = slices.Grow(t.events, min(n, t.nstalled))
+	for ; n > 0 && t.shead != nilIdx; n-- {
+		t.resumeLeft--
 		ei := t.shead
 		t.unstall(ei)
 		t.handOff(now, ei)
 	}
+	if t.resumeLeft > 0 && t.shead != nilIdx {
+		return true
+	}
+	t.resuming, t.resumeLeft = false, 0
+	t.events = slices.Grow(t.events, len(t.deferred))
 	kept := t.deferred[:0]
 	for _, d := range t.deferred {
 		e := t.entries.at(d.entry)
@@ -626,6 +658,7 @@ func (t *Table) SetCeiling(now int64, tokenLimit uint64, horizon int64) {
 	}
 	clear(t.deferred[len(kept):])
 	t.deferred = kept
+	return false
 }
 
 // SetStorageFailing records whether storage can raise the durable bounds. When
@@ -675,8 +708,12 @@ func (t *Table) StorageNeeds(now int64) (leaseEnd int64) {
 	return leaseEnd
 }
 
-// StorageWaiting reports whether anything waits for storage.
-func (t *Table) StorageWaiting() bool { return t.nstalled > 0 || len(t.deferred) > 0 }
+// StorageWaiting reports whether anything waits for storage. While a pass begun by a raise of
+// the bounds is under way (CeilingStep), what it has yet to try waits for that pass, not for
+// storage: false.
+func (t *Table) StorageWaiting() bool {
+	return !t.resuming && (t.nstalled > 0 || len(t.deferred) > 0)
+}
 
 // Bounds returns the durable bounds in force and whether storage is failing.
 func (t *Table) Bounds() (tokenLimit uint64, horizon int64, failing bool) {

@@ -22,6 +22,9 @@ import (
 const (
 	horizonStep     = 5 * time.Second
 	leaseHintWindow = time.Minute
+	// ceilingStep is how many stalled keys a write that landed hands off before their answers
+	// are routed (Table.CeilingStep).
+	ceilingStep = 256
 )
 
 // noteLease records a lease asked for (ACQUIRE, EXTEND); called by the validate step.
@@ -108,7 +111,14 @@ func (s *Server) persister() {
 				s.log.Info("storage works again", "dir", s.cfg.DataDir)
 				s.table.Storage(now, false)
 			}
-			s.table.Ceiling(now, st.TokenLimit, st.HorizonBoot-s.boot0)
+			// The keys that waited are granted in steps, their answers routed after each, so
+			// that the table's event and output lists stay the size of one step (a node's first
+			// burst is every acquire that came while its first horizon was written).
+			more := s.table.CeilingStep(now, st.TokenLimit, st.HorizonBoot-s.boot0, ceilingStep)
+			for more {
+				s.route(nil)
+				more = s.table.ResumeStalled(now, ceilingStep)
+			}
 			backoff = 0
 		}
 		scratch = s.routeUnlock(nil, scratch)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -185,6 +186,57 @@ func TestSlowStorageDoesNotStallServer(t *testing.T) {
 		}
 	}
 	once.Do(func() { close(release) })
+}
+
+// The acquires that waited for a horizon write are all granted once it lands, in the order
+// they came, when there are more of them than one step of the hand-off (ceilingStep): the steps
+// route every answer, and ask storage for nothing more while they run.
+func TestStalledBurstGrantedInSteps(t *testing.T) {
+	const conns, each = 4, 2 * ceilingStep / 3 // 680 in all, more than two steps
+	ts := startServer(t, nil)
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	var writes atomic.Int32
+	ts.Store().SetPersistHook(func(st *store.State) error {
+		writes.Add(1)
+		<-release
+		return nil
+	})
+	cs := make([]*rawClient, conns)
+	for i := range cs {
+		cs[i] = connect(t, ts.addr, "")
+		var frames []byte
+		for k := 0; k < each; k++ {
+			// A lease past any horizon written at start: every grant waits for the hung write.
+			frames = wire.AppendRequest(frames, &wire.Request{Op: wire.OpAcquire, ID: uint64(k + 1),
+				Key: []byte(fmt.Sprintf("burst-%d-%d", i, k)), Lease: 600000, WaitMs: wire.WaitForever})
+		}
+		cs[i].write(frames)
+	}
+	waitFor(t, 5*time.Second, "every acquire waiting for storage", func() bool { return ts.waiters() == conns*each })
+	if _, err := cs[0].recvWithin(50 * time.Millisecond); err == nil {
+		t.Fatal("an answer before the horizon write landed")
+	}
+	before := writes.Load()
+	once.Do(func() { close(release) })
+	tokens := map[uint64]bool{}
+	for i, c := range cs {
+		for k := 0; k < each; k++ {
+			r := c.recv()
+			if r.Op != wire.OpAcquire || r.Status != wire.StatusOK || r.ID != uint64(k+1) {
+				t.Fatalf("connection %d, answer %d: %+v, want the grant of request %d", i, k, r, k+1)
+			}
+			if tokens[r.Token] {
+				t.Fatalf("token %d granted twice", r.Token)
+			}
+			tokens[r.Token] = true
+		}
+	}
+	// One write for the burst (a second may follow for the lease horizon ahead, not one per step).
+	if extra := writes.Load() - before; extra > 2 {
+		t.Errorf("%d writes after the burst's: the steps asked storage for more", extra)
+	}
 }
 
 // Shutdown is bounded by its context even when a client reads nothing.

@@ -297,7 +297,7 @@ module Ticketing
     # mutex and the read role: the bytes (handle them with #read_pending), :wait_readable or
     # :wait_writable, nil at the end of the stream, or the read's exception.
     def peek
-      @sock.read_nonblock(READ_SIZE, @chunk, exception: false)
+      @tls ? @sock.read_nonblock(READ_SIZE, @chunk, exception: false) : recv_plain
     rescue IOError, SystemCallError, OpenSSL::SSL::SSLError => e
       e
     end
@@ -306,9 +306,19 @@ module Ticketing
     # :wait_writable (TLS), nil at the end of the stream, or false once the read failed (the
     # failure reported to the session).
     def read_chunk
-      @sock.read_nonblock(READ_SIZE, @chunk, exception: false)
+      @tls ? @sock.read_nonblock(READ_SIZE, @chunk, exception: false) : recv_plain
     rescue IOError, SystemCallError, OpenSSL::SSL::SSLError => e
       lost(e)
+    end
+
+    # One read that does not wait, on plain TCP: BasicSocket#recv_nonblock makes its recvfrom(2)
+    # with Ruby's global lock held, where IO#read_nonblock releases the lock and takes it back
+    # around the call (with other threads waiting for the lock, a hand-over on nearly every
+    # read, and a read of the session's mutex held by a thread that does not run). An empty
+    # String is the end of the stream: nil, as #read_nonblock says it.
+    def recv_plain
+      got = @sock.recv_nonblock(READ_SIZE, 0, @chunk, exception: false)
+      got.is_a?(String) && got.empty? ? nil : got
     end
 
     # Closes the connection: unblocks both threads and closes the socket. Idempotent.

@@ -48,9 +48,39 @@ module Ticketing
       @cond ||= ConditionVariable.new
     end
 
-    # Wakes the call's waiters, if any (the session's mutex held).
+    # Wakes the call's waiters, if any (the session's mutex held): those on #cond, and the
+    # caller parked in #park.
     def wake
       @cond&.broadcast
+      m = @park_mutex
+      return unless m
+
+      m.synchronize do
+        @park_woken = true
+        @park_cond.signal
+      end
+    end
+
+    # Readies #park (the session's mutex held, before the caller leaves it to park): a wake
+    # from here on is not lost.
+    def park_prepare
+      unless @park_mutex
+        @park_mutex = Mutex.new
+        @park_cond = ConditionVariable.new
+      end
+      @park_woken = false
+    end
+
+    # Sleeps until #wake (since #park_prepare) or +timeout+ seconds (nil: no limit), outside the
+    # session's mutex: the woken caller takes only this call's own mutex back, which nobody
+    # else holds for long, where waking on the session's mutex would find it held often.
+    # It may return early; the caller looks at the call's state again.
+    def park(timeout)
+      m = @park_mutex
+      m.synchronize do
+        @park_cond.wait(m, timeout) unless @park_woken
+        @park_woken = false
+      end
     end
 
     def frame
@@ -280,42 +310,48 @@ module Ticketing
       while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop costs a block per call
         conn = nil
         limit = nil
+        wait = nil
         @mutex.synchronize do
-          while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop costs a block per call
-            if call.closed_out || call.finished
-              @waiting.delete(call)
-              drop_role_locked(call)
-              return call.closed_out ? :closed : :finished
-            end
-
-            unless call.answered
-              return abandon_waiter_locked(call, :cancelled) if cancel&.cancelled?
-
-              limit = call.id ? deadline : send_deadline
-              now = Scheduler.now
-              return abandon_waiter_locked(call, :timeout) if limit && now >= limit
-
-              c = @conn
-              if call.id && c
-                if c.reader.equal?(call)
-                  # #submit kept the read role for this call.
-                  conn = c
-                  break
-                elsif c.reader.nil?
-                  c.reader = call
-                  c.activity += 1
-                  @waiting.delete(call)
-                  conn = c
-                  break
-                elsif c.reader == :bg && !c.yield_asked
-                  c.yield_asked = true
-                  c.poke
-                end
-                @waiting[call] = true
-              end
-            end
-            call.cond.wait(@mutex, limit && !call.answered ? [limit - now, 0.001].max : nil)
+          if call.closed_out || call.finished
+            @waiting.delete(call)
+            drop_role_locked(call)
+            return call.closed_out ? :closed : :finished
           end
+
+          unless call.answered
+            return abandon_waiter_locked(call, :cancelled) if cancel&.cancelled?
+
+            limit = call.id ? deadline : send_deadline
+            now = Scheduler.now
+            return abandon_waiter_locked(call, :timeout) if limit && now >= limit
+
+            c = @conn
+            if call.id && c
+              if c.reader.equal?(call)
+                # #submit kept the read role for this call.
+                conn = c
+                next
+              elsif c.reader.nil?
+                c.reader = call
+                c.activity += 1
+                @waiting.delete(call)
+                conn = c
+                next
+              elsif c.reader == :bg && !c.yield_asked
+                c.yield_asked = true
+                c.poke
+              end
+              @waiting[call] = true
+            end
+            wait = [limit - now, 0.001].max if limit
+          end
+          call.park_prepare
+        end
+        unless conn
+          # Parked outside the session's mutex until woken (an answer, the read role free, a
+          # cancellation, close) or the wait's bound; then looked at again.
+          call.park(wait)
+          next
         end
         lead(conn, call, limit, cancel)
         # Its own answer read and its hook run on this thread: done without another look.

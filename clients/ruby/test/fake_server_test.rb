@@ -1054,6 +1054,34 @@ class FakeServerTest < Minitest::Test
     assert_equal srv.requests(P::Op::ACQUIRE).first.id, cancel&.token
   end
 
+  # A caller whose request went out while another caller reads the connection waits parked
+  # (Session#await); unwound there, it withdraws its acquire, and the reader keeps reading for
+  # the calls after it.
+  def test_unwinding_a_caller_parked_behind_another_reader
+    %i[throw raise kill].each do |how|
+      srv = queueing_server
+      c = client(srv).connect
+      reader = Thread.new { c.acquire("first", lease: 20) }
+      reader.report_on_exception = false
+      refute_nil srv.wait_request(2) { |r| r.key == "first" }, "#{how}: the first acquire is queued"
+      parked = nil
+      ready = -> { srv.requests(P::Op::ACQUIRE).any? { |r| r.key == "k" } && parked&.status == "sleep" }
+      unwind(how, ready) do
+        parked = Thread.current
+        c.acquire("k", lease: 20)
+      end
+      acquire = srv.requests(P::Op::ACQUIRE).find { |r| r.key == "k" }
+      cancel = srv.wait_request(2) { |r| r.op == P::Op::CANCEL }
+      assert_equal acquire.id, cancel&.token, "#{how}: the parked acquire is withdrawn"
+      assert_kind_of Float, c.ping, "#{how}: answers still read"
+      assert reader.alive?, "#{how}: the first acquire still waits"
+    ensure
+      reader&.kill
+      reader&.join(2)
+      c&.close
+    end
+  end
+
   def test_a_grant_racing_the_unwinding_is_released
     %i[throw kill].each do |how|
       srv = queueing_server(grant: true)

@@ -109,8 +109,9 @@ module Ticketing
   #
   # Locking: @mutex guards every field and every Call's mutable fields. It is never held during
   # I/O, nor while calling the client back (hooks, lock notices). Lock order: @mutex, then a
-  # Connection's write mutex (#enqueue) or a Cancellation's mutex (#cancelled?); nothing else is
-  # taken under @mutex, and callers hold no Lock or Client mutex when they call in here.
+  # Connection's write mutex (#enqueue), a Cancellation's mutex (#cancelled?) or a Call's park
+  # mutex (Call#wake; a parked caller holds it without @mutex); nothing else is taken under
+  # @mutex, and callers hold no Lock or Client mutex when they call in here.
   class Session
     # The client's options the session reads (see Client#initialize).
     Config = Struct.new(:endpoints, :token, :tls_context, :server_name, :connect_timeout, :request_timeout,

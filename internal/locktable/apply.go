@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/ticketing/ticketing/wire"
@@ -50,12 +51,12 @@ func (t *Table) Tick(now int64) {
 	t.drain(now)
 }
 
-// Ceiling raises the durable bounds (see SetCeiling) after applying the deadlines up to now.
+// Ceiling raises the durable bounds (Config.Durable) after applying the deadlines up to now:
+// tokens up to tokenLimit and leases ending up to horizon may be granted; bounds never go down.
+// Stalled keys are then handed off in the order they stalled, and deferred extends applied in
+// order (EvExtended or EvExtendNotHeld); what still does not fit stays waiting.
 func (t *Table) Ceiling(now int64, tokenLimit uint64, horizon int64) {
-	now = t.tick(now)
-	t.Advance(now)
-	t.SetCeiling(now, tokenLimit, horizon)
-	t.drain(now)
+	t.CeilingStep(now, tokenLimit, horizon, math.MaxInt)
 }
 
 // CeilingStep is Ceiling in steps: it raises the durable bounds and hands off at most max of
@@ -72,7 +73,8 @@ func (t *Table) CeilingStep(now int64, tokenLimit uint64, horizon int64, max int
 }
 
 // ResumeStalled hands off at most max more of the keys left by CeilingStep, after applying the
-// deadlines up to now, and reports whether any are still left.
+// deadlines up to now, and reports whether any are still left. Call it only while the last
+// CeilingStep or ResumeStalled reported more (the end of a pass applies the deferred extends).
 func (t *Table) ResumeStalled(now int64, max int) bool {
 	now = t.tick(now)
 	t.Advance(now)
@@ -500,7 +502,7 @@ func (t *Table) drain(now int64) {
 	if len(evs) == 0 {
 		return
 	}
-	// One output per event, most often: room for them at once (see SetCeiling).
+	// One output per event, most often: room for them at once (see resumeStalled).
 	t.sess.outs = slices.Grow(t.sess.outs, len(evs))
 	for k := range evs {
 		ev := &evs[k]

@@ -45,9 +45,8 @@ type Table struct {
 	// Entries waiting for storage, oldest first.
 	shead, stail int32
 	nstalled     int
-	// The pass over them that the last raise of the durable bounds began (resumeStalled):
-	// whether it is under way, and how many stalled entries it has still to try.
-	resuming   bool
+	// The stalled entries that the pass begun by the last raise of the durable bounds has still
+	// to try (resumeStalled); 0 when no pass is under way.
 	resumeLeft int
 
 	// Extends waiting for a durable horizon, oldest first.
@@ -369,7 +368,7 @@ func (t *Table) handOff(now int64, ei int32) {
 }
 
 // stall puts entry ei (free, not in delay) in the stalled list: it waits for
-// SetCeiling.
+// Ceiling.
 func (t *Table) stall(ei int32) {
 	e := t.entries.at(ei)
 	e.set(fStalled, true)
@@ -594,25 +593,16 @@ func (t *Table) Abort(now int64) {
 	t.deferred = t.deferred[:0]
 }
 
-// SetCeiling raises the durable bounds (Config.Durable): tokens up to
-// tokenLimit and leases ending up to horizon may be granted. Bounds never go
-// down. Stalled keys are then handed off in the order they stalled, and
-// deferred extends applied in order (EvExtended or EvExtendNotHeld); what
-// still does not fit stays waiting.
-func (t *Table) SetCeiling(now int64, tokenLimit uint64, horizon int64) {
-	t.raiseCeiling(tokenLimit, horizon)
-	t.resumeStalled(now, math.MaxInt)
-}
-
-// raiseCeiling raises the durable bounds and begins a pass over what waits for them (see
-// resumeStalled).
+// raiseCeiling raises the durable bounds (Config.Durable): tokens up to tokenLimit and leases
+// ending up to horizon may be granted. Bounds never go down. It begins a pass over what waits
+// for them (resumeStalled).
 func (t *Table) raiseCeiling(tokenLimit uint64, horizon int64) {
 	if !t.cfg.Durable {
 		return
 	}
 	t.tokenLimit = max(t.tokenLimit, tokenLimit)
 	t.horizon = max(t.horizon, horizon)
-	t.resuming, t.resumeLeft = true, t.nstalled
+	t.resumeLeft = t.nstalled
 }
 
 // resumeStalled goes on with the pass raiseCeiling began: up to max more stalled keys are
@@ -625,9 +615,6 @@ func (t *Table) raiseCeiling(tokenLimit uint64, horizon int64) {
 // them (about 350 KB), kept for reuse, resident for good; in steps of ceilingStep, with the
 // outputs routed between steps (CeilingStep), they stay at the size of one step (issue 28).
 func (t *Table) resumeStalled(now int64, max int) bool {
-	if !t.resuming {
-		return false
-	}
 	n := min(t.resumeLeft, max)
 	// Every key tried may produce an event: room for them at once (not by doubling, whose
 	// outgrown arrays would stay resident until a collection that a busy node runs late).
@@ -641,7 +628,7 @@ func (t *Table) resumeStalled(now int64, max int) bool {
 	if t.resumeLeft > 0 && t.shead != nilIdx {
 		return true
 	}
-	t.resuming, t.resumeLeft = false, 0
+	t.resumeLeft = 0
 	t.events = slices.Grow(t.events, len(t.deferred))
 	kept := t.deferred[:0]
 	for _, d := range t.deferred {
@@ -665,7 +652,7 @@ func (t *Table) resumeStalled(now int64, max int) bool {
 // it starts failing, what waits for storage and cannot wait is refused
 // (EvStorageBusy): try-once acquires on stalled keys and deferred extends.
 // Ordinary waiters on stalled keys keep their places (their wait timers run);
-// the keys resume in order once SetCeiling raises the bounds.
+// the keys resume in order once Ceiling raises the bounds.
 func (t *Table) SetStorageFailing(now int64, failing bool) {
 	if !t.cfg.Durable || t.failing == failing {
 		return
@@ -712,7 +699,7 @@ func (t *Table) StorageNeeds(now int64) (leaseEnd int64) {
 // the bounds is under way (CeilingStep), what it has yet to try waits for that pass, not for
 // storage: false.
 func (t *Table) StorageWaiting() bool {
-	return !t.resuming && (t.nstalled > 0 || len(t.deferred) > 0)
+	return t.resumeLeft == 0 && (t.nstalled > 0 || len(t.deferred) > 0)
 }
 
 // Bounds returns the durable bounds in force and whether storage is failing.

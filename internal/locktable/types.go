@@ -61,7 +61,7 @@ type Config struct {
 	// LastToken: tokens handed out start after this value.
 	LastToken uint64
 	// Durable: grants need a token at or below the durable token limit and a lease that ends at
-	// or before the durable horizon (see SetCeiling). Off: both are unlimited (a cluster, whose
+	// or before the durable horizon (see Ceiling). Off: both are unlimited (a cluster, whose
 	// log is its durability, and tests).
 	Durable bool
 

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"time"
 )
@@ -192,6 +193,34 @@ func ratio(a, c float64) string {
 	return fmt.Sprintf("%.2fx", a/c)
 }
 
+// roundRatios is "median M (r1, r2, ...)" of a's runs over c's, round by round (the runs of a
+// point are interleaved across systems, so run k of each is the same round), or "" unless both
+// have the same number of runs. A 2-vCPU machine's throughput moves by up to a third between
+// rounds, for every system alike; a ratio of medians can then pair a fast round with a slow one.
+func roundRatios(a, c []float64) string {
+	if len(a) == 0 || len(a) != len(c) {
+		return ""
+	}
+	rs := make([]float64, 0, len(a))
+	for k := range a {
+		if a[k] <= 0 || c[k] <= 0 {
+			return ""
+		}
+		rs = append(rs, a[k]/c[k])
+	}
+	each := make([]string, len(rs))
+	for k, x := range rs {
+		each[k] = fmt.Sprintf("%.2f", x)
+	}
+	sorted := append([]float64(nil), rs...)
+	sort.Float64s(sorted)
+	m := sorted[len(sorted)/2]
+	if len(sorted)%2 == 0 {
+		m = (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
+	}
+	return fmt.Sprintf("median %.2fx (rounds %s)", m, strings.Join(each, ", "))
+}
+
 func yesNo(ok bool) string {
 	if ok {
 		return "met"
@@ -358,6 +387,13 @@ func (b *bench) targets() string {
 			}
 			if r := b.find("prev", "a_pipelined", conns); r != nil {
 				w("| (a) %d conns: Ticketing >= 0.95x the server before sessions (prev: %s) | %s | %s |\n", conns, o.prevLabel, ratio(t.OpsPerSec, r.OpsPerSec), yesNo(t.OpsPerSec >= 0.95*r.OpsPerSec))
+			}
+			for _, sys := range []string{"prev", "null"} {
+				if r := b.find(sys, "a_pipelined", conns); r != nil {
+					if s := roundRatios(t.Runs, r.Runs); s != "" {
+						w("| (a) %d conns: Ticketing against %s round by round (no target: the machine's drift between rounds cancels) | %s | |\n", conns, sys, s)
+					}
+				}
 			}
 			w("| (a) %d conns: 1,000,000 ops/s headline | %.0f ops/s (%.0f%% of it) | %s |\n", conns, t.OpsPerSec, t.OpsPerSec/1e4, yesNo(t.OpsPerSec >= 1e6))
 			if conns == 1 {

@@ -77,3 +77,22 @@ func TestPerPairFigures(t *testing.T) {
 		t.Fatalf("without a raw driver: %v, %v; want no ratios", p, r)
 	}
 }
+
+// TestRoundRatios: run k of one system over run k of the other, and their median; nothing when
+// the runs cannot be paired.
+func TestRoundRatios(t *testing.T) {
+	for _, c := range []struct {
+		a, c []float64
+		want string
+	}{
+		{[]float64{2.3e6, 3.2e6, 2.2e6}, []float64{2.5e6, 3.4e6, 2.9e6}, "median 0.92x (rounds 0.92, 0.94, 0.76)"},
+		{[]float64{1, 3}, []float64{2, 2}, "median 1.00x (rounds 0.50, 1.50)"},
+		{[]float64{1, 2}, []float64{1}, ""},
+		{nil, nil, ""},
+		{[]float64{1, 0}, []float64{1, 1}, ""},
+	} {
+		if got := roundRatios(c.a, c.c); got != c.want {
+			t.Errorf("roundRatios(%v, %v) = %q, want %q", c.a, c.c, got, c.want)
+		}
+	}
+}

@@ -195,7 +195,7 @@ func ratio(a, c float64) string {
 
 // roundRatios is "median M (r1, r2, ...)" of a's runs over c's, round by round (the runs of a
 // point are interleaved across systems, so run k of each is the same round), or "" unless both
-// have the same number of runs. A 2-vCPU machine's throughput moves by up to a third between
+// have the same number of runs. A 2-vCPU machine's throughput moves by a third or more between
 // rounds, for every system alike; a ratio of medians can then pair a fast round with a slow one.
 func roundRatios(a, c []float64) string {
 	if len(a) == 0 || len(a) != len(c) {

@@ -213,7 +213,7 @@ func (c *conn) serve(b []byte) (off int, fatal bool) {
 			if err == wire.ErrTooLarge {
 				msg = wire.MsgTooLarge
 			}
-			c.resp = wire.AppendResponseString(c.resp, 0, wire.StatusInvalid, 0, 0, 0, wire.FieldLength, msg)
+			c.resp = wire.AppendResponseString(answerBuf(c.resp), 0, wire.StatusInvalid, 0, 0, 0, wire.FieldLength, msg)
 			c.s.metrics.answerLocal(0, wire.StatusInvalid)
 			fatal = true
 			break
@@ -240,7 +240,7 @@ func (c *conn) validate(r *wire.Request) bool {
 	cfg := &c.s.cfg
 	bad := func(field uint32, msg string) bool {
 		c.s.metrics.answerLocal(r.Op, wire.StatusInvalid)
-		c.resp = wire.AppendResponseString(c.resp, r.Op, wire.StatusInvalid, r.ID, 0, 0, field, msg)
+		c.resp = wire.AppendResponseString(answerBuf(c.resp), r.Op, wire.StatusInvalid, r.ID, 0, 0, field, msg)
 		return false
 	}
 	if r.Flags != 0 {
@@ -272,7 +272,7 @@ func (c *conn) validate(r *wire.Request) bool {
 			return bad(wire.FieldRequestID, wire.MsgPingID)
 		}
 		c.s.metrics.answerLocal(wire.OpPing, wire.StatusOK)
-		c.resp = wire.AppendResponseString(c.resp, r.Op, wire.StatusOK, r.ID, 0, 0, 0, "")
+		c.resp = wire.AppendResponseString(answerBuf(c.resp), r.Op, wire.StatusOK, r.ID, 0, 0, 0, "")
 		return false
 	default:
 		return bad(wire.FieldOp, wire.MsgOp)

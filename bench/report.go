@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
 	"time"
 )
@@ -212,13 +211,7 @@ func roundRatios(a, c []float64) string {
 	for k, x := range rs {
 		each[k] = fmt.Sprintf("%.2f", x)
 	}
-	sorted := append([]float64(nil), rs...)
-	sort.Float64s(sorted)
-	m := sorted[len(sorted)/2]
-	if len(sorted)%2 == 0 {
-		m = (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
-	}
-	return fmt.Sprintf("median %.2fx (rounds %s)", m, strings.Join(each, ", "))
+	return fmt.Sprintf("median %.2fx (rounds %s)", medianExact(rs), strings.Join(each, ", "))
 }
 
 func yesNo(ok bool) string {
